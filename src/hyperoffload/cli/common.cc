@@ -1,0 +1,64 @@
+#include "hyperoffload/cli/common.h"
+
+#include <charconv>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "hyperoffload/io/schedule_json.h"
+#include "hyperoffload/io/trace_json.h"
+#include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/budget.h"
+
+namespace hyperoffload::cli {
+
+Trace load_trace(const std::string& path) { return value_or_throw(read_trace_file(path)); }
+
+Schedule load_schedule(const std::string& path) { return value_or_throw(read_schedule_file(path)); }
+
+std::optional<std::int64_t> resolve_budget_option(const Trace& trace, const std::string& budget_text) {
+  if (budget_text.empty()) return trace.memory_limit_bytes();
+  const BudgetSpec spec = value_or_throw(parse_budget(budget_text));
+  if (spec.unit == BudgetSpec::Unit::kBytes) return resolve_budget_bytes(spec, 0);
+  return resolve_budget_bytes(spec, unplanned_peak(trace).bytes);
+}
+
+TimedPlan plan_timed(const Planner& planner, const Trace& trace, std::optional<std::int64_t> budget_bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  PlanResult result = value_or_throw(planner.plan(trace, budget_bytes));
+  const auto end = std::chrono::steady_clock::now();
+  return {std::move(result), std::chrono::duration<double, std::milli>(end - start).count()};
+}
+
+std::vector<std::pair<std::string, double>> parse_score_weights(const std::vector<std::string>& items) {
+  std::vector<std::pair<std::string, double>> weights;
+  for (const std::string& item : items) {
+    const std::size_t equals = item.find('=');
+    double value = 0.0;
+    bool ok = equals != std::string::npos && equals > 0;
+    if (ok) {
+      const char* begin = item.data() + equals + 1;
+      const char* end = item.data() + item.size();
+      auto [parsed_end, ec] = std::from_chars(begin, end, value);
+      ok = ec == std::errc() && parsed_end == end;
+    }
+    if (!ok) {
+      throw HyperoffloadError(
+          {ErrorCode::kInvalidArgument, fmt::format("--score-weight {}: expected NAME=VALUE, e.g. hiding=2.0", item)});
+    }
+    weights.emplace_back(item.substr(0, equals), value);
+  }
+  return weights;
+}
+
+std::string group_digits(std::int64_t value) {
+  std::string digits = std::to_string(value < 0 ? -value : value);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+}  // namespace hyperoffload::cli

@@ -1,0 +1,35 @@
+// Helpers shared by the CLI commands: loading inputs (errors become
+// HyperoffloadError, which main() reports with exit code 2), resolving budgets,
+// planning with timing, and small formatting utilities.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "hyperoffload/ir/schedule.h"
+#include "hyperoffload/ir/trace.h"
+#include "hyperoffload/plan/planner.h"
+
+namespace hyperoffload::cli {
+
+Trace load_trace(const std::string& path);
+Schedule load_schedule(const std::string& path);
+
+// Resolves a --budget option ("" = use the trace's memory_limit_bytes).
+// Percentages are of the unplanned op-granular peak.
+std::optional<std::int64_t> resolve_budget_option(const Trace& trace, const std::string& budget_text);
+
+struct TimedPlan {
+  PlanResult result;
+  double planning_ms = 0.0;
+};
+TimedPlan plan_timed(const Planner& planner, const Trace& trace, std::optional<std::int64_t> budget_bytes);
+
+// Parses repeated NAME=VALUE options into planner score weights.
+std::vector<std::pair<std::string, double>> parse_score_weights(const std::vector<std::string>& items);
+
+// "1,234,567"
+std::string group_digits(std::int64_t value);
+
+}  // namespace hyperoffload::cli

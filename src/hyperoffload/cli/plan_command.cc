@@ -1,0 +1,87 @@
+// hyperoffload plan TRACE [--budget B] [--planner NAME] [--score-weight N=V]... [-o SCHEDULE]
+#include <fmt/format.h>
+
+#include "hyperoffload/check/validator.h"
+#include "hyperoffload/cli/command.h"
+#include "hyperoffload/cli/common.h"
+#include "hyperoffload/io/schedule_json.h"
+#include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/budget.h"
+
+namespace hyperoffload::cli {
+namespace {
+
+struct PlanArgs {
+  std::string trace_path;
+  std::string budget;
+  std::string planner = "greedy";
+  std::vector<std::string> score_weights;
+  std::string output;
+};
+
+int run_plan(const PlanArgs& args) {
+  const Trace trace = load_trace(args.trace_path);
+  PlannerOptions planner_options;
+  planner_options.score_weights = parse_score_weights(args.score_weights);
+  const std::unique_ptr<Planner> planner = value_or_throw(make_planner(args.planner, planner_options));
+  const std::optional<std::int64_t> budget = resolve_budget_option(trace, args.budget);
+  const PeakBytes unplanned = unplanned_peak(trace);
+
+  const TimedPlan plan = plan_timed(*planner, trace, budget);
+  const ValidationReport check = validate_schedule(trace, plan.result.schedule);
+  if (!args.output.empty()) value_or_throw(write_schedule_file(plan.result.schedule, args.output));
+
+  std::size_t pre = 0;
+  for (const Action& action : plan.result.schedule.actions) pre += action.phase == Phase::kPre ? 1 : 0;
+  const std::size_t post = plan.result.schedule.actions.size() - pre;
+
+  fmt::print("trace     {}: {} ops, {} storages, {:.3f} ms of compute\n", args.trace_path,
+             group_digits(trace.op_count()), group_digits(trace.storage_count()), trace.total_compute_ms());
+  if (!budget) {
+    fmt::print("budget    unlimited (no --budget and no memory_limit_bytes): nothing to offload\n");
+  } else {
+    const double percent = unplanned.bytes > 0 ? 100.0 * static_cast<double>(*budget) / static_cast<double>(unplanned.bytes) : 0.0;
+    fmt::print("budget    {} ({} bytes, {:.1f}% of the unplanned peak)\n", format_bytes(*budget), group_digits(*budget),
+               percent);
+  }
+  fmt::print("planner   {} in {:.2f} ms\n", planner->name(), plan.planning_ms);
+  fmt::print("peak      {} unplanned (op {}) -> {} planned (op {}), op-granular\n", format_bytes(unplanned.bytes),
+             unplanned.op, format_bytes(check.peak_bytes), check.peak_op);
+  if (budget && check.peak_bytes > *budget) {
+    fmt::print("shortfall planned peak exceeds the budget by {}\n", format_bytes(check.peak_bytes - *budget));
+  }
+  if (plan.result.floor) {
+    fmt::print("floor     {} at op {} ({}): no plan can go lower\n", format_bytes(plan.result.floor->bytes),
+               plan.result.floor->op, trace.op_name(plan.result.floor->op));
+  }
+  fmt::print("moved     d2h {} in {} copies, h2d {} in {} copies\n", format_bytes(check.d2h_bytes),
+             group_digits(check.d2h_count), format_bytes(check.h2d_bytes), group_digits(check.h2d_count));
+  fmt::print("actions   {} ({} pre, {} post)\n", group_digits(static_cast<std::int64_t>(plan.result.schedule.actions.size())),
+             group_digits(static_cast<std::int64_t>(pre)), group_digits(static_cast<std::int64_t>(post)));
+  if (check.valid()) {
+    fmt::print("check     valid, {} faults\n", check.faults.size());
+  } else {
+    fmt::print("check     INVALID: {} problems; first: {}\n", check.problem_count, check.problems.front());
+  }
+  for (const std::string& note : plan.result.notes) fmt::print("note      {}\n", note);
+  if (!args.output.empty()) fmt::print("schedule  written to {}\n", args.output);
+  return check.valid() ? kExitOk : kExitFailed;
+}
+
+Command register_plan(CLI::App& root) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* app = root.add_subcommand("plan", "Plan a residency schedule for a trace under a memory budget");
+  app->add_option("trace", args->trace_path, "Trace file (hyperoffload.trace JSON; - for stdin)")->required();
+  app->add_option("--budget,-b", args->budget,
+                  "Device-memory budget: bytes, a size (2GiB, 512MB) or a percentage of the unplanned "
+                  "op-granular peak (40%); overrides the trace's memory_limit_bytes");
+  app->add_option("--planner,-p", args->planner, "Planner: greedy or peak")->capture_default_str();
+  app->add_option("--score-weight", args->score_weights, "Peak planner score weight NAME=VALUE (repeatable)");
+  app->add_option("-o,--output", args->output, "Write the schedule here (hyperoffload.schedule JSON; - for stdout)");
+  return {app, [args] { return run_plan(*args); }};
+}
+
+const CommandRegistration kRegistration{"plan", &register_plan};
+
+}  // namespace
+}  // namespace hyperoffload::cli

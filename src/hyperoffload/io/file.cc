@@ -1,0 +1,96 @@
+#include "hyperoffload/io/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace hyperoffload {
+
+Result<std::string> read_file(const std::filesystem::path& path) {
+  if (path == "-") {
+    std::ostringstream buffer;
+    buffer << std::cin.rdbuf();
+    return buffer.str();
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return make_error(ErrorCode::kIo, fmt::format("cannot read {}: is a directory", path.string()));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return make_error(ErrorCode::kIo, fmt::format("cannot read {}: {}", path.string(), std::strerror(errno)));
+  }
+  std::string contents;
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  if (size > 0) contents.resize(static_cast<std::size_t>(size));
+  if (size > 0 && !in.read(contents.data(), size)) {
+    return make_error(ErrorCode::kIo, fmt::format("cannot read {}: read failed", path.string()));
+  }
+  return contents;
+}
+
+Status write_file_atomically(const std::filesystem::path& path, std::string_view contents) {
+  if (path == "-") {
+    std::cout.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+    std::cout.flush();
+    if (!std::cout) return make_error(ErrorCode::kIo, "cannot write to standard output");
+    return ok_status();
+  }
+  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : ".";
+  std::string temp_name = ".";
+  temp_name += path.filename().string();
+  temp_name += ".tmp.XXXXXX";
+  std::string temp = (directory / temp_name).string();
+  const int fd = ::mkstemp(temp.data());
+  if (fd < 0) {
+    return make_error(ErrorCode::kIo, fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
+  }
+  auto fail = [&](const char* what) {
+    const int saved = errno;
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return make_error(ErrorCode::kIo, fmt::format("cannot write {}: {}: {}", path.string(), what,
+                                                  std::strerror(saved)));
+  };
+  const char* data = contents.data();
+  std::size_t left = contents.size();
+  while (left > 0) {
+    const ssize_t written = ::write(fd, data, left);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return fail("write failed");
+    }
+    data += written;
+    left -= static_cast<std::size_t>(written);
+  }
+  if (::fsync(fd) != 0) return fail("fsync failed");
+  // mkstemp creates the file 0600; give the output the usual umask-based mode.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
+  if (::close(fd) != 0) {
+    const int saved = errno;
+    ::unlink(temp.c_str());
+    return make_error(ErrorCode::kIo, fmt::format("cannot write {}: close failed: {}", path.string(),
+                                                  std::strerror(saved)));
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int saved = errno;
+    ::unlink(temp.c_str());
+    return make_error(ErrorCode::kIo, fmt::format("cannot write {}: rename failed: {}", path.string(),
+                                                  std::strerror(saved)));
+  }
+  return ok_status();
+}
+
+}  // namespace hyperoffload

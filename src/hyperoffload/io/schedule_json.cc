@@ -1,0 +1,129 @@
+#include "hyperoffload/io/schedule_json.h"
+
+#include <limits>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "hyperoffload/io/file.h"
+#include "hyperoffload/io/internal/json_reader.h"
+
+namespace hyperoffload {
+namespace {
+
+using internal::as_array;
+using internal::as_int64;
+using internal::as_object;
+using internal::as_string;
+using internal::member;
+
+Result<Phase> parse_phase(std::string_view text, const std::string& path) {
+  if (text == "pre") return Phase::kPre;
+  if (text == "post") return Phase::kPost;
+  return make_error(ErrorCode::kInvalidInput,
+                    fmt::format("{}: unknown phase \"{}\" (expected \"pre\" or \"post\")", path, text));
+}
+
+Result<ActionKind> parse_kind(std::string_view text, const std::string& path) {
+  if (text == "copy_d2h") return ActionKind::kCopyD2H;
+  if (text == "release_device") return ActionKind::kReleaseDevice;
+  if (text == "copy_h2d") return ActionKind::kCopyH2D;
+  if (text == "release_host") return ActionKind::kReleaseHost;
+  return make_error(ErrorCode::kInvalidInput,
+                    fmt::format("{}: unknown action kind \"{}\" (expected copy_d2h, release_device, "
+                                "copy_h2d or release_host)",
+                                path, text));
+}
+
+Result<Schedule> build_from_document(simdjson::dom::element document) {
+  simdjson::dom::object root;
+  HO_ASSIGN_OR_RETURN(root, as_object(document, "(document)"));
+  HO_RETURN_IF_ERROR(internal::check_header(root, kScheduleFormat, kScheduleVersion));
+  Schedule schedule;
+  if (std::optional<simdjson::dom::element> planner = member(root, "planner"); planner && !planner->is_null()) {
+    std::string_view name;
+    HO_ASSIGN_OR_RETURN(name, as_string(*planner, "planner"));
+    schedule.planner = std::string(name);
+  }
+  std::optional<simdjson::dom::element> actions_value = member(root, "actions");
+  if (!actions_value) return make_error(ErrorCode::kInvalidInput, "actions: missing (an array of actions)");
+  simdjson::dom::array actions;
+  HO_ASSIGN_OR_RETURN(actions, as_array(*actions_value, "actions"));
+  schedule.actions.reserve(actions.size());
+  std::size_t index = 0;
+  for (simdjson::dom::element value : actions) {
+    const std::string path = fmt::format("actions[{}]", index);
+    simdjson::dom::object action;
+    HO_ASSIGN_OR_RETURN(action, as_object(value, path));
+    auto required = [&](const char* key) -> Result<simdjson::dom::element> {
+      std::optional<simdjson::dom::element> found = member(action, key);
+      if (!found) return make_error(ErrorCode::kInvalidInput, fmt::format("{}.{}: missing", path, key));
+      return *found;
+    };
+    simdjson::dom::element field;
+    std::int64_t op;
+    HO_ASSIGN_OR_RETURN(field, required("op"));
+    HO_ASSIGN_OR_RETURN(op, as_int64(field, path + ".op"));
+    if (op < std::numeric_limits<OpIndex>::min() || op > std::numeric_limits<OpIndex>::max()) {
+      return make_error(ErrorCode::kInvalidInput, fmt::format("{}.op: {} is out of range", path, op));
+    }
+    std::string_view text;
+    Phase phase;
+    HO_ASSIGN_OR_RETURN(field, required("phase"));
+    HO_ASSIGN_OR_RETURN(text, as_string(field, path + ".phase"));
+    HO_ASSIGN_OR_RETURN(phase, parse_phase(text, path + ".phase"));
+    ActionKind kind;
+    HO_ASSIGN_OR_RETURN(field, required("kind"));
+    HO_ASSIGN_OR_RETURN(text, as_string(field, path + ".kind"));
+    HO_ASSIGN_OR_RETURN(kind, parse_kind(text, path + ".kind"));
+    std::int64_t storage;
+    HO_ASSIGN_OR_RETURN(field, required("storage"));
+    HO_ASSIGN_OR_RETURN(storage, as_int64(field, path + ".storage"));
+    schedule.add(static_cast<OpIndex>(op), phase, kind, storage);
+    ++index;
+  }
+  HO_RETURN_IF_ERROR(check_execution_order(schedule.actions));
+  return schedule;
+}
+
+Result<Schedule> parse_padded(const simdjson::padded_string& json, std::string_view source) {
+  simdjson::dom::parser parser;
+  Result<simdjson::dom::element> document = internal::parse_document(parser, json, source);
+  if (!document) return std::unexpected(document.error());
+  return build_from_document(*document);
+}
+
+}  // namespace
+
+Result<Schedule> parse_schedule_json(std::string_view json, std::string_view source) {
+  return parse_padded(simdjson::padded_string(json), source);
+}
+
+Result<Schedule> read_schedule_file(const std::filesystem::path& path) {
+  Result<std::string> text = read_file(path);
+  if (!text) return std::unexpected(text.error());
+  return parse_schedule_json(*text, path == "-" ? "<stdin>" : path.string());
+}
+
+std::string schedule_to_json(const Schedule& schedule) {
+  std::string out;
+  out.reserve(128 + schedule.actions.size() * 72);
+  auto buffer = std::back_inserter(out);
+  fmt::format_to(buffer, "{{\"format\": \"{}\", \"version\": {}, \"planner\": ", kScheduleFormat, kScheduleVersion);
+  internal::append_json_string(out, schedule.planner);
+  out += ",\n \"actions\": [";
+  bool first = true;
+  for (const Action& action : schedule.actions) {
+    fmt::format_to(buffer, "{}\n  {{\"op\": {}, \"phase\": \"{}\", \"kind\": \"{}\", \"storage\": {}}}",
+                   first ? "" : ",", action.op, to_string(action.phase), to_string(action.kind), action.storage);
+    first = false;
+  }
+  out += schedule.actions.empty() ? "]}\n" : "\n ]}\n";
+  return out;
+}
+
+Status write_schedule_file(const Schedule& schedule, const std::filesystem::path& path) {
+  return write_file_atomically(path, schedule_to_json(schedule));
+}
+
+}  // namespace hyperoffload

@@ -1,0 +1,205 @@
+#include "hyperoffload/io/trace_json.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "hyperoffload/io/file.h"
+#include "hyperoffload/io/internal/json_reader.h"
+
+namespace hyperoffload {
+namespace {
+
+using internal::as_array;
+using internal::as_bool;
+using internal::as_int64;
+using internal::as_number;
+using internal::as_object;
+using internal::as_string;
+using internal::member;
+
+Status read_bandwidth(simdjson::dom::object root, const char* key, double* out) {
+  std::optional<simdjson::dom::element> value = member(root, key);
+  if (!value) return ok_status();
+  Result<double> number = as_number(*value, key);
+  if (!number) return std::unexpected(number.error());
+  if (!(*number > 0.0)) {
+    return make_error(ErrorCode::kInvalidInput, fmt::format("{}: must be a positive number, got {}", key, *number));
+  }
+  *out = *number;
+  return ok_status();
+}
+
+Result<Trace> build_from_document(simdjson::dom::element document) {
+  simdjson::dom::object root;
+  HO_ASSIGN_OR_RETURN(root, as_object(document, "(document)"));
+  HO_RETURN_IF_ERROR(internal::check_header(root, kTraceFormat, kTraceVersion));
+
+  TraceBuilder builder;
+  if (std::optional<simdjson::dom::element> limit = member(root, "memory_limit_bytes");
+      limit && !limit->is_null()) {
+    std::int64_t bytes;
+    HO_ASSIGN_OR_RETURN(bytes, as_int64(*limit, "memory_limit_bytes"));
+    builder.set_memory_limit_bytes(bytes);
+  }
+  double d2h = kDefaultBandwidthGiBPerS;
+  double h2d = kDefaultBandwidthGiBPerS;
+  HO_RETURN_IF_ERROR(read_bandwidth(root, "d2h_bandwidth_gbps", &d2h));
+  HO_RETURN_IF_ERROR(read_bandwidth(root, "h2d_bandwidth_gbps", &h2d));
+  builder.set_d2h_bandwidth_gib_per_s(d2h);
+  builder.set_h2d_bandwidth_gib_per_s(h2d);
+
+  std::optional<simdjson::dom::element> storages_value = member(root, "storages");
+  if (!storages_value) return make_error(ErrorCode::kInvalidInput, "storages: missing (an array of storages)");
+  simdjson::dom::array storages;
+  HO_ASSIGN_OR_RETURN(storages, as_array(*storages_value, "storages"));
+  std::optional<simdjson::dom::element> ops_value = member(root, "ops");
+  if (!ops_value) return make_error(ErrorCode::kInvalidInput, "ops: missing (an array of ops)");
+  simdjson::dom::array ops;
+  HO_ASSIGN_OR_RETURN(ops, as_array(*ops_value, "ops"));
+  builder.reserve(ops.size(), storages.size(), 3 * ops.size());
+
+  std::size_t index = 0;
+  for (simdjson::dom::element storage_value : storages) {
+    const std::string path = fmt::format("storages[{}]", index);
+    simdjson::dom::object storage;
+    HO_ASSIGN_OR_RETURN(storage, as_object(storage_value, path));
+    std::optional<simdjson::dom::element> id_value = member(storage, "id");
+    if (!id_value) return make_error(ErrorCode::kInvalidInput, path + ".id: missing");
+    std::int64_t id;
+    HO_ASSIGN_OR_RETURN(id, as_int64(*id_value, path + ".id"));
+    std::optional<simdjson::dom::element> size_value = member(storage, "size_bytes");
+    if (!size_value) return make_error(ErrorCode::kInvalidInput, path + ".size_bytes: missing");
+    std::int64_t size_bytes;
+    HO_ASSIGN_OR_RETURN(size_bytes, as_int64(*size_value, path + ".size_bytes"));
+    bool retained = false;
+    if (std::optional<simdjson::dom::element> retained_value = member(storage, "retained")) {
+      HO_ASSIGN_OR_RETURN(retained, as_bool(*retained_value, path + ".retained"));
+    }
+    HO_RETURN_IF_ERROR(builder.add_storage(id, size_bytes, retained ? Retention::kRetained : Retention::kReleasable));
+    ++index;
+  }
+
+  index = 0;
+  for (simdjson::dom::element op_value : ops) {
+    // Paths are formatted only on the error path: this loop runs a million times.
+    auto path = [&index](std::string_view suffix) { return fmt::format("ops[{}]{}", index, suffix); };
+    if (!op_value.is_object()) return std::unexpected(as_object(op_value, path("")).error());
+    const simdjson::dom::object op(op_value);
+    std::string_view name;
+    if (std::optional<simdjson::dom::element> name_value = member(op, "name")) {
+      HO_ASSIGN_OR_RETURN(name, as_string(*name_value, path(".name")));
+    }
+    double duration_ms = 0.0;
+    if (std::optional<simdjson::dom::element> duration_value = member(op, "duration_ms")) {
+      HO_ASSIGN_OR_RETURN(duration_ms, as_number(*duration_value, path(".duration_ms")));
+    }
+    HO_RETURN_IF_ERROR(builder.add_op(name, duration_ms));
+    if (std::optional<simdjson::dom::element> accesses_value = member(op, "accesses")) {
+      simdjson::dom::array accesses;
+      HO_ASSIGN_OR_RETURN(accesses, as_array(*accesses_value, path(".accesses")));
+      std::size_t access_index = 0;
+      for (simdjson::dom::element access_value : accesses) {
+        auto access_path = [&](std::string_view suffix) {
+          return fmt::format("ops[{}].accesses[{}]{}", index, access_index, suffix);
+        };
+        if (!access_value.is_object()) return std::unexpected(as_object(access_value, access_path("")).error());
+        const simdjson::dom::object access(access_value);
+        std::optional<simdjson::dom::element> storage_value = member(access, "storage");
+        if (!storage_value) return make_error(ErrorCode::kInvalidInput, access_path(".storage: missing"));
+        if (!storage_value->is_int64()) {
+          return std::unexpected(as_int64(*storage_value, access_path(".storage")).error());
+        }
+        const std::int64_t storage_id = std::int64_t(*storage_value);
+        std::optional<simdjson::dom::element> kind_value = member(access, "kind");
+        if (!kind_value) return make_error(ErrorCode::kInvalidInput, access_path(".kind: missing"));
+        std::string_view kind_text;
+        HO_ASSIGN_OR_RETURN(kind_text, as_string(*kind_value, access_path(".kind")));
+        AccessKind kind;
+        if (kind_text == "read") {
+          kind = AccessKind::kRead;
+        } else if (kind_text == "write") {
+          kind = AccessKind::kWrite;
+        } else {
+          return make_error(ErrorCode::kInvalidInput,
+                            fmt::format("{}: unknown access kind \"{}\" (expected \"read\" or \"write\")",
+                                        access_path(".kind"), kind_text));
+        }
+        builder.add_access(storage_id, kind);
+        ++access_index;
+      }
+    }
+    ++index;
+  }
+  return std::move(builder).build();
+}
+
+Result<Trace> parse_padded(const simdjson::padded_string& json, std::string_view source) {
+  simdjson::dom::parser parser;
+  Result<simdjson::dom::element> document = internal::parse_document(parser, json, source);
+  if (!document) return std::unexpected(document.error());
+  return build_from_document(*document);
+}
+
+}  // namespace
+
+Result<Trace> parse_trace_json(std::string_view json, std::string_view source) {
+  return parse_padded(simdjson::padded_string(json), source);
+}
+
+Result<Trace> read_trace_file(const std::filesystem::path& path) {
+  if (path == "-") {
+    Result<std::string> text = read_file(path);
+    if (!text) return std::unexpected(text.error());
+    return parse_trace_json(*text, "<stdin>");
+  }
+  simdjson::padded_string json;
+  if (simdjson::padded_string::load(path.string()).get(json)) {
+    Result<std::string> probe = read_file(path);  // for a precise OS error message
+    if (!probe) return std::unexpected(probe.error());
+    return make_error(ErrorCode::kIo, fmt::format("cannot read {}", path.string()));
+  }
+  return parse_padded(json, path.string());
+}
+
+std::string trace_to_json(const Trace& trace) {
+  std::string out;
+  out.reserve(64 + static_cast<std::size_t>(trace.storage_count()) * 56 + static_cast<std::size_t>(trace.op_count()) * 64 +
+              trace.access_count() * 36);
+  auto buffer = std::back_inserter(out);
+  fmt::format_to(buffer, "{{\"format\": \"{}\", \"version\": {},\n", kTraceFormat, kTraceVersion);
+  if (trace.memory_limit_bytes()) {
+    fmt::format_to(buffer, " \"memory_limit_bytes\": {},\n", *trace.memory_limit_bytes());
+  } else {
+    out += " \"memory_limit_bytes\": null,\n";
+  }
+  fmt::format_to(buffer, " \"d2h_bandwidth_gbps\": {}, \"h2d_bandwidth_gbps\": {},\n",
+                 trace.d2h_bandwidth_gib_per_s(), trace.h2d_bandwidth_gib_per_s());
+  out += " \"storages\": [";
+  for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+    const StorageInfo& info = trace.storage(s);
+    fmt::format_to(buffer, "{}\n  {{\"id\": {}, \"size_bytes\": {}, \"retained\": {}}}", s == 0 ? "" : ",",
+                   info.id, info.size_bytes, info.retained() ? "true" : "false");
+  }
+  out += trace.storage_count() > 0 ? "\n ],\n" : "],\n";
+  out += " \"ops\": [";
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    out += op == 0 ? "\n  {\"name\": " : ",\n  {\"name\": ";
+    internal::append_json_string(out, trace.op_name(op));
+    fmt::format_to(buffer, ", \"duration_ms\": {}, \"accesses\": [", trace.op_duration_ms(op));
+    bool first = true;
+    for (const Access& access : trace.accesses(op)) {
+      fmt::format_to(buffer, "{}{{\"storage\": {}, \"kind\": \"{}\"}}", first ? "" : ", ",
+                     trace.storage(access.storage).id, to_string(access.kind));
+      first = false;
+    }
+    out += "]}";
+  }
+  out += trace.op_count() > 0 ? "\n ]}\n" : "]}\n";
+  return out;
+}
+
+Status write_trace_file(const Trace& trace, const std::filesystem::path& path) {
+  return write_file_atomically(path, trace_to_json(trace));
+}
+
+}  // namespace hyperoffload

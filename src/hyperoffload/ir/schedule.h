@@ -1,0 +1,73 @@
+// Schedule: the residency actions a planner chose, in execution order.
+//
+// Each action runs before ("pre") or after ("post") one op and moves one
+// storage: copy_d2h (device→host copy of its current data), release_device
+// (free its device memory), copy_h2d (host→device copy back), release_host
+// (free its host copy). The vector is in execution order: by op, pre before
+// post, and within one (op, phase) in the order the actions run.
+//
+// Thread-safety: a const Schedule may be read from any number of threads.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hyperoffload/ir/ids.h"
+#include "hyperoffload/ir/status.h"
+
+namespace hyperoffload {
+
+enum class Phase : std::uint8_t { kPre, kPost };
+enum class ActionKind : std::uint8_t { kCopyD2H, kReleaseDevice, kCopyH2D, kReleaseHost };
+
+const char* to_string(Phase phase);      // "pre" / "post"
+const char* to_string(ActionKind kind);  // "copy_d2h", "release_device", ...
+
+struct Action {
+  OpIndex op = 0;
+  Phase phase = Phase::kPre;
+  ActionKind kind = ActionKind::kCopyD2H;
+  StorageId storage = 0;  // external id, as in the trace
+
+  friend bool operator==(const Action&, const Action&) = default;
+};
+
+// "op 3 post copy_d2h storage 7" — for messages and test output.
+std::string describe(const Action& action);
+
+struct Schedule {
+  std::string planner;  // which planner made it ("greedy", "peak", or a file's value)
+  std::vector<Action> actions;
+
+  // Appends an action; callers append in execution order.
+  void add(OpIndex op, Phase phase, ActionKind kind, StorageId storage) {
+    actions.push_back(Action{op, phase, kind, storage});
+  }
+};
+
+// Checks that actions are in execution order (op ascending, pre before post).
+// The error names the first action out of order: "actions[5]: ...".
+Status check_execution_order(std::span<const Action> actions);
+
+// O(1) access to the actions of one (op, phase), for executors that walk a
+// schedule op by op. Precondition: the schedule is in execution order and every
+// action's op is in [0, op_count).
+class ActionsByOp {
+ public:
+  ActionsByOp(std::span<const Action> actions, OpIndex op_count);
+
+  std::span<const Action> pre(OpIndex op) const { return slice(2 * static_cast<std::size_t>(op)); }
+  std::span<const Action> post(OpIndex op) const { return slice(2 * static_cast<std::size_t>(op) + 1); }
+
+ private:
+  std::span<const Action> slice(std::size_t slot) const {
+    return actions_.subspan(offsets_[slot], offsets_[slot + 1] - offsets_[slot]);
+  }
+  std::span<const Action> actions_;
+  std::vector<std::uint32_t> offsets_;  // 2 * op_count + 1 entries
+};
+
+}  // namespace hyperoffload

@@ -1,0 +1,171 @@
+#include "hyperoffload/ir/trace.h"
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include <fmt/format.h>
+
+namespace hyperoffload {
+
+const char* to_string(AccessKind kind) {
+  return kind == AccessKind::kWrite ? "write" : "read";
+}
+
+double Trace::d2h_ms(std::int64_t bytes) const {
+  return static_cast<double>(bytes) / (d2h_bandwidth_gib_per_s_ * static_cast<double>(kBytesPerGiB)) * 1e3;
+}
+
+double Trace::h2d_ms(std::int64_t bytes) const {
+  return static_cast<double>(bytes) / (h2d_bandwidth_gib_per_s_ * static_cast<double>(kBytesPerGiB)) * 1e3;
+}
+
+double Trace::total_compute_ms() const {
+  double total = 0.0;
+  for (const OpRecord& op : ops_) total += op.duration_ms;
+  return total;
+}
+
+std::optional<StorageIndex> Trace::find_storage(StorageId id) const { return id_map_.find(id); }
+
+void Trace::StorageIdMap::build(std::span<const StorageInfo> storages) {
+  direct_.clear();
+  sparse_.clear();
+  StorageId max_id = -1;
+  for (const StorageInfo& s : storages) max_id = std::max(max_id, s.id);
+  // A direct table costs 4 bytes per possible id; use it while that stays within
+  // a small multiple of the storage count.
+  use_direct_ = max_id < static_cast<StorageId>(4 * storages.size() + 1024);
+  if (use_direct_) {
+    direct_.assign(static_cast<std::size_t>(max_id + 1), -1);
+    for (std::size_t i = 0; i < storages.size(); ++i) {
+      direct_[static_cast<std::size_t>(storages[i].id)] = static_cast<StorageIndex>(i);
+    }
+  } else {
+    sparse_.reserve(storages.size());
+    for (std::size_t i = 0; i < storages.size(); ++i) {
+      sparse_.emplace(storages[i].id, static_cast<StorageIndex>(i));
+    }
+  }
+}
+
+std::optional<StorageIndex> Trace::StorageIdMap::find(StorageId id) const {
+  if (id < 0) return std::nullopt;
+  if (use_direct_) {
+    if (static_cast<std::size_t>(id) >= direct_.size()) return std::nullopt;
+    StorageIndex index = direct_[static_cast<std::size_t>(id)];
+    if (index < 0) return std::nullopt;
+    return index;
+  }
+  auto it = sparse_.find(id);
+  if (it == sparse_.end()) return std::nullopt;
+  return it->second;
+}
+
+Status TraceBuilder::add_storage(StorageId id, std::int64_t size_bytes, Retention retention) {
+  const std::size_t index = trace_.storages_.size();
+  if (id < 0) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("storages[{}].id: must be a non-negative integer, got {}", index, id));
+  }
+  if (id > std::numeric_limits<std::int64_t>::max() / 2) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("storages[{}].id: {} is too large", index, id));
+  }
+  if (size_bytes < 0) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("storages[{}].size_bytes: must be non-negative, got {}", index, size_bytes));
+  }
+  if (index >= static_cast<std::size_t>(std::numeric_limits<StorageIndex>::max())) {
+    return make_error(ErrorCode::kInvalidInput, "storages: too many storages");
+  }
+  trace_.storages_.push_back(StorageInfo{id, size_bytes, retention});
+  return ok_status();
+}
+
+Status TraceBuilder::add_op(std::string_view name, double duration_ms) {
+  const std::size_t index = trace_.ops_.size();
+  if (!(duration_ms >= 0.0) || !std::isfinite(duration_ms)) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("ops[{}].duration_ms: must be a non-negative finite number, got {}",
+                                  index, duration_ms));
+  }
+  if (index >= static_cast<std::size_t>(std::numeric_limits<OpIndex>::max())) {
+    return make_error(ErrorCode::kInvalidInput, "ops: too many ops");
+  }
+  std::uint32_t name_index;
+  auto it = name_to_index_.find(std::string(name));
+  if (it != name_to_index_.end()) {
+    name_index = it->second;
+  } else {
+    name_index = static_cast<std::uint32_t>(trace_.names_.size());
+    trace_.names_.emplace_back(name);
+    name_to_index_.emplace(std::string(name), name_index);
+  }
+  const auto access_at = static_cast<std::uint32_t>(trace_.accesses_.size());
+  trace_.ops_.push_back(Trace::OpRecord{name_index, access_at, access_at, duration_ms});
+  return ok_status();
+}
+
+void TraceBuilder::add_access(StorageId storage, AccessKind kind) {
+  trace_.accesses_.push_back(Access{0, kind});
+  pending_ids_.push_back(storage);
+  trace_.ops_.back().access_end = static_cast<std::uint32_t>(trace_.accesses_.size());
+}
+
+void TraceBuilder::reserve(std::size_t ops, std::size_t storages, std::size_t accesses) {
+  trace_.ops_.reserve(ops);
+  trace_.storages_.reserve(storages);
+  trace_.accesses_.reserve(accesses);
+  pending_ids_.reserve(accesses);
+}
+
+Result<Trace> TraceBuilder::build() && {
+  if (limit_ && *limit_ < 0) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("memory_limit_bytes: must be non-negative or null, got {}", *limit_));
+  }
+  if (!(d2h_ > 0.0) || !std::isfinite(d2h_)) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("d2h_bandwidth_gbps: must be a positive number, got {}", d2h_));
+  }
+  if (!(h2d_ > 0.0) || !std::isfinite(h2d_)) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("h2d_bandwidth_gbps: must be a positive number, got {}", h2d_));
+  }
+  trace_.memory_limit_bytes_ = limit_;
+  trace_.d2h_bandwidth_gib_per_s_ = d2h_;
+  trace_.h2d_bandwidth_gib_per_s_ = h2d_;
+
+  trace_.id_map_.build(trace_.storages_);
+  // A duplicate id maps to its last declaration; any earlier declaration whose
+  // lookup does not return itself is a duplicate.
+  for (std::size_t i = 0; i < trace_.storages_.size(); ++i) {
+    const StorageId id = trace_.storages_[i].id;
+    const StorageIndex found = *trace_.id_map_.find(id);
+    if (static_cast<std::size_t>(found) != i) {
+      return make_error(ErrorCode::kInvalidInput,
+                        fmt::format("storages[{}].id: duplicate storage id {} (also storages[{}])",
+                                    found, id, i));
+    }
+  }
+
+  for (OpIndex op = 0; op < trace_.op_count(); ++op) {
+    const Trace::OpRecord& record = trace_.ops_[op];
+    for (std::uint32_t a = record.access_begin; a < record.access_end; ++a) {
+      const StorageId id = pending_ids_[a];
+      std::optional<StorageIndex> index = trace_.id_map_.find(id);
+      if (!index) {
+        return make_error(ErrorCode::kInvalidInput,
+                          fmt::format("ops[{}].accesses[{}].storage: undeclared storage {}", op,
+                                      a - record.access_begin, id));
+      }
+      trace_.accesses_[a].storage = *index;
+    }
+  }
+  pending_ids_ = {};
+  name_to_index_ = {};
+  return std::move(trace_);
+}
+
+}  // namespace hyperoffload

@@ -1,0 +1,167 @@
+// Trace: one recorded training step — which op reads or writes which storage,
+// how large each storage is and how long each op runs.
+//
+// A Trace is immutable once built. It is stored compactly (op names interned,
+// accesses in one flat array) so a 1M-op, 1M-storage step fits in well under
+// 100 MiB. Build one with TraceBuilder, or parse one with io/trace_json.h.
+//
+//   TraceBuilder builder;
+//   builder.add_storage(7, 4096);
+//   builder.add_op("aten::mm", /*duration_ms=*/0.25);
+//   builder.add_access(7, AccessKind::kWrite);
+//   Result<Trace> trace = std::move(builder).build();
+//
+// Thread-safety: a const Trace may be read from any number of threads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "hyperoffload/ir/ids.h"
+#include "hyperoffload/ir/status.h"
+
+namespace hyperoffload {
+
+enum class AccessKind : std::uint8_t { kRead, kWrite };
+const char* to_string(AccessKind kind);  // "read" / "write"
+
+// Whether a storage outlives the step (parameters, optimizer state, outputs the
+// user keeps). Retained storages are never released at the end of their use.
+enum class Retention : std::uint8_t { kReleasable, kRetained };
+
+struct StorageInfo {
+  StorageId id = 0;
+  std::int64_t size_bytes = 0;
+  Retention retention = Retention::kReleasable;
+
+  bool retained() const { return retention == Retention::kRetained; }
+};
+
+struct Access {
+  StorageIndex storage = 0;  // dense index into Trace::storages()
+  AccessKind kind = AccessKind::kRead;
+};
+
+// Default copy bandwidth when a trace does not say, in GiB/s (2^30 bytes/s).
+inline constexpr double kDefaultBandwidthGiBPerS = 16.0;
+
+class Trace {
+ public:
+  Trace() = default;
+
+  OpIndex op_count() const { return static_cast<OpIndex>(ops_.size()); }
+  StorageIndex storage_count() const { return static_cast<StorageIndex>(storages_.size()); }
+  std::size_t access_count() const { return accesses_.size(); }
+
+  // Precondition for every op accessor: 0 <= op < op_count().
+  std::string_view op_name(OpIndex op) const { return names_[ops_[op].name_index]; }
+  std::uint32_t op_name_index(OpIndex op) const { return ops_[op].name_index; }
+  double op_duration_ms(OpIndex op) const { return ops_[op].duration_ms; }
+  std::span<const Access> accesses(OpIndex op) const {
+    const OpRecord& r = ops_[op];
+    return {accesses_.data() + r.access_begin, r.access_end - r.access_begin};
+  }
+  // All accesses of all ops, op by op; accesses(op) is a sub-span of it.
+  std::span<const Access> all_accesses() const { return accesses_; }
+  // Position of accesses(op)[0] inside all_accesses().
+  std::size_t access_offset(OpIndex op) const { return ops_[op].access_begin; }
+  // Interned op names; op_name_index() indexes this.
+  std::span<const std::string> op_names() const { return names_; }
+
+  std::span<const StorageInfo> storages() const { return storages_; }
+  const StorageInfo& storage(StorageIndex index) const { return storages_[index]; }
+  // Dense index of an external storage id, or nullopt when undeclared.
+  std::optional<StorageIndex> find_storage(StorageId id) const;
+
+  // Device-memory budget the trace asks for; nullopt means unlimited.
+  std::optional<std::int64_t> memory_limit_bytes() const { return memory_limit_bytes_; }
+  void set_memory_limit_bytes(std::optional<std::int64_t> limit) { memory_limit_bytes_ = limit; }
+
+  double d2h_bandwidth_gib_per_s() const { return d2h_bandwidth_gib_per_s_; }
+  double h2d_bandwidth_gib_per_s() const { return h2d_bandwidth_gib_per_s_; }
+  // Transfer time of `bytes` at the trace's bandwidths, in milliseconds.
+  double d2h_ms(std::int64_t bytes) const;
+  double h2d_ms(std::int64_t bytes) const;
+
+  // Sum of op durations, in milliseconds.
+  double total_compute_ms() const;
+
+ private:
+  friend class TraceBuilder;
+
+  struct OpRecord {
+    std::uint32_t name_index = 0;
+    std::uint32_t access_begin = 0;
+    std::uint32_t access_end = 0;
+    double duration_ms = 0.0;
+  };
+
+  // Maps external storage ids to dense indices: a direct table when ids are
+  // dense enough (the common case: 0..n-1), a hash map otherwise.
+  class StorageIdMap {
+   public:
+    void build(std::span<const StorageInfo> storages);
+    std::optional<StorageIndex> find(StorageId id) const;
+
+   private:
+    std::vector<StorageIndex> direct_;  // -1 = absent
+    std::unordered_map<StorageId, StorageIndex> sparse_;
+    bool use_direct_ = true;
+  };
+
+  std::vector<OpRecord> ops_;
+  std::vector<Access> accesses_;
+  std::vector<std::string> names_;
+  std::vector<StorageInfo> storages_;
+  StorageIdMap id_map_;
+  std::optional<std::int64_t> memory_limit_bytes_;
+  double d2h_bandwidth_gib_per_s_ = kDefaultBandwidthGiBPerS;
+  double h2d_bandwidth_gib_per_s_ = kDefaultBandwidthGiBPerS;
+};
+
+// Builds a Trace incrementally and checks it. Every error names its place with
+// the trace file's JSON paths ("storages[3].id", "ops[12].accesses[3].storage"),
+// because positions in the builder are positions in the file.
+//
+// Storages may be declared before or after the ops that access them; accesses
+// are resolved in build().
+class TraceBuilder {
+ public:
+  TraceBuilder() = default;
+
+  void set_memory_limit_bytes(std::optional<std::int64_t> limit) { limit_ = limit; }
+  void set_d2h_bandwidth_gib_per_s(double value) { d2h_ = value; }
+  void set_h2d_bandwidth_gib_per_s(double value) { h2d_ = value; }
+
+  // Declares storage number storage_count(); ids must be unique and
+  // non-negative, sizes non-negative.
+  Status add_storage(StorageId id, std::int64_t size_bytes,
+                     Retention retention = Retention::kReleasable);
+
+  // Appends an op; later add_access calls attach to it. duration_ms >= 0.
+  Status add_op(std::string_view name, double duration_ms = 0.0);
+
+  // Adds an access by the most recently added op (precondition: an op exists).
+  void add_access(StorageId storage, AccessKind kind);
+
+  // Reserves capacity (optional, for large traces).
+  void reserve(std::size_t ops, std::size_t storages, std::size_t accesses);
+
+  // Resolves storage ids and returns the trace, or the first error found.
+  Result<Trace> build() &&;
+
+ private:
+  Trace trace_;
+  std::vector<StorageId> pending_ids_;  // external id per access, resolved in build()
+  std::unordered_map<std::string, std::uint32_t> name_to_index_;
+  std::optional<std::int64_t> limit_;
+  double d2h_ = kDefaultBandwidthGiBPerS;
+  double h2d_ = kDefaultBandwidthGiBPerS;
+};
+
+}  // namespace hyperoffload

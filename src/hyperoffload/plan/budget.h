@@ -1,0 +1,32 @@
+// Budget expressions as users type them: "1048576", "2GiB", "512MB", "40%".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "hyperoffload/ir/status.h"
+
+namespace hyperoffload {
+
+struct BudgetSpec {
+  enum class Unit { kBytes, kPercentOfPeak };
+  Unit unit = Unit::kBytes;
+  double value = 0.0;  // bytes, or a percentage (40 for "40%")
+};
+
+// Parses a byte count with an optional unit — B, KB/MB/GB/TB (powers of 1000),
+// KiB/MiB/GiB/TiB (powers of 1024), case-insensitive, fractions allowed
+// ("1.5GiB") — or a percentage of the unplanned peak ("40%", "12.5%").
+Result<BudgetSpec> parse_budget(std::string_view text);
+
+// Bytes for a spec; percentages are of `unplanned_peak_bytes`, rounded down.
+std::int64_t resolve_budget_bytes(const BudgetSpec& spec, std::int64_t unplanned_peak_bytes);
+
+// Parses a plain byte quantity ("2GiB"); percentages are rejected.
+Result<std::int64_t> parse_bytes(std::string_view text);
+
+// "1.50 GiB", "512.00 MiB", "4.00 KiB", "17 B": for reports.
+std::string format_bytes(std::int64_t bytes);
+
+}  // namespace hyperoffload

@@ -1,0 +1,27 @@
+#include "hyperoffload/plan/planner.h"
+
+#include <array>
+
+#include <fmt/format.h>
+
+#include "hyperoffload/plan/greedy_planner.h"
+
+namespace hyperoffload {
+
+std::span<const std::string_view> planner_names() {
+  static constexpr std::array<std::string_view, 1> kNames = {"greedy"};
+  return kNames;
+}
+
+Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const PlannerOptions& options) {
+  if (name == "greedy") {
+    if (!options.score_weights.empty()) {
+      return make_error(ErrorCode::kInvalidArgument, "--score-weight applies to the peak planner only");
+    }
+    return std::unique_ptr<Planner>(std::make_unique<GreedyPlanner>());
+  }
+  return make_error(ErrorCode::kInvalidArgument,
+                    fmt::format("unknown planner \"{}\" (available: {})", name, fmt::join(planner_names(), ", ")));
+}
+
+}  // namespace hyperoffload
