@@ -1,0 +1,391 @@
+#include "hyperoffload/exec/replay_executor.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace hyperoffload {
+namespace {
+
+Error in_context(Error error, std::string_view context) {
+  error.message = fmt::format("{}: {}", context, error.message);
+  return error;
+}
+
+bool contains(std::span<const StorageId> ids, StorageId id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+
+}  // namespace
+
+// ---- ReplayPlan -------------------------------------------------------------------
+
+ReplayPlan::ReplayPlan(Trace trace, ReplayGuide guide, Schedule schedule)
+    : trace_(std::move(trace)), guide_(std::move(guide)), schedule_(std::move(schedule)) {}
+
+Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedule schedule) {
+  HO_ASSIGN_OR_RETURN(ReplayGuide guide, ReplayGuide::from_trace(trace));
+  std::vector<StorageIndex> action_storage;
+  action_storage.reserve(schedule.actions.size());
+  for (std::size_t i = 0; i < schedule.actions.size(); ++i) {
+    const Action& action = schedule.actions[i];
+    if (action.op < 0 || action.op >= trace.op_count()) {
+      return make_error(ErrorCode::kInvalidInput,
+                        fmt::format("actions[{}] ({}): op {} is out of range (the trace has {} ops)", i,
+                                    describe(action), action.op, trace.op_count()));
+    }
+    std::optional<StorageIndex> storage = trace.find_storage(action.storage);
+    if (!storage) {
+      return make_error(ErrorCode::kInvalidInput,
+                        fmt::format("actions[{}] ({}): unknown storage {}", i, describe(action), action.storage));
+    }
+    action_storage.push_back(*storage);
+  }
+  HO_RETURN_IF_ERROR(check_execution_order(schedule.actions));
+  auto plan = std::shared_ptr<ReplayPlan>(new ReplayPlan(std::move(trace), std::move(guide), std::move(schedule)));
+  plan->by_op_ = std::make_unique<ActionsByOp>(plan->schedule_.actions, plan->trace_.op_count());
+  plan->action_storage_ = std::move(action_storage);
+  return std::shared_ptr<const ReplayPlan>(std::move(plan));
+}
+
+// ---- ReplayExecutor -----------------------------------------------------------------
+
+Result<std::unique_ptr<ReplayExecutor>> ReplayExecutor::start(ResidencyManager& residency,
+                                                              std::shared_ptr<const ReplayPlan> plan,
+                                                              ReplayOptions options) {
+  if (plan == nullptr) return make_error(ErrorCode::kInvalidArgument, "replay: no plan");
+  if (residency.stats().storages != 0) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "replay: the residency manager still tracks storages from an earlier step");
+  }
+  std::unique_ptr<ReplayExecutor> executor(new ReplayExecutor(residency, std::move(plan), options));
+  if (executor->recording()) {
+    HO_ASSIGN_OR_RETURN(executor->step_start_,
+                        residency.events().record(residency.backend().stream(StreamRole::kCompute)));
+    executor->sample_memory();
+  }
+  return executor;
+}
+
+ReplayExecutor::ReplayExecutor(ResidencyManager& residency, std::shared_ptr<const ReplayPlan> plan,
+                               ReplayOptions options)
+    : residency_(residency),
+      plan_(std::move(plan)),
+      options_(options),
+      start_time_(std::chrono::steady_clock::now()),
+      caller_of_(static_cast<std::size_t>(plan_->trace().storage_count()), kUnbound) {
+  residency_.reset_peak();
+  start_stats_ = residency_.stats();
+  residency_.set_record_copies(recording() ? RecordCopies::kYes : RecordCopies::kNo);
+  traced_of_.reserve(caller_of_.size());
+}
+
+ReplayExecutor::~ReplayExecutor() {
+  residency_.set_record_copies(RecordCopies::kNo);
+  residency_.take_spans();
+}
+
+std::string ReplayExecutor::op_label() const {
+  if (op_ >= plan_->trace().op_count()) return fmt::format("op {}", op_);
+  return fmt::format("op {} ({})", op_, plan_->trace().op_name(op_));
+}
+
+Error ReplayExecutor::diverged(std::string what) const {
+  return Error{ErrorCode::kDiverged,
+               fmt::format("the step diverged from the traced step at {}; wrap dynamic regions in "
+                           "skip_offload so they run as one opaque op",
+                           what)};
+}
+
+Result<StorageIndex> ReplayExecutor::traced_index(StorageId caller_id, std::string_view role) const {
+  auto it = traced_of_.find(caller_id);
+  if (it == traced_of_.end()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("{}: {} storage {} is not tracked in this step; pass only storages produced by "
+                                  "earlier ops of the step and not yet freed",
+                                  op_label(), role, caller_id));
+  }
+  return it->second;
+}
+
+void ReplayExecutor::sample_memory() {
+  if (!recording()) return;
+  const std::int64_t bytes = residency_.resident_bytes();
+  if (bytes == last_sampled_bytes_) return;
+  last_sampled_bytes_ = bytes;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time_).count();
+  timeline_.memory.push_back(MemorySample{ms, bytes});
+}
+
+Status ReplayExecutor::collect_spans(OpIndex op) {
+  if (!recording()) return ok_status();
+  // Spans name the caller's ids; the timeline speaks of the traced ones.
+  for (TimedSpan& span : residency_.take_spans()) {
+    if (auto it = traced_of_.find(span.storage); it != traced_of_.end()) {
+      span.storage = plan_->trace().storage(it->second).id;
+    }
+    copy_spans_.emplace_back(op, std::move(span));
+  }
+  return ok_status();
+}
+
+Status ReplayExecutor::run_actions(std::span<const Action> actions) {
+  for (const Action& action : actions) {
+    const StorageId caller = caller_of_[static_cast<std::size_t>(plan_->storage_of(action))];
+    if (caller == kFreed) continue;
+    if (caller == kUnbound) {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        fmt::format("{}: {}: the storage does not exist yet (no earlier op produced it)", op_label(),
+                                    describe(action)));
+    }
+    Status status = ok_status();
+    switch (action.kind) {
+      case ActionKind::kCopyD2H: status = residency_.copy_d2h(caller); break;
+      case ActionKind::kReleaseDevice: status = residency_.release_device(caller); break;
+      case ActionKind::kCopyH2D: status = residency_.copy_h2d(caller); break;
+      case ActionKind::kReleaseHost: status = residency_.release_host(caller); break;
+    }
+    if (!status) return std::unexpected(in_context(std::move(status.error()), describe(action)));
+    sample_memory();
+  }
+  return ok_status();
+}
+
+Status ReplayExecutor::on_op_begin(std::string_view name, std::span<const StorageId> inputs,
+                                   std::span<const StorageId> written) {
+  if (in_op_) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("on_op_begin(\"{}\") inside {}: the previous op did not end", name, op_label()));
+  }
+  const Trace& trace = plan_->trace();
+  if (op_ >= trace.op_count()) {
+    return std::unexpected(diverged(fmt::format("op {} (\"{}\"): the traced step has only {} ops", op_, name,
+                                                trace.op_count())));
+  }
+  if (name != trace.op_name(op_)) {
+    return std::unexpected(diverged(
+        fmt::format("op {}: the step runs \"{}\" where the traced step ran \"{}\"", op_, name, trace.op_name(op_))));
+  }
+  HO_RETURN_IF_ERROR(residency_.poll());
+  const std::span<const StorageIndex> expected = plan_->guide().inputs(op_);
+  if (inputs.size() != expected.size()) {
+    return std::unexpected(diverged(fmt::format("{}: it reads {} tracked storages; the traced op read {}",
+                                                op_label(), inputs.size(), expected.size())));
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    HO_ASSIGN_OR_RETURN(StorageIndex index, traced_index(inputs[i], "input"));
+    if (index != expected[i]) {
+      return std::unexpected(diverged(fmt::format(
+          "{}: input {} is the storage traced as {}; the traced op read storage {} there", op_label(), i,
+          trace.storage(index).id, trace.storage(expected[i]).id)));
+    }
+  }
+  for (StorageId id : written) {
+    if (!contains(inputs, id)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("{}: written storage {} is not among the op's inputs", op_label(), id));
+    }
+  }
+  HO_RETURN_IF_ERROR(run_actions(plan_->pre(op_)));
+  for (StorageId id : inputs) {
+    const DeviceAccess access = contains(written, id) ? DeviceAccess::kReadWrite : DeviceAccess::kRead;
+    if (auto ptr = residency_.device_ptr(id, access); !ptr) {
+      return std::unexpected(in_context(std::move(ptr.error()), fmt::format("{}: input storage {}", op_label(), id)));
+    }
+  }
+  if (recording()) {
+    sample_memory();
+    HO_RETURN_IF_ERROR(collect_spans(op_));
+    HO_ASSIGN_OR_RETURN(Fence start, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
+    op_spans_.push_back(OpSpan{op_, std::move(start), {}});
+  }
+  current_allocated_.clear();
+  in_op_ = true;
+  return ok_status();
+}
+
+Result<void*> ReplayExecutor::allocate_output(StorageId id, std::int64_t size_bytes) {
+  if (!in_op_) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("allocate_output of storage {}: not inside an op", id));
+  }
+  if (traced_of_.contains(id) || residency_.tracked(id)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("{}: output storage id {} is already in use in this step", op_label(), id));
+  }
+  const std::size_t expected = plan_->guide().outputs(op_).size();
+  if (current_allocated_.size() >= expected) {
+    return std::unexpected(diverged(fmt::format("{}: it allocates more than the {} outputs the traced op produced",
+                                                op_label(), expected)));
+  }
+  Result<void*> ptr = residency_.bind(id, size_bytes);
+  if (!ptr) return std::unexpected(in_context(std::move(ptr.error()), op_label()));
+  current_allocated_.emplace_back(id, size_bytes);
+  sample_memory();
+  return ptr;
+}
+
+Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) {
+  if (!in_op_) return make_error(ErrorCode::kFailedPrecondition, "on_op_end without on_op_begin");
+  const Trace& trace = plan_->trace();
+  if (recording()) {
+    HO_ASSIGN_OR_RETURN(op_spans_.back().end,
+                        residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
+  }
+  const std::span<const StorageIndex> expected = plan_->guide().outputs(op_);
+  if (outputs.size() != expected.size()) {
+    return std::unexpected(diverged(fmt::format("{}: it produced {} outputs; the traced op produced {}", op_label(),
+                                                outputs.size(), expected.size())));
+  }
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const OpOutput& output = outputs[i];
+    const StorageIndex traced = expected[i];
+    const std::int64_t traced_size = trace.storage(traced).size_bytes;
+    if (output.size_bytes != traced_size) {
+      return std::unexpected(diverged(fmt::format("{}: output {} is {} bytes; the traced output (storage {}) was {}",
+                                                  op_label(), i, output.size_bytes, trace.storage(traced).id,
+                                                  traced_size)));
+    }
+    if (traced_of_.contains(output.id)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("{}: output storage id {} is already in use in this step", op_label(), output.id));
+    }
+    auto allocated = std::find_if(current_allocated_.begin(), current_allocated_.end(),
+                                  [&](const auto& a) { return a.first == output.id; });
+    if (allocated != current_allocated_.end()) {
+      if (allocated->second != output.size_bytes) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          fmt::format("{}: output storage {} is {} bytes but was allocated with {}", op_label(),
+                                      output.id, output.size_bytes, allocated->second));
+      }
+      current_allocated_.erase(allocated);
+    } else if (Status adopted =
+                   residency_.adopt(output.id, output.size_bytes, AdoptedBuffer{output.device_ptr, output.release});
+               !adopted) {
+      return std::unexpected(in_context(std::move(adopted.error()), op_label()));
+    }
+    caller_of_[static_cast<std::size_t>(traced)] = output.id;
+    traced_of_.emplace(output.id, traced);
+  }
+  if (!current_allocated_.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("{}: storage {} was allocated with allocate_output but is not among the outputs",
+                                  op_label(), current_allocated_.front().first));
+  }
+  const std::span<const StorageIndex> expected_mutated = plan_->guide().mutated(op_);
+  bool same = mutated.size() == expected_mutated.size();
+  for (std::size_t i = 0; i < mutated.size(); ++i) {
+    HO_ASSIGN_OR_RETURN(StorageIndex index, traced_index(mutated[i], "mutated"));
+    same = same && index == expected_mutated[i];
+    if (Status written = residency_.mark_written(mutated[i]); !written) {
+      return std::unexpected(in_context(std::move(written.error()), op_label()));
+    }
+  }
+  if (!same) {
+    return std::unexpected(diverged(fmt::format("{}: it wrote {} of its inputs in place; the traced op wrote {} "
+                                                "(or different ones)",
+                                                op_label(), mutated.size(), expected_mutated.size())));
+  }
+  sample_memory();
+  HO_RETURN_IF_ERROR(run_actions(plan_->post(op_)));
+  HO_RETURN_IF_ERROR(collect_spans(op_));
+  ++op_;
+  in_op_ = false;
+  return ok_status();
+}
+
+Status ReplayExecutor::on_storage_freed(StorageId id) {
+  auto it = traced_of_.find(id);
+  if (it == traced_of_.end()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("freeing storage {}: not tracked in this step (never produced, or already freed)",
+                                  id));
+  }
+  caller_of_[static_cast<std::size_t>(it->second)] = kFreed;
+  traced_of_.erase(it);
+  HO_RETURN_IF_ERROR(residency_.forget(id));
+  sample_memory();
+  return ok_status();
+}
+
+Result<void*> ReplayExecutor::device_ptr(StorageId id) {
+  HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageIndex index, traced_index(id, "used"));
+  return residency_.device_ptr(id);
+}
+
+Result<ReplayResult> ReplayExecutor::finish() {
+  if (in_op_) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("finish inside {}: the op did not end", op_label()));
+  }
+  const Trace& trace = plan_->trace();
+  if (op_ != trace.op_count()) {
+    return std::unexpected(Error{
+        ErrorCode::kDiverged,
+        fmt::format("the step diverged from the traced step: it ended after {} ops; the traced step has {} (op {} "
+                    "was \"{}\"); wrap dynamic regions in skip_offload so they run as one opaque op",
+                    op_, trace.op_count(), op_, trace.op_name(op_))});
+  }
+  // Storages the caller still holds end the step on the device.
+  std::int64_t restores = 0;
+  std::int64_t restored_bytes = 0;
+  for (const auto& [caller, traced] : traced_of_) {
+    if (!residency_.resident(caller)) {
+      if (auto ptr = residency_.device_ptr(caller); !ptr) {
+        return std::unexpected(in_context(std::move(ptr.error()), fmt::format("restoring held storage {}", caller)));
+      }
+      ++restores;
+      restored_bytes += trace.storage(traced).size_bytes;
+    }
+    HO_RETURN_IF_ERROR(residency_.release_host(caller));
+  }
+  HO_RETURN_IF_ERROR(residency_.poll());
+  HO_RETURN_IF_ERROR(collect_spans(op_));
+  sample_memory();
+
+  ReplayResult result;
+  if (recording()) {
+    Backend& backend = residency_.backend();
+    auto since_start = [&](const Fence& fence) -> Result<double> {
+      HO_RETURN_IF_ERROR(fence.wait());
+      return backend.elapsed_ms(step_start_.event(), fence.event());
+    };
+    for (const OpSpan& op : op_spans_) {
+      HO_ASSIGN_OR_RETURN(double start_ms, since_start(op.start));
+      HO_ASSIGN_OR_RETURN(double end_ms, since_start(op.end));
+      timeline_.spans.push_back(TimelineSpan{SpanKind::kOp, Lane::kCompute, op.op, -1, 0, start_ms, end_ms});
+    }
+    const bool two_engines = backend.copy_engines() == CopyEngines::kTwo;
+    for (const auto& [op, span] : copy_spans_) {
+      HO_ASSIGN_OR_RETURN(double start_ms, since_start(span.start));
+      HO_ASSIGN_OR_RETURN(double end_ms, since_start(span.end));
+      Lane lane = Lane::kCompute;
+      if (span.kind == SpanKind::kCopyD2H) lane = Lane::kCopy0;
+      if (span.kind == SpanKind::kCopyH2D) lane = two_engines ? Lane::kCopy1 : Lane::kCopy0;
+      timeline_.spans.push_back(TimelineSpan{span.kind, lane, op, span.kind == SpanKind::kStall ? -1 : span.storage,
+                                             span.bytes, start_ms, end_ms});
+    }
+    std::stable_sort(timeline_.spans.begin(), timeline_.spans.end(),
+                     [](const TimelineSpan& a, const TimelineSpan& b) { return a.start_ms < b.start_ms; });
+    timeline_.budget_bytes = trace.memory_limit_bytes().value_or(-1);
+    result.timeline = std::move(timeline_);
+  }
+
+  const ResidencyStats now = residency_.stats();
+  StepStats& stats = result.stats;
+  stats.kind = StepKind::kReplay;
+  stats.ops = op_;
+  stats.peak_resident_bytes = now.peak_resident_bytes;
+  stats.resident_at_end_bytes = now.resident_bytes;
+  stats.peak_host_bytes = now.peak_host_bytes;
+  stats.d2h_count = now.d2h_count - start_stats_.d2h_count;
+  stats.d2h_bytes = now.d2h_bytes - start_stats_.d2h_bytes;
+  stats.h2d_count = now.h2d_count - start_stats_.h2d_count;
+  stats.h2d_bytes = now.h2d_bytes - start_stats_.h2d_bytes;
+  stats.faults = now.faults - start_stats_.faults - restores;
+  stats.fault_bytes = now.fault_bytes - start_stats_.fault_bytes - restored_bytes;
+  stats.end_restores = restores;
+  stats.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time_).count();
+  return result;
+}
+
+}  // namespace hyperoffload

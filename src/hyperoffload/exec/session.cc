@@ -1,0 +1,181 @@
+#include "hyperoffload/exec/session.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "hyperoffload/check/validator.h"
+#include "hyperoffload/plan/budget.h"
+
+namespace hyperoffload {
+
+Result<std::unique_ptr<Session>> Session::create(Backend& backend, SessionOptions options) {
+  if (options.budget_bytes && *options.budget_bytes < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("session budget must be >= 0 bytes, got {}", *options.budget_bytes));
+  }
+  if (options.host_capacity_bytes < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("session host capacity must be >= 0 bytes, got {}", options.host_capacity_bytes));
+  }
+  HO_ASSIGN_OR_RETURN(std::unique_ptr<Planner> planner, make_planner(options.planner, options.planner_options));
+  return std::unique_ptr<Session>(new Session(backend, std::move(options), std::move(planner)));
+}
+
+Session::Session(Backend& backend, SessionOptions options, std::unique_ptr<Planner> planner)
+    : backend_(backend),
+      options_(std::move(options)),
+      planner_(std::move(planner)),
+      events_(std::make_unique<EventPool>(backend)),
+      pool_(std::make_unique<PinnedHostPool>(backend, PinnedHostPoolOptions{options_.host_capacity_bytes})),
+      residency_(std::make_unique<ResidencyManager>(backend, *pool_, *events_,
+                                                    ResidencyOptions{options_.rematerialize, RecordCopies::kNo})) {}
+
+Session::~Session() { (void)abort_step(); }
+
+StepHooks* Session::active() {
+  if (warmup_ != nullptr) return warmup_.get();
+  return replay_.get();
+}
+
+Status Session::fail(Error error) {
+  if (!failure_) failure_ = error;
+  return std::unexpected(std::move(error));
+}
+
+Status Session::begin_step() {
+  if (in_step()) return make_error(ErrorCode::kFailedPrecondition, "begin_step: a step is already running");
+  failure_.reset();
+  HO_RETURN_IF_ERROR(residency_->reset());  // storages held over from the last step
+  if (plan_ != nullptr) {
+    HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_, ReplayOptions{options_.record_timeline}));
+  } else {
+    HO_ASSIGN_OR_RETURN(warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes,
+                                                                                  options_.calibration_bytes}));
+  }
+  return ok_status();
+}
+
+namespace {
+Error not_in_step(std::string_view hook) {
+  return Error{ErrorCode::kFailedPrecondition, fmt::format("{} outside a step: call begin_step() first", hook)};
+}
+Error already_failed(const Error& failure) {
+  return Error{failure.code, fmt::format("the step already failed: {}", failure.message)};
+}
+}  // namespace
+
+Status Session::on_op_begin(std::string_view name, std::span<const StorageId> inputs,
+                            std::span<const StorageId> written) {
+  if (failure_) return std::unexpected(already_failed(*failure_));
+  if (!in_step()) return std::unexpected(not_in_step("on_op_begin"));
+  return check(active()->on_op_begin(name, inputs, written));
+}
+
+Result<void*> Session::allocate_output(StorageId id, std::int64_t size_bytes) {
+  if (failure_) return std::unexpected(already_failed(*failure_));
+  if (!in_step()) return std::unexpected(not_in_step("allocate_output"));
+  return check(active()->allocate_output(id, size_bytes));
+}
+
+Status Session::on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) {
+  if (failure_) return std::unexpected(already_failed(*failure_));
+  if (!in_step()) return std::unexpected(not_in_step("on_op_end"));
+  return check(active()->on_op_end(outputs, mutated));
+}
+
+Status Session::on_storage_freed(StorageId id) {
+  if (!in_step()) {
+    if (!residency_->tracked(id)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("freeing storage {}: not tracked (not held over from the last step)", id));
+    }
+    return residency_->forget(id);
+  }
+  if (failure_) return std::unexpected(already_failed(*failure_));
+  return check(active()->on_storage_freed(id));
+}
+
+Result<void*> Session::device_ptr(StorageId id) {
+  if (!in_step()) {
+    if (!residency_->tracked(id)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("storage {}: not tracked (not held over from the last step)", id));
+    }
+    return residency_->device_ptr(id);
+  }
+  if (failure_) return std::unexpected(already_failed(*failure_));
+  return check(active()->device_ptr(id));
+}
+
+Status Session::end_step() {
+  if (!in_step()) return make_error(ErrorCode::kFailedPrecondition, "end_step: no step is running");
+  if (failure_) {
+    Error failure = *failure_;
+    (void)abort_step();
+    return std::unexpected(std::move(failure));
+  }
+  return warmup_ != nullptr ? finish_warmup() : finish_replay();
+}
+
+Status Session::finish_warmup() {
+  Result<WarmupResult> warmed = warmup_->finish();
+  if (!warmed) {
+    (void)abort_step();
+    return std::unexpected(std::move(warmed.error()));
+  }
+  warmup_.reset();
+  ++steps_completed_;
+  last_stats_ = warmed->stats;
+  notes_ = std::move(warmed->notes);
+
+  Result<PlanResult> planned = planner_->plan(warmed->trace, options_.budget_bytes);
+  if (!planned) {
+    return make_error(planned.error().code,
+                      fmt::format("planning the traced step with \"{}\": {}", options_.planner, planned.error().message));
+  }
+  if (planned->floor && options_.budget_bytes && planned->floor->bytes > *options_.budget_bytes) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("the budget of {} ({} bytes) is below the unavoidable floor of {} ({} bytes, "
+                                  "reached at op {} ({})): no schedule can keep the step within it; raise the budget",
+                                  format_bytes(*options_.budget_bytes), *options_.budget_bytes,
+                                  format_bytes(planned->floor->bytes), planned->floor->bytes, planned->floor->op,
+                                  warmed->trace.op_name(planned->floor->op)));
+  }
+  const ValidationReport report = validate_schedule(warmed->trace, planned->schedule);
+  if (!report.valid()) {
+    return make_error(ErrorCode::kInternal,
+                      fmt::format("planner \"{}\" produced a schedule the validator rejects: {}", options_.planner,
+                                  report.problems.empty() ? std::string("(no details)") : report.problems.front()));
+  }
+  for (std::string& note : planned->notes) notes_.push_back(std::move(note));
+  Schedule schedule = std::move(planned->schedule);
+  plan_result_ = std::move(*planned);
+  plan_result_.schedule = Schedule{schedule.planner, {}};
+  HO_ASSIGN_OR_RETURN(plan_, ReplayPlan::create(std::move(warmed->trace), std::move(schedule)));
+  return ok_status();
+}
+
+Status Session::finish_replay() {
+  Result<ReplayResult> replayed = replay_->finish();
+  if (!replayed) {
+    (void)abort_step();
+    return std::unexpected(std::move(replayed.error()));
+  }
+  replay_.reset();
+  ++steps_completed_;
+  last_stats_ = replayed->stats;
+  last_timeline_ = std::move(replayed->timeline);
+  return ok_status();
+}
+
+Status Session::abort_step() {
+  warmup_.reset();
+  replay_.reset();
+  failure_.reset();
+  Status status = residency_->reset();
+  if (Status drained = pool_->drain(); !drained && status) status = std::move(drained);
+  return status;
+}
+
+}  // namespace hyperoffload

@@ -1,0 +1,150 @@
+// Session: the whole offloading loop behind one object — the first step runs
+// under the warmup executor (trace + online eviction), then the session plans
+// with the configured planner for the configured budget, and every later step
+// replays that plan.
+//
+//   auto backend = *HostBackend::create({.device_capacity_bytes = budget});
+//   auto session = *Session::create(*backend, {.budget_bytes = budget, .planner = "greedy"});
+//   for (int step = 0; step < steps; ++step) {
+//     session->begin_step();
+//     ... the step's ops call session->on_op_begin / on_op_end (exec/hooks.h) ...
+//     if (!session->end_step()) ...;      // after the first step: trace, plan
+//   }
+//
+// Failure. When a hook fails, the step is marked failed: later hooks return the
+// same error and end_step() returns it too. abort_step() (also what end_step()
+// does when the step failed) drains in-flight transfers, returns every device
+// buffer and host block and forgets the step's storages, so nothing leaks; the
+// next step is of the same kind (a failed warmup is warmed up again; a failed
+// replay replays again). When planning fails after a good warmup (a budget
+// below the planner's unavoidable floor, say), end_step() reports it, the step
+// counts as done and the next step warms up again.
+//
+// Between steps. Storages the caller still held when a step ended stay tracked
+// and resident until the caller frees them (on_storage_freed) or the next step
+// begins; then runtime-allocated memory is freed and adopted buffers are left
+// to their owners.
+//
+// Thread-safety: one thread drives a session.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hyperoffload/exec/hooks.h"
+#include "hyperoffload/exec/replay_executor.h"
+#include "hyperoffload/exec/step_stats.h"
+#include "hyperoffload/exec/warmup_executor.h"
+#include "hyperoffload/plan/planner.h"
+#include "hyperoffload/runtime/backend.h"
+#include "hyperoffload/runtime/event_pool.h"
+#include "hyperoffload/runtime/pinned_host_pool.h"
+#include "hyperoffload/runtime/residency_manager.h"
+#include "hyperoffload/sim/simulator.h"
+
+namespace hyperoffload {
+
+struct SessionOptions {
+  // Device budget for tracked storages, in bytes: the warmup's online limit
+  // and the planning budget. nullopt: unlimited (nothing is offloaded).
+  std::optional<std::int64_t> budget_bytes;
+  std::string planner = "greedy";  // any name make_planner() accepts
+  PlannerOptions planner_options;
+  // Pinned host pool limit: the most bytes offloaded at once.
+  std::int64_t host_capacity_bytes = std::numeric_limits<std::int64_t>::max();
+  RecordTimeline record_timeline = RecordTimeline::kNo;  // for replayed steps
+  // Device memory for adopted storages brought back (residency_manager.h).
+  RematerializeFn rematerialize;
+  std::int64_t calibration_bytes = std::int64_t{4} << 20;  // see WarmupOptions
+};
+
+class Session final : public StepHooks {
+ public:
+  // Fails on an unknown planner or a negative budget. `backend` outlives the session.
+  static Result<std::unique_ptr<Session>> create(Backend& backend, SessionOptions options);
+  ~Session() override;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Starts a step (warmup until a plan exists, then replay). Forgets the
+  // storages held over from the previous step.
+  Status begin_step();
+  // Ends the step; after a warmup, plans. On any failure the step is aborted.
+  Status end_step();
+  // Abandons the step (e.g. after an exception in the caller's code) without
+  // leaking anything. Safe to call at any time; returns the first cleanup error.
+  Status abort_step();
+
+  Status on_op_begin(std::string_view name, std::span<const StorageId> inputs,
+                     std::span<const StorageId> written) override;
+  Result<void*> allocate_output(StorageId id, std::int64_t size_bytes) override;
+  Status on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) override;
+  // Also valid between steps, for storages held over from the last one.
+  Status on_storage_freed(StorageId id) override;
+  // Also valid between steps.
+  Result<void*> device_ptr(StorageId id) override;
+
+  bool in_step() const { return warmup_ != nullptr || replay_ != nullptr; }
+  StepKind next_step_kind() const { return plan_ != nullptr ? StepKind::kReplay : StepKind::kWarmup; }
+  std::int64_t steps_completed() const { return steps_completed_; }
+
+  // The recorded trace and the plan, once the warmup has ended (else null).
+  // plan_result()'s schedule is empty: schedule() holds it.
+  const Trace* trace() const { return plan_ ? &plan_->trace() : nullptr; }
+  const Schedule* schedule() const { return plan_ ? &plan_->schedule() : nullptr; }
+  const PlanResult* plan_result() const { return plan_ ? &plan_result_ : nullptr; }
+  // Notes from the warmup (bandwidth calibration) and the planner.
+  const std::vector<std::string>& notes() const { return notes_; }
+  // Stats of the last completed step.
+  const StepStats& last_step_stats() const { return last_stats_; }
+  // Timeline of the last replayed step (with RecordTimeline::kYes).
+  const Timeline& last_timeline() const { return last_timeline_; }
+
+  const SessionOptions& options() const { return options_; }
+  Backend& backend() const { return backend_; }
+  PinnedHostPool& host_pool() { return *pool_; }
+  ResidencyManager& residency() { return *residency_; }
+  EventPool& events() { return *events_; }
+
+ private:
+  Session(Backend& backend, SessionOptions options, std::unique_ptr<Planner> planner);
+
+  StepHooks* active();
+  // Records a hook failure (the step is then failed) and passes it on.
+  Status fail(Error error);
+  template <class T>
+  Result<T> check(Result<T> result) {
+    if (!result) return std::unexpected(fail(std::move(result.error())).error());
+    return result;
+  }
+  Status check(Status status) {
+    if (!status) return fail(std::move(status.error()));
+    return status;
+  }
+  Status finish_warmup();
+  Status finish_replay();
+
+  Backend& backend_;
+  SessionOptions options_;
+  std::unique_ptr<Planner> planner_;
+  std::unique_ptr<EventPool> events_;
+  std::unique_ptr<PinnedHostPool> pool_;
+  std::unique_ptr<ResidencyManager> residency_;
+
+  std::unique_ptr<WarmupExecutor> warmup_;
+  std::unique_ptr<ReplayExecutor> replay_;
+  std::optional<Error> failure_;
+
+  std::shared_ptr<const ReplayPlan> plan_;
+  PlanResult plan_result_;
+  std::vector<std::string> notes_;
+  StepStats last_stats_;
+  Timeline last_timeline_;
+  std::int64_t steps_completed_ = 0;
+};
+
+}  // namespace hyperoffload

@@ -1,0 +1,32 @@
+// What one executed step measured.
+#pragma once
+
+#include <cstdint>
+
+#include "hyperoffload/ir/ids.h"
+
+namespace hyperoffload {
+
+enum class StepKind : std::uint8_t { kWarmup, kReplay };
+const char* to_string(StepKind kind);  // "warmup" / "replay"
+
+struct StepStats {
+  StepKind kind = StepKind::kWarmup;
+  OpIndex ops = 0;
+  // Resident bytes of tracked storages, measured by the runtime at every
+  // change (so it includes transients inside an op's action list).
+  std::int64_t peak_resident_bytes = 0;
+  std::int64_t resident_at_end_bytes = 0;
+  std::int64_t peak_host_bytes = 0;    // bytes of host copies
+  std::int64_t d2h_count = 0;          // effective copies (no-op copies excluded)
+  std::int64_t d2h_bytes = 0;          // = offloaded bytes
+  std::int64_t h2d_count = 0;          // excludes faults
+  std::int64_t h2d_bytes = 0;          // includes faults
+  std::int64_t faults = 0;             // synchronous demand pages of accessed storages
+  std::int64_t fault_bytes = 0;
+  std::int64_t evictions = 0;          // warmup: storages evicted online
+  std::int64_t end_restores = 0;       // held storages paged back at the end of the step
+  double step_ms = 0.0;                // host wall time from begin to finish
+};
+
+}  // namespace hyperoffload

@@ -1,0 +1,379 @@
+#include "hyperoffload/exec/warmup_executor.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace hyperoffload {
+namespace {
+
+Error in_context(Error error, std::string_view context) {
+  error.message = fmt::format("{}: {}", context, error.message);
+  return error;
+}
+
+bool contains(std::span<const StorageId> ids, StorageId id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+
+double gib_per_s(std::int64_t bytes, double ms) {
+  return static_cast<double>(bytes) / static_cast<double>(kBytesPerGiB) / (ms / 1e3);
+}
+
+}  // namespace
+
+const char* to_string(StepKind kind) { return kind == StepKind::kWarmup ? "warmup" : "replay"; }
+
+Result<std::unique_ptr<WarmupExecutor>> WarmupExecutor::start(ResidencyManager& residency, WarmupOptions options) {
+  if (options.budget_bytes && *options.budget_bytes < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("warmup budget must be >= 0 bytes, got {}", *options.budget_bytes));
+  }
+  if (residency.stats().storages != 0) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "warmup: the residency manager still tracks storages from an earlier step");
+  }
+  return std::unique_ptr<WarmupExecutor>(new WarmupExecutor(residency, options));
+}
+
+WarmupExecutor::WarmupExecutor(ResidencyManager& residency, WarmupOptions options)
+    : residency_(residency), options_(options), start_time_(std::chrono::steady_clock::now()) {
+  residency_.reset_peak();
+  start_stats_ = residency_.stats();
+  residency_.set_record_copies(RecordCopies::kYes);
+  residency_.set_reclaimer([this](std::int64_t) { return evict_one(); });
+}
+
+WarmupExecutor::~WarmupExecutor() {
+  residency_.set_reclaimer({});
+  residency_.set_record_copies(RecordCopies::kNo);
+  residency_.take_spans();
+}
+
+std::string WarmupExecutor::op_label() const {
+  const std::size_t index = in_op_ ? ops_.size() - 1 : ops_.size();
+  return fmt::format("op {} ({})", index, current_name_);
+}
+
+bool WarmupExecutor::over_budget() const {
+  return options_.budget_bytes && residency_.resident_bytes() > *options_.budget_bytes;
+}
+
+bool WarmupExecutor::used_by_current_op(StorageId id) const {
+  if (!in_op_ && current_inputs_.empty()) return false;
+  if (contains(current_inputs_, id)) return true;
+  return std::any_of(current_allocated_.begin(), current_allocated_.end(),
+                     [id](const auto& allocated) { return allocated.first == id; });
+}
+
+void WarmupExecutor::make_evictable(StorageId id, StorageRecord& record) {
+  if (record.evictable) return;
+  eviction_order_.emplace(record.produced_by, -record.size_bytes, id);
+  record.evictable = true;
+}
+
+void WarmupExecutor::make_unevictable(StorageId id, StorageRecord& record) {
+  if (!record.evictable) return;
+  eviction_order_.erase({record.produced_by, -record.size_bytes, id});
+  record.evictable = false;
+}
+
+Result<bool> WarmupExecutor::evict_one() {
+  for (const auto& key : eviction_order_) {
+    const StorageId id = std::get<2>(key);
+    if (used_by_current_op(id)) continue;
+    StorageRecord& record = storages_.at(id);
+    if (auto copied = residency_.copy_d2h(id); !copied) {
+      return std::unexpected(in_context(std::move(copied.error()), fmt::format("{}: evicting storage {}", op_label(), id)));
+    }
+    HO_RETURN_IF_ERROR(residency_.release_device(id));
+    make_unevictable(id, record);
+    ++evictions_;
+    return true;
+  }
+  return false;
+}
+
+Status WarmupExecutor::evict_while_over_budget() {
+  while (over_budget()) {
+    HO_ASSIGN_OR_RETURN(bool evicted, evict_one());
+    if (!evicted) break;  // everything left is used by this op
+  }
+  return ok_status();
+}
+
+Result<WarmupExecutor::StorageRecord*> WarmupExecutor::find_alive(StorageId id, std::string_view role) {
+  auto it = storages_.find(id);
+  if (it == storages_.end() || !it->second.alive) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("{}: {} storage {} is not tracked in this step ({}); pass only storages produced "
+                                  "by earlier ops of the step and not yet freed",
+                                  op_label(), role, id, it == storages_.end() ? "never produced" : "already freed"));
+  }
+  return &it->second;
+}
+
+Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const StorageId> inputs,
+                                   std::span<const StorageId> written) {
+  if (in_op_) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("on_op_begin(\"{}\") inside {}: the previous op did not end", name, op_label()));
+  }
+  current_name_.assign(name);
+  current_inputs_.assign(inputs.begin(), inputs.end());
+  current_allocated_.clear();
+  HO_RETURN_IF_ERROR(residency_.poll());
+  for (StorageId id : inputs) {
+    HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageRecord * record, find_alive(id, "input"));
+  }
+  for (StorageId id : written) {
+    if (!contains(inputs, id)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("{}: written storage {} is not among the op's inputs", op_label(), id));
+    }
+  }
+  HO_RETURN_IF_ERROR(evict_while_over_budget());
+  for (StorageId id : inputs) {
+    const DeviceAccess access = contains(written, id) ? DeviceAccess::kReadWrite : DeviceAccess::kRead;
+    if (auto ptr = residency_.device_ptr(id, access); !ptr) {
+      return std::unexpected(in_context(std::move(ptr.error()), fmt::format("{}: input storage {}", op_label(), id)));
+    }
+    make_evictable(id, storages_.at(id));  // back in the order if it was paged in
+  }
+  HO_RETURN_IF_ERROR(evict_while_over_budget());
+  const auto access_begin = static_cast<std::uint32_t>(accesses_.size());
+  for (StorageId id : inputs) accesses_.emplace_back(id, AccessKind::kRead);
+  HO_ASSIGN_OR_RETURN(current_start_, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
+  ops_.push_back(OpRecord{current_name_, access_begin, access_begin, {}, {}});
+  in_op_ = true;
+  return ok_status();
+}
+
+Result<void*> WarmupExecutor::allocate_output(StorageId id, std::int64_t size_bytes) {
+  if (!in_op_) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("allocate_output of storage {}: not inside an op", id));
+  }
+  if (id < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("{}: output storage id {} is negative", op_label(), id));
+  }
+  if (storages_.contains(id) || residency_.tracked(id)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("{}: output storage id {} was already used in this step", op_label(), id));
+  }
+  Result<void*> ptr = residency_.bind(id, size_bytes);
+  if (!ptr) return std::unexpected(in_context(std::move(ptr.error()), op_label()));
+  current_allocated_.emplace_back(id, size_bytes);
+  return ptr;
+}
+
+Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) {
+  if (!in_op_) return make_error(ErrorCode::kFailedPrecondition, "on_op_end without on_op_begin");
+  OpRecord& op = ops_.back();
+  op.start = std::move(current_start_);
+  HO_ASSIGN_OR_RETURN(op.end, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
+  const auto op_index = static_cast<OpIndex>(ops_.size() - 1);
+  for (const OpOutput& output : outputs) {
+    auto allocated = std::find_if(current_allocated_.begin(), current_allocated_.end(),
+                                  [&](const auto& a) { return a.first == output.id; });
+    if (allocated != current_allocated_.end()) {
+      if (allocated->second != output.size_bytes) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          fmt::format("{}: output storage {} is {} bytes but was allocated with {}", op_label(),
+                                      output.id, output.size_bytes, allocated->second));
+      }
+      current_allocated_.erase(allocated);
+    } else {
+      if (output.id < 0) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          fmt::format("{}: output storage id {} is negative", op_label(), output.id));
+      }
+      if (storages_.contains(output.id)) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          fmt::format("{}: output storage id {} was already used in this step", op_label(), output.id));
+      }
+      if (Status adopted = residency_.adopt(output.id, output.size_bytes, AdoptedBuffer{output.device_ptr, output.release});
+          !adopted) {
+        return std::unexpected(in_context(std::move(adopted.error()), op_label()));
+      }
+    }
+    StorageRecord& record = storages_[output.id];
+    record = StorageRecord{output.size_bytes, op_index, true, false};
+    make_evictable(output.id, record);
+    declared_.push_back(output.id);
+    largest_storage_bytes_ = std::max(largest_storage_bytes_, output.size_bytes);
+    accesses_.emplace_back(output.id, AccessKind::kWrite);
+  }
+  if (!current_allocated_.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("{}: storage {} was allocated with allocate_output but is not among the outputs",
+                                  op_label(), current_allocated_.front().first));
+  }
+  for (StorageId id : mutated) {
+    HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageRecord * record, find_alive(id, "mutated"));
+    if (Status written = residency_.mark_written(id); !written) {
+      return std::unexpected(in_context(std::move(written.error()), op_label()));
+    }
+    accesses_.emplace_back(id, AccessKind::kWrite);
+  }
+  op.access_end = static_cast<std::uint32_t>(accesses_.size());
+  in_op_ = false;
+  current_inputs_.clear();
+  return ok_status();
+}
+
+Status WarmupExecutor::on_storage_freed(StorageId id) {
+  auto it = storages_.find(id);
+  if (it == storages_.end() || !it->second.alive) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("freeing storage {}: not tracked in this step ({})", id,
+                                  it == storages_.end() ? "never produced" : "already freed"));
+  }
+  make_unevictable(id, it->second);
+  it->second.alive = false;
+  return residency_.forget(id);
+}
+
+Result<void*> WarmupExecutor::device_ptr(StorageId id) {
+  HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageRecord * record, find_alive(id, "used"));
+  return residency_.device_ptr(id);
+}
+
+Result<double> WarmupExecutor::measure_bandwidth(CopyKind kind, std::int64_t bytes) {
+  Backend& backend = residency_.backend();
+  const Stream stream = backend.stream(kind == CopyKind::kDeviceToHost ? StreamRole::kDeviceToHost
+                                                                        : StreamRole::kHostToDevice);
+  HO_ASSIGN_OR_RETURN(void* device, backend.allocate_device(bytes));
+  Result<PinnedBlock> host = residency_.pool().acquire(bytes);
+  if (!host) {
+    (void)backend.free_device(device);
+    return std::unexpected(std::move(host.error()));
+  }
+  void* dst = kind == CopyKind::kDeviceToHost ? host->ptr : device;
+  const void* src = kind == CopyKind::kDeviceToHost ? device : host->ptr;
+  // One untimed copy first: it pays for first-touch page faults.
+  auto timed = [&]() -> Result<double> {
+    HO_RETURN_IF_ERROR(backend.copy_async(stream, dst, src, bytes, kind));
+    HO_ASSIGN_OR_RETURN(Fence start, residency_.events().record(stream));
+    HO_RETURN_IF_ERROR(backend.copy_async(stream, dst, src, bytes, kind));
+    HO_RETURN_IF_ERROR(backend.copy_async(stream, dst, src, bytes, kind));
+    HO_ASSIGN_OR_RETURN(Fence end, residency_.events().record(stream));
+    HO_RETURN_IF_ERROR(end.wait());
+    HO_ASSIGN_OR_RETURN(double ms, backend.elapsed_ms(start.event(), end.event()));
+    return ms;
+  };
+  Result<double> ms = timed();
+  Status synced = backend.synchronize_stream(stream);
+  residency_.pool().release(*host);
+  Status freed = backend.free_device(device);
+  if (!ms) return ms;
+  HO_RETURN_IF_ERROR(synced);
+  HO_RETURN_IF_ERROR(freed);
+  if (*ms <= 0.0) return make_error(ErrorCode::kInternal, "calibration copy took no measurable time");
+  return gib_per_s(2 * bytes, *ms);
+}
+
+Result<WarmupResult> WarmupExecutor::finish() {
+  if (in_op_) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("finish inside {}: the op did not end", op_label()));
+  }
+  WarmupResult result;
+  current_name_ = "end of step";
+  // Storages the caller still holds must be on the device when the step ends;
+  // none of them may be evicted to make room for another.
+  current_inputs_.clear();
+  for (StorageId id : declared_) {
+    if (storages_.at(id).alive) current_inputs_.push_back(id);
+  }
+  std::int64_t restores = 0;
+  std::int64_t restored_bytes = 0;
+  for (StorageId id : declared_) {
+    StorageRecord& record = storages_.at(id);
+    if (!record.alive) continue;
+    if (!residency_.resident(id)) {
+      if (auto ptr = residency_.device_ptr(id); !ptr) {
+        return std::unexpected(in_context(std::move(ptr.error()), fmt::format("restoring held storage {}", id)));
+      }
+      ++restores;
+      restored_bytes += record.size_bytes;
+    }
+    HO_RETURN_IF_ERROR(residency_.release_host(id));
+  }
+  HO_RETURN_IF_ERROR(residency_.poll());
+
+  // Durations: the compute stream's events, resolved now that they completed.
+  if (!ops_.empty()) HO_RETURN_IF_ERROR(ops_.back().end.wait());
+  TraceBuilder builder;
+  builder.reserve(ops_.size(), declared_.size(), accesses_.size());
+  for (StorageId id : declared_) {
+    const StorageRecord& record = storages_.at(id);
+    HO_RETURN_IF_ERROR(builder.add_storage(id, record.size_bytes,
+                                           record.alive ? Retention::kRetained : Retention::kReleasable));
+  }
+  Backend& backend = residency_.backend();
+  for (const OpRecord& op : ops_) {
+    HO_RETURN_IF_ERROR(op.end.wait());
+    HO_ASSIGN_OR_RETURN(double ms, backend.elapsed_ms(op.start.event(), op.end.event()));
+    HO_RETURN_IF_ERROR(builder.add_op(op.name, std::max(0.0, ms)));
+    for (std::uint32_t a = op.access_begin; a < op.access_end; ++a) {
+      builder.add_access(accesses_[a].first, accesses_[a].second);
+    }
+  }
+  builder.set_memory_limit_bytes(options_.budget_bytes);
+
+  // Bandwidth: total bytes over total time of the step's copies per direction
+  // (faults are host→device copies too).
+  std::int64_t d2h_bytes = 0, h2d_bytes = 0;
+  double d2h_ms = 0.0, h2d_ms = 0.0;
+  for (const TimedSpan& span : residency_.take_spans()) {
+    if (span.kind == SpanKind::kStall) continue;
+    HO_RETURN_IF_ERROR(span.end.wait());
+    HO_ASSIGN_OR_RETURN(double ms, backend.elapsed_ms(span.start.event(), span.end.event()));
+    if (span.kind == SpanKind::kCopyD2H) {
+      d2h_bytes += span.bytes;
+      d2h_ms += ms;
+    } else {
+      h2d_bytes += span.bytes;
+      h2d_ms += ms;
+    }
+  }
+  const std::int64_t calibration = std::min(options_.calibration_bytes, largest_storage_bytes_);
+  auto resolve = [&](std::int64_t bytes, double ms, CopyKind kind, const char* direction) -> double {
+    if (bytes > 0 && ms > 0.0) return gib_per_s(bytes, ms);
+    if (calibration > 0) {
+      Result<double> measured = measure_bandwidth(kind, calibration);
+      if (measured) return *measured;
+      result.notes.push_back(fmt::format("{} bandwidth not measured (calibration failed: {}); using {} GiB/s",
+                                         direction, measured.error().message, kDefaultBandwidthGiBPerS));
+    } else {
+      result.notes.push_back(fmt::format("{} bandwidth not measured (no copies, calibration off); using {} GiB/s",
+                                         direction, kDefaultBandwidthGiBPerS));
+    }
+    return kDefaultBandwidthGiBPerS;
+  };
+  builder.set_d2h_bandwidth_gib_per_s(resolve(d2h_bytes, d2h_ms, CopyKind::kDeviceToHost, "d2h"));
+  builder.set_h2d_bandwidth_gib_per_s(resolve(h2d_bytes, h2d_ms, CopyKind::kHostToDevice, "h2d"));
+  HO_ASSIGN_OR_RETURN(result.trace, std::move(builder).build());
+  HO_ASSIGN_OR_RETURN(result.guide, ReplayGuide::from_trace(result.trace));
+
+  const ResidencyStats now = residency_.stats();
+  StepStats& stats = result.stats;
+  stats.kind = StepKind::kWarmup;
+  stats.ops = static_cast<OpIndex>(ops_.size());
+  stats.peak_resident_bytes = now.peak_resident_bytes;
+  stats.resident_at_end_bytes = now.resident_bytes;
+  stats.peak_host_bytes = now.peak_host_bytes;
+  stats.d2h_count = now.d2h_count - start_stats_.d2h_count;
+  stats.d2h_bytes = now.d2h_bytes - start_stats_.d2h_bytes;
+  stats.h2d_count = now.h2d_count - start_stats_.h2d_count;
+  stats.h2d_bytes = now.h2d_bytes - start_stats_.h2d_bytes;
+  stats.faults = now.faults - start_stats_.faults - restores;
+  stats.fault_bytes = now.fault_bytes - start_stats_.fault_bytes - restored_bytes;
+  stats.evictions = evictions_;
+  stats.end_restores = restores;
+  stats.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time_).count();
+  return result;
+}
+
+}  // namespace hyperoffload

@@ -1,0 +1,133 @@
+// WarmupExecutor: runs the first step of a session. It records the trace —
+// which op read and wrote which storage, sizes, op durations measured with
+// events on the compute stream, the storages still held at the end (retained) —
+// while keeping resident bytes near the budget online:
+//
+//  - Before each op, while the resident bytes of tracked storages exceed the
+//    budget, it evicts the oldest-produced storage the op does not use
+//    (largest first among storages produced by the same op; then lowest id)
+//    with copy_d2h + release_device.
+//  - Inputs evicted earlier are demand-paged back (counted as faults), then it
+//    evicts again if that pushed the bytes over the budget.
+//  - When a device allocation fails (an output, a page-in) it evicts more,
+//    under the same rule, and retries; it fails only when nothing is left to
+//    evict. So with the emulated device's capacity set to the budget, the step
+//    runs within it.
+//
+// finish() returns the trace (memory limit = the budget; D2H and H2D bandwidth
+// measured from the step's copies, or from a short calibration copy for a
+// direction the step never used), the replay guide and the step's stats.
+// Storages the caller still holds stay tracked, resident, after finish().
+//
+//   auto warmup = *WarmupExecutor::start(residency, {.budget_bytes = 64 << 20});
+//   ... run the step through *warmup (exec/hooks.h) ...
+//   Result<WarmupResult> result = warmup->finish();
+//
+// Thread-safety: one thread drives it (see StepHooks).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "hyperoffload/exec/hooks.h"
+#include "hyperoffload/exec/replay_guide.h"
+#include "hyperoffload/exec/step_stats.h"
+#include "hyperoffload/ir/trace.h"
+#include "hyperoffload/runtime/residency_manager.h"
+
+namespace hyperoffload {
+
+struct WarmupOptions {
+  // Limit on resident bytes of tracked storages; nullopt: never evict.
+  std::optional<std::int64_t> budget_bytes;
+  // Bytes of the calibration copy for a direction the step did not copy (at
+  // most the largest storage); 0 disables calibration (the default bandwidth
+  // is kept and a note says so).
+  std::int64_t calibration_bytes = std::int64_t{4} << 20;
+};
+
+struct WarmupResult {
+  Trace trace;
+  ReplayGuide guide;
+  StepStats stats;
+  std::vector<std::string> notes;  // e.g. a bandwidth that could not be measured
+};
+
+class WarmupExecutor final : public StepHooks {
+ public:
+  // Starts the step. Precondition: `residency` tracks no storage and outlives
+  // the executor.
+  static Result<std::unique_ptr<WarmupExecutor>> start(ResidencyManager& residency, WarmupOptions options);
+  ~WarmupExecutor() override;
+  WarmupExecutor(const WarmupExecutor&) = delete;
+  WarmupExecutor& operator=(const WarmupExecutor&) = delete;
+
+  Status on_op_begin(std::string_view name, std::span<const StorageId> inputs,
+                     std::span<const StorageId> written) override;
+  Result<void*> allocate_output(StorageId id, std::int64_t size_bytes) override;
+  Status on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) override;
+  Status on_storage_freed(StorageId id) override;
+  Result<void*> device_ptr(StorageId id) override;
+
+  // Ends the step. Precondition: not inside an op.
+  Result<WarmupResult> finish();
+
+ private:
+  WarmupExecutor(ResidencyManager& residency, WarmupOptions options);
+
+  struct StorageRecord {
+    std::int64_t size_bytes = 0;
+    OpIndex produced_by = 0;
+    bool alive = true;
+    bool evictable = false;  // in eviction_order_
+  };
+  using EvictionKey = std::tuple<OpIndex, std::int64_t, StorageId>;  // (producer, -size, id)
+
+  std::string op_label() const;
+  bool over_budget() const;
+  bool used_by_current_op(StorageId id) const;
+  void make_evictable(StorageId id, StorageRecord& record);
+  void make_unevictable(StorageId id, StorageRecord& record);
+  // Evicts one storage under the policy; false when none is eligible.
+  Result<bool> evict_one();
+  Status evict_while_over_budget();
+  Result<StorageRecord*> find_alive(StorageId id, std::string_view role);
+  Result<double> measure_bandwidth(CopyKind kind, std::int64_t bytes);
+
+  ResidencyManager& residency_;
+  WarmupOptions options_;
+  ResidencyStats start_stats_;
+  std::chrono::steady_clock::time_point start_time_;
+
+  std::unordered_map<StorageId, StorageRecord> storages_;
+  std::vector<StorageId> declared_;  // bind order
+  std::set<EvictionKey> eviction_order_;
+
+  struct OpRecord {
+    std::string name;
+    std::uint32_t access_begin = 0;
+    std::uint32_t access_end = 0;
+    Fence start;
+    Fence end;
+  };
+  std::vector<OpRecord> ops_;
+  std::vector<std::pair<StorageId, AccessKind>> accesses_;
+  std::vector<TimedSpan> copy_spans_;
+
+  bool in_op_ = false;
+  std::string current_name_;
+  std::vector<StorageId> current_inputs_;
+  std::vector<std::pair<StorageId, std::int64_t>> current_allocated_;  // (id, size)
+  Fence current_start_;
+  std::int64_t evictions_ = 0;
+  std::int64_t largest_storage_bytes_ = 0;
+};
+
+}  // namespace hyperoffload

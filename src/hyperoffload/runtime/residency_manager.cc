@@ -1,0 +1,446 @@
+#include "hyperoffload/runtime/residency_manager.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace hyperoffload {
+namespace {
+
+Error with_context(Error error, std::string_view context) {
+  error.message = fmt::format("{}: {}", context, error.message);
+  return error;
+}
+
+}  // namespace
+
+ResidencyManager::ResidencyManager(Backend& backend, PinnedHostPool& pool, EventPool& events, ResidencyOptions options)
+    : backend_(backend),
+      pool_(pool),
+      events_(events),
+      options_(std::move(options)),
+      compute_(backend.stream(StreamRole::kCompute)),
+      d2h_(backend.stream(StreamRole::kDeviceToHost)),
+      h2d_(backend.stream(StreamRole::kHostToDevice)) {}
+
+ResidencyManager::~ResidencyManager() {
+  // Nothing to report to at destruction; reset() frees what it can.
+  (void)reset();
+}
+
+Result<ResidencyManager::Entry*> ResidencyManager::find(StorageId id, const char* operation) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) {
+    return make_error(ErrorCode::kNotFound,
+                      fmt::format("{} of storage {}: unknown storage (not bound, or already forgotten)", operation, id));
+  }
+  return &it->second;
+}
+
+void ResidencyManager::add_resident(std::int64_t bytes) {
+  stats_.resident_bytes += bytes;
+  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
+}
+
+void ResidencyManager::add_host(std::int64_t bytes) {
+  stats_.host_bytes += bytes;
+  stats_.peak_host_bytes = std::max(stats_.peak_host_bytes, stats_.host_bytes);
+}
+
+Status ResidencyManager::track(StorageId id, std::int64_t size_bytes, Entry entry) {
+  entry.size_bytes = size_bytes;
+  entry.resident = true;
+  entries_.emplace(id, std::move(entry));
+  ++stats_.storages;
+  add_resident(size_bytes);
+  return ok_status();
+}
+
+Result<void*> ResidencyManager::bind(StorageId id, std::int64_t size_bytes) {
+  if (size_bytes < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("bind of storage {}: size {} bytes is negative", id, size_bytes));
+  }
+  if (entries_.contains(id)) {
+    return make_error(ErrorCode::kFailedPrecondition, fmt::format("bind of storage {}: already bound", id));
+  }
+  Entry entry;
+  if (size_bytes > 0) {
+    HO_ASSIGN_OR_RETURN(entry.device, allocate_device(id, size_bytes));
+  }
+  void* ptr = entry.device;
+  HO_RETURN_IF_ERROR(track(id, size_bytes, std::move(entry)));
+  return ptr;
+}
+
+Status ResidencyManager::adopt(StorageId id, std::int64_t size_bytes, AdoptedBuffer buffer) {
+  if (size_bytes < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("adopt of storage {}: size {} bytes is negative", id, size_bytes));
+  }
+  if (size_bytes > 0 && buffer.device_ptr == nullptr) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("adopt of storage {}: null device pointer for {} bytes", id, size_bytes));
+  }
+  if (entries_.contains(id)) {
+    return make_error(ErrorCode::kFailedPrecondition, fmt::format("adopt of storage {}: already bound", id));
+  }
+  HO_RETURN_IF_ERROR(poll());
+  Entry entry;
+  entry.device = buffer.device_ptr;
+  entry.owner = Owner::kCaller;
+  entry.caller_managed = true;
+  entry.release = std::move(buffer.release);
+  return track(id, size_bytes, std::move(entry));
+}
+
+Status ResidencyManager::mark_written(StorageId id) {
+  HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "write"));
+  if (!entry->resident) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("write of storage {}: not resident (writes must go through device_ptr)", id));
+  }
+  ++entry->version;
+  return ok_status();
+}
+
+Result<void*> ResidencyManager::allocate_device(StorageId id, std::int64_t size_bytes) {
+  HO_RETURN_IF_ERROR(poll());
+  for (;;) {
+    Result<void*> ptr = backend_.allocate_device(size_bytes);
+    if (ptr) return ptr;
+    if (ptr.error().code != ErrorCode::kOutOfMemory) {
+      return std::unexpected(with_context(std::move(ptr.error()), fmt::format("storage {}", id)));
+    }
+    // The fallback ladder: memory awaiting a copy, then the reclaim hook.
+    if (!deferred_.empty()) {
+      HO_RETURN_IF_ERROR(wait_deferred_frees());
+      continue;
+    }
+    if (reclaim_) {
+      HO_ASSIGN_OR_RETURN(bool progressed, reclaim_(size_bytes));
+      if (progressed) continue;
+    }
+    return std::unexpected(with_context(std::move(ptr.error()),
+                                        fmt::format("storage {} ({} bytes resident in tracked storages)", id,
+                                                    stats_.resident_bytes)));
+  }
+}
+
+Status ResidencyManager::materialize(StorageId id, Entry& entry) {
+  if (entry.size_bytes == 0) return ok_status();
+  if (entry.caller_managed && options_.rematerialize) {
+    HO_ASSIGN_OR_RETURN(AdoptedBuffer buffer, options_.rematerialize(id, entry.size_bytes));
+    if (buffer.device_ptr == nullptr) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("storage {}: the rematerialize hook returned a null buffer", id));
+    }
+    entry.device = buffer.device_ptr;
+    entry.owner = Owner::kCaller;
+    entry.release = std::move(buffer.release);
+    return ok_status();
+  }
+  HO_ASSIGN_OR_RETURN(entry.device, allocate_device(id, entry.size_bytes));
+  entry.owner = Owner::kRuntime;
+  entry.release = {};
+  return ok_status();
+}
+
+Result<Fence> ResidencyManager::start_span(Stream stream) {
+  if (!recording()) return Fence();
+  return events_.record(stream);
+}
+
+Status ResidencyManager::end_span(SpanKind kind, StorageId id, std::int64_t bytes, Fence start, Stream stream) {
+  if (!recording()) return ok_status();
+  HO_ASSIGN_OR_RETURN(Fence end, events_.record(stream));
+  spans_.push_back(TimedSpan{kind, id, bytes, std::move(start), std::move(end)});
+  return ok_status();
+}
+
+Status ResidencyManager::copy_d2h(StorageId id) {
+  HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "copy_d2h"));
+  if (entry->host_present && entry->host_version == entry->version) return ok_status();  // already current
+  if (!entry->resident) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("copy_d2h of storage {}: not resident and {}", id,
+                                  entry->host_present ? "the host copy is stale" : "no host copy exists"));
+  }
+  if (!entry->host_present && entry->size_bytes > 0) {
+    Result<PinnedBlock> block = pool_.acquire(entry->size_bytes);
+    if (!block) return std::unexpected(with_context(std::move(block.error()), fmt::format("copy_d2h of storage {}", id)));
+    entry->host = *block;
+  }
+  if (entry->size_bytes > 0) {
+    // The producer's writes (compute) and an H2D still reading the host block
+    // (a stale copy is overwritten in place) come first.
+    HO_RETURN_IF_ERROR(backend_.stream_wait_stream(d2h_, compute_));
+    HO_RETURN_IF_ERROR(entry->h2d.make_stream_wait(d2h_));
+    HO_ASSIGN_OR_RETURN(Fence start, start_span(d2h_));
+    HO_RETURN_IF_ERROR(
+        backend_.copy_async(d2h_, entry->host.ptr, entry->device, entry->size_bytes, CopyKind::kDeviceToHost));
+    HO_ASSIGN_OR_RETURN(entry->d2h, events_.record(d2h_));
+    entry->d2h_waited = false;
+    HO_RETURN_IF_ERROR(end_span(SpanKind::kCopyD2H, id, entry->size_bytes, std::move(start), d2h_));
+  }
+  if (!entry->host_present) add_host(entry->size_bytes);
+  entry->host_present = true;
+  entry->host_version = entry->version;
+  ++stats_.d2h_count;
+  stats_.d2h_bytes += entry->size_bytes;
+  return ok_status();
+}
+
+Status ResidencyManager::copy_h2d(StorageId id) {
+  HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "copy_h2d"));
+  if (entry->resident) return ok_status();
+  if (!entry->host_present) {
+    return make_error(ErrorCode::kFailedPrecondition, fmt::format("copy_h2d of storage {}: no host copy", id));
+  }
+  if (entry->host_version != entry->version) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("copy_h2d of storage {}: the host copy is stale (written after it was copied)", id));
+  }
+  HO_RETURN_IF_ERROR(materialize(id, *entry));
+  if (entry->size_bytes > 0) {
+    // Earlier users of the new memory (compute) and the D2H filling the host
+    // block come first.
+    HO_RETURN_IF_ERROR(backend_.stream_wait_stream(h2d_, compute_));
+    HO_RETURN_IF_ERROR(entry->d2h.make_stream_wait(h2d_));
+    HO_ASSIGN_OR_RETURN(Fence start, start_span(h2d_));
+    HO_RETURN_IF_ERROR(
+        backend_.copy_async(h2d_, entry->device, entry->host.ptr, entry->size_bytes, CopyKind::kHostToDevice));
+    HO_ASSIGN_OR_RETURN(entry->h2d, events_.record(h2d_));
+    entry->h2d_waited = false;
+    HO_RETURN_IF_ERROR(end_span(SpanKind::kCopyH2D, id, entry->size_bytes, std::move(start), h2d_));
+  }
+  entry->resident = true;
+  add_resident(entry->size_bytes);
+  ++stats_.h2d_count;
+  stats_.h2d_bytes += entry->size_bytes;
+  return ok_status();
+}
+
+Status ResidencyManager::free_device_buffer(Entry& entry, ReleaseCallback* callback_out) {
+  DeferredFree free{entry.device, entry.size_bytes, entry.owner, std::move(entry.release), {}};
+  entry.device = nullptr;
+  entry.release = {};
+  if (free.device == nullptr) return ok_status();
+  int pending = 0;
+  for (const Fence* fence : {&entry.d2h, &entry.h2d}) {
+    HO_ASSIGN_OR_RETURN(bool done, fence->completed());
+    if (!done) free.fences[pending++] = *fence;
+  }
+  if (pending == 0) {
+    if (free.owner == Owner::kRuntime) return backend_.free_device(free.device);
+    if (callback_out != nullptr) *callback_out = std::move(free.release);
+    return ok_status();
+  }
+  ++stats_.deferred_frees;
+  deferred_.push_back(std::move(free));
+  stats_.pending_device_frees = static_cast<std::int64_t>(deferred_.size());
+  return ok_status();
+}
+
+Status ResidencyManager::release_device(StorageId id) {
+  HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "release_device"));
+  if (!entry->resident) return ok_status();
+  void* ptr = entry->device;
+  ReleaseCallback callback;
+  entry->resident = false;
+  stats_.resident_bytes -= entry->size_bytes;
+  HO_RETURN_IF_ERROR(free_device_buffer(*entry, &callback));
+  if (callback) callback(ptr);  // state is consistent before the caller's code runs
+  return ok_status();
+}
+
+Status ResidencyManager::release_host(StorageId id) {
+  HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "release_host"));
+  if (!entry->host_present) return ok_status();
+  if (!entry->host.empty()) {
+    const Fence fences[] = {entry->d2h, entry->h2d};
+    pool_.release(entry->host, fences);
+  }
+  entry->host = {};
+  entry->host_present = false;
+  entry->host_version = -1;
+  stats_.host_bytes -= entry->size_bytes;
+  return ok_status();
+}
+
+Result<void*> ResidencyManager::device_ptr(StorageId id, DeviceAccess access) {
+  HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "use"));
+  if (!entry->resident) {
+    if (!entry->host_present || entry->host_version != entry->version) {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        fmt::format("storage {}: data lost: its device copy was released and {}", id,
+                                    entry->host_present ? "its host copy is stale (written after it was copied)"
+                                                        : "no host copy exists"));
+    }
+    // A fault: a synchronous demand page on the compute stream.
+    HO_RETURN_IF_ERROR(materialize(id, *entry));
+    if (entry->size_bytes > 0) {
+      HO_RETURN_IF_ERROR(entry->d2h.make_stream_wait(compute_));
+      HO_ASSIGN_OR_RETURN(Fence start, start_span(compute_));
+      HO_RETURN_IF_ERROR(
+          backend_.copy_async(compute_, entry->device, entry->host.ptr, entry->size_bytes, CopyKind::kHostToDevice));
+      HO_RETURN_IF_ERROR(end_span(SpanKind::kFault, id, entry->size_bytes, std::move(start), compute_));
+    }
+    entry->resident = true;
+    add_resident(entry->size_bytes);
+    ++stats_.faults;
+    stats_.fault_bytes += entry->size_bytes;
+    stats_.h2d_bytes += entry->size_bytes;
+  }
+  const bool wait_d2h = access == DeviceAccess::kReadWrite && !entry->d2h_waited;
+  if (!entry->h2d_waited || wait_d2h) {
+    HO_ASSIGN_OR_RETURN(bool h2d_done, entry->h2d.completed());
+    bool d2h_done = true;
+    if (wait_d2h) {
+      HO_ASSIGN_OR_RETURN(d2h_done, entry->d2h.completed());
+    }
+    if (!h2d_done || !d2h_done) {
+      HO_ASSIGN_OR_RETURN(Fence start, start_span(compute_));
+      if (!h2d_done) HO_RETURN_IF_ERROR(entry->h2d.make_stream_wait(compute_));
+      if (!d2h_done) HO_RETURN_IF_ERROR(entry->d2h.make_stream_wait(compute_));
+      HO_RETURN_IF_ERROR(end_span(SpanKind::kStall, id, 0, std::move(start), compute_));
+    }
+    entry->h2d_waited = true;
+    if (wait_d2h) entry->d2h_waited = true;
+  }
+  return entry->device;
+}
+
+Status ResidencyManager::complete_free(DeferredFree& free) {
+  if (free.owner == Owner::kRuntime) return backend_.free_device(free.device);
+  if (free.release) {
+    ReleaseCallback callback = std::move(free.release);
+    free.release = {};
+    callback(free.device);
+  }
+  return ok_status();
+}
+
+Status ResidencyManager::poll() {
+  if (deferred_.empty()) return ok_status();
+  // Completed frees are moved out first so callbacks run on a consistent list.
+  std::vector<DeferredFree> ready;
+  for (std::size_t i = 0; i < deferred_.size();) {
+    bool passed = true;
+    for (const Fence& fence : deferred_[i].fences) {
+      HO_ASSIGN_OR_RETURN(bool done, fence.completed());
+      passed = passed && done;
+    }
+    if (passed) {
+      ready.push_back(std::move(deferred_[i]));
+      deferred_[i] = std::move(deferred_.back());
+      deferred_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  stats_.pending_device_frees = static_cast<std::int64_t>(deferred_.size());
+  Status status = ok_status();
+  for (DeferredFree& free : ready) {
+    if (Status done = complete_free(free); !done && status) status = std::move(done);
+  }
+  return status;
+}
+
+Status ResidencyManager::wait_deferred_frees() {
+  std::vector<DeferredFree> waiting;
+  waiting.swap(deferred_);
+  stats_.pending_device_frees = 0;
+  Status status = ok_status();
+  for (DeferredFree& free : waiting) {
+    for (const Fence& fence : free.fences) {
+      if (Status done = fence.wait(); !done && status) status = std::move(done);
+    }
+    if (Status done = complete_free(free); !done && status) status = std::move(done);
+  }
+  return status;
+}
+
+Status ResidencyManager::forget(StorageId id) {
+  HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "forget"));
+  Status status = ok_status();
+  if (entry->resident) stats_.resident_bytes -= entry->size_bytes;
+  entry->resident = false;
+  if (entry->device != nullptr) {
+    if (entry->owner == Owner::kCaller) {
+      // The buffer goes back to the caller, who may free it at once: the copies
+      // touching it must be finished.
+      for (const Fence* fence : {&entry->d2h, &entry->h2d}) {
+        if (Status done = fence->wait(); !done && status) status = std::move(done);
+      }
+      entry->device = nullptr;
+      entry->release = {};
+    } else if (Status freed = free_device_buffer(*entry, nullptr); !freed && status) {
+      status = std::move(freed);
+    }
+  }
+  if (entry->host_present) {
+    if (!entry->host.empty()) {
+      const Fence fences[] = {entry->d2h, entry->h2d};
+      pool_.release(entry->host, fences);
+    }
+    stats_.host_bytes -= entry->size_bytes;
+  }
+  entries_.erase(id);
+  --stats_.storages;
+  return status;
+}
+
+Status ResidencyManager::reset() {
+  Status status = ok_status();
+  auto keep_first = [&](Status s) {
+    if (!s && status) status = std::move(s);
+  };
+  // Drain first, so every fence below has passed and nothing is deferred.
+  keep_first(backend_.synchronize_stream(d2h_));
+  keep_first(backend_.synchronize_stream(h2d_));
+  for (StorageId id : tracked_ids()) keep_first(forget(id));
+  keep_first(wait_deferred_frees());
+  spans_.clear();
+  return status;
+}
+
+bool ResidencyManager::resident(StorageId id) const {
+  auto it = entries_.find(id);
+  return it != entries_.end() && it->second.resident;
+}
+
+bool ResidencyManager::has_host_copy(StorageId id) const {
+  auto it = entries_.find(id);
+  return it != entries_.end() && it->second.host_present;
+}
+
+bool ResidencyManager::has_current_host_copy(StorageId id) const {
+  auto it = entries_.find(id);
+  return it != entries_.end() && it->second.host_present && it->second.host_version == it->second.version;
+}
+
+std::optional<std::int64_t> ResidencyManager::size_bytes(StorageId id) const {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.size_bytes;
+}
+
+std::vector<StorageId> ResidencyManager::tracked_ids() const {
+  std::vector<StorageId> ids;
+  ids.reserve(entries_.size());
+  for (const auto& [id, entry] : entries_) ids.push_back(id);
+  return ids;
+}
+
+ResidencyStats ResidencyManager::stats() const { return stats_; }
+
+void ResidencyManager::reset_peak() {
+  stats_.peak_resident_bytes = stats_.resident_bytes;
+  stats_.peak_host_bytes = stats_.host_bytes;
+}
+
+std::vector<TimedSpan> ResidencyManager::take_spans() { return std::exchange(spans_, {}); }
+
+}  // namespace hyperoffload

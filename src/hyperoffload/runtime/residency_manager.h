@@ -1,0 +1,245 @@
+// ResidencyManager: where each storage's bytes live — device, host or both —
+// and the copies that move them, on a Backend.
+//
+// Per storage id (an int64 the caller chooses) it keeps the device buffer, the
+// pinned host block, a version count and the fences of the last D2H and H2D.
+// Semantics match the validator's (check/validator.h), so a schedule that
+// validates runs here unchanged:
+//  - Each write makes a new version (mark_written); a host copy holds the
+//    version it copied.
+//  - copy_d2h: a no-op when the host already holds the current version;
+//    otherwise it copies the current version again — also when a stale host
+//    copy exists (the reference system skipped that case and lost the write).
+//    It needs a resident storage. The copy waits for the compute stream (the
+//    producer) and for any in-flight H2D of the storage.
+//  - copy_h2d: a no-op when resident; otherwise it needs a current host copy.
+//    The copy waits for the compute stream (earlier users of the memory) and for
+//    the storage's last D2H (which filled the host block).
+//  - release_device / release_host: drop a copy (no-ops when absent).
+//  - device_ptr: a pointer the compute stream may use. The compute stream first
+//    waits for an in-flight H2D (the data) and, for an access that may write,
+//    for an in-flight D2H (which reads the buffer). A released storage with a
+//    current host copy is paged in synchronously on the compute stream and
+//    counted as a fault; one without is data loss, an error naming the storage.
+//
+// Device buffers are either allocated here (`bind`) or adopted from the caller
+// (`adopt`, with a release callback). Note [Deferred frees]: a device buffer
+// released while a copy still reads or writes it (an in-flight D2H or H2D) is
+// freed — or handed to its release callback — only once that copy's fence has
+// passed; such frees are polled at each allocation and by poll(). Host blocks go
+// back to the PinnedHostPool with the same fences (Note [Deferred recycling] in
+// pinned_host_pool.h). When a device allocation fails, the manager waits for
+// the deferred frees, then asks the reclaim hook (the warmup executor evicts),
+// then reports kOutOfMemory naming the storage.
+//
+//   ResidencyManager residency(backend, pool, events);
+//   void* dev = *residency.bind(/*id=*/7, /*size_bytes=*/4096);
+//   ... the producer op writes dev on the compute stream ...
+//   residency.copy_d2h(7);          // host holds version 0
+//   residency.release_device(7);    // freed once the D2H has read it
+//   residency.copy_h2d(7);          // prefetch into a new buffer
+//   void* again = *residency.device_ptr(7);   // compute waits for the H2D
+//
+// Thread-safety: not thread-safe; one thread drives a manager (the thread
+// running the step's ops). Callbacks run on that thread, never re-entrantly,
+// and must not call back into the manager.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "hyperoffload/ir/ids.h"
+#include "hyperoffload/ir/status.h"
+#include "hyperoffload/ir/timeline.h"
+#include "hyperoffload/runtime/backend.h"
+#include "hyperoffload/runtime/event_pool.h"
+#include "hyperoffload/runtime/pinned_host_pool.h"
+
+namespace hyperoffload {
+
+// Gives an adopted device buffer back to its owner.
+using ReleaseCallback = std::function<void(void* device_ptr)>;
+
+struct AdoptedBuffer {
+  void* device_ptr = nullptr;  // may be null only for a 0-byte storage
+  // Called once, when the runtime releases the device copy (release_device, an
+  // eviction), after every copy reading or writing it has completed. Not called
+  // when the runtime merely stops tracking the storage (forget, reset): the
+  // buffer is then simply the caller's again. May be empty.
+  ReleaseCallback release;
+};
+
+// Device memory for a caller-managed (adopted) storage that is brought back by
+// an H2D or a fault. Without one, the runtime allocates from the backend and the
+// storage's device pointer changes.
+using RematerializeFn = std::function<Result<AdoptedBuffer>(StorageId id, std::int64_t size_bytes)>;
+
+// Asked to free device memory when an allocation of `needed_bytes` fails.
+// Returns true when it released something (the allocation is retried), false
+// when it has nothing left to release.
+using ReclaimFn = std::function<Result<bool>(std::int64_t needed_bytes)>;
+
+// How the compute stream will use a storage: reads need only the data (an
+// in-flight H2D done); writes must also not race an in-flight D2H reading it.
+enum class DeviceAccess : std::uint8_t { kRead, kReadWrite };
+
+// Whether copies, faults and stalls are logged with fences for timing.
+enum class RecordCopies : std::uint8_t { kNo, kYes };
+
+struct ResidencyOptions {
+  RematerializeFn rematerialize;  // optional
+  RecordCopies record_copies = RecordCopies::kNo;
+};
+
+struct ResidencyStats {
+  std::int64_t storages = 0;             // tracked now
+  std::int64_t resident_bytes = 0;       // sum of sizes of storages with a device copy
+  std::int64_t peak_resident_bytes = 0;  // since construction or reset_peak()
+  std::int64_t host_bytes = 0;           // sum of sizes of storages with a host copy
+  std::int64_t peak_host_bytes = 0;
+  std::int64_t d2h_count = 0;            // effective (non-no-op) copies
+  std::int64_t d2h_bytes = 0;
+  std::int64_t h2d_count = 0;            // excludes faults
+  std::int64_t h2d_bytes = 0;            // includes faults
+  std::int64_t faults = 0;               // synchronous demand pages
+  std::int64_t fault_bytes = 0;
+  std::int64_t deferred_frees = 0;       // device frees that waited for a copy
+  std::int64_t pending_device_frees = 0; // deferred frees not yet done
+};
+
+// One timed transfer or wait, for timelines. `start` and `end` are fences on
+// the span's stream; the executor turns them into times.
+struct TimedSpan {
+  SpanKind kind = SpanKind::kCopyD2H;  // kCopyD2H, kCopyH2D, kFault or kStall
+  StorageId storage = -1;
+  std::int64_t bytes = 0;
+  Fence start;
+  Fence end;
+};
+
+class ResidencyManager {
+ public:
+  ResidencyManager(Backend& backend, PinnedHostPool& pool, EventPool& events, ResidencyOptions options = {});
+  // Drains in-flight copies and frees everything it holds (see reset()).
+  ~ResidencyManager();
+  ResidencyManager(const ResidencyManager&) = delete;
+  ResidencyManager& operator=(const ResidencyManager&) = delete;
+
+  // ---- Binding ----------------------------------------------------------------
+  // Tracks a new storage of `size_bytes` (>= 0) in device memory allocated from
+  // the backend; returns its pointer (null for 0 bytes). Version 0, no host copy.
+  // Fails for an id already tracked.
+  Result<void*> bind(StorageId id, std::int64_t size_bytes);
+  // Tracks a new storage in the caller's device buffer.
+  Status adopt(StorageId id, std::int64_t size_bytes, AdoptedBuffer buffer);
+  // The storage was written: any host copy is now stale. Precondition for
+  // meaningful results: the write happened through device_ptr().
+  Status mark_written(StorageId id);
+  // Stops tracking a storage the caller no longer uses: drops both copies
+  // (runtime memory is freed once in-flight copies finish; an adopted buffer
+  // is waited for and left to the caller, without calling its release callback).
+  Status forget(StorageId id);
+
+  // ---- Schedule actions -----------------------------------------------------------
+  Status copy_d2h(StorageId id);
+  Status copy_h2d(StorageId id);
+  Status release_device(StorageId id);
+  Status release_host(StorageId id);
+
+  // ---- Use --------------------------------------------------------------------
+  Result<void*> device_ptr(StorageId id, DeviceAccess access = DeviceAccess::kReadWrite);
+  // Non-blocking: completes deferred frees whose copies have finished (and runs
+  // their release callbacks).
+  Status poll();
+
+  // ---- State ------------------------------------------------------------------
+  bool tracked(StorageId id) const { return entries_.contains(id); }
+  bool resident(StorageId id) const;
+  bool has_host_copy(StorageId id) const;          // current or stale
+  bool has_current_host_copy(StorageId id) const;
+  std::optional<std::int64_t> size_bytes(StorageId id) const;
+  std::int64_t resident_bytes() const { return stats_.resident_bytes; }
+  // Ids of the storages tracked now, in no particular order.
+  std::vector<StorageId> tracked_ids() const;
+  ResidencyStats stats() const;
+  // Restarts the peak gauges at the current values.
+  void reset_peak();
+
+  // Every span logged since the last call (with RecordCopies::kYes).
+  std::vector<TimedSpan> take_spans();
+
+  void set_reclaimer(ReclaimFn reclaim) { reclaim_ = std::move(reclaim); }
+  void set_record_copies(RecordCopies record) { options_.record_copies = record; }
+  void set_rematerializer(RematerializeFn fn) { options_.rematerialize = std::move(fn); }
+
+  // Waits for every in-flight copy, completes every deferred free and stops
+  // tracking every storage (as forget() does). On error the manager may still
+  // hold memory; calling reset() again retries.
+  Status reset();
+
+  Backend& backend() const { return backend_; }
+  PinnedHostPool& pool() const { return pool_; }
+  EventPool& events() const { return events_; }
+
+ private:
+  enum class Owner : std::uint8_t { kRuntime, kCaller };
+
+  struct Entry {
+    std::int64_t size_bytes = 0;
+    void* device = nullptr;       // current device buffer (null when not resident or 0 bytes)
+    bool resident = false;
+    Owner owner = Owner::kRuntime;     // of the current device buffer
+    bool caller_managed = false;       // adopted at bind time: rematerialize through the hook
+    ReleaseCallback release;           // for an Owner::kCaller buffer
+    PinnedBlock host;
+    bool host_present = false;
+    std::int32_t version = 0;
+    std::int32_t host_version = -1;
+    Fence d2h;                    // last D2H: reads `device`, writes `host`
+    Fence h2d;                    // last H2D: reads `host`, writes `device`
+    bool h2d_waited = true;       // the compute stream already waits for h2d
+    bool d2h_waited = true;       // the compute stream already waits for d2h
+  };
+
+  struct DeferredFree {
+    void* device = nullptr;
+    std::int64_t size_bytes = 0;
+    Owner owner = Owner::kRuntime;
+    ReleaseCallback release;
+    Fence fences[2];
+  };
+
+  Result<Entry*> find(StorageId id, const char* operation);
+  Status track(StorageId id, std::int64_t size_bytes, Entry entry);
+  // Device memory for a storage being brought back (H2D or fault).
+  Status materialize(StorageId id, Entry& entry);
+  Result<void*> allocate_device(StorageId id, std::int64_t size_bytes);
+  // Gives up the device buffer; deferred while `entry`'s copies are in flight.
+  Status free_device_buffer(Entry& entry, ReleaseCallback* callback_out);
+  Status complete_free(DeferredFree& free);
+  Status wait_deferred_frees();
+  void add_resident(std::int64_t bytes);
+  void add_host(std::int64_t bytes);
+  Result<Fence> start_span(Stream stream);
+  Status end_span(SpanKind kind, StorageId id, std::int64_t bytes, Fence start, Stream stream);
+  bool recording() const { return options_.record_copies == RecordCopies::kYes; }
+
+  Backend& backend_;
+  PinnedHostPool& pool_;
+  EventPool& events_;
+  ResidencyOptions options_;
+  ReclaimFn reclaim_;
+  Stream compute_;
+  Stream d2h_;
+  Stream h2d_;
+  std::unordered_map<StorageId, Entry> entries_;
+  std::vector<DeferredFree> deferred_;
+  std::vector<TimedSpan> spans_;
+  ResidencyStats stats_;
+};
+
+}  // namespace hyperoffload
