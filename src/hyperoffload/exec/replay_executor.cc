@@ -133,6 +133,8 @@ Status ReplayExecutor::run_actions(std::span<const Action> actions) {
     const StorageId caller = caller_of_[static_cast<std::size_t>(plan_->storage_of(action))];
     if (caller == kFreed) continue;
     if (caller == kUnbound) {
+      // As in the validator, releasing what is not there is a no-op.
+      if (action.kind == ActionKind::kReleaseDevice || action.kind == ActionKind::kReleaseHost) continue;
       return make_error(ErrorCode::kFailedPrecondition,
                         fmt::format("{}: {}: the storage does not exist yet (no earlier op produced it)", op_label(),
                                     describe(action)));

@@ -10,7 +10,8 @@
 // traced step's ids. The i-th output of op k is bound to the guide's i-th
 // output of op k, and from then on the caller's id and the traced id name the
 // same storage. Actions on a storage the caller has already freed are skipped
-// (nobody can read it again).
+// (nobody can read it again); releases of a storage not produced yet are
+// no-ops and copies of one are errors, as in the validator.
 //
 // Divergence. A step that does not match the trace fails with kDiverged naming
 // the op index and both op names: an op name differs, the step runs more ops

@@ -54,10 +54,6 @@ std::string WarmupExecutor::op_label() const {
   return fmt::format("op {} ({})", index, current_name_);
 }
 
-bool WarmupExecutor::over_budget() const {
-  return options_.budget_bytes && residency_.resident_bytes() > *options_.budget_bytes;
-}
-
 bool WarmupExecutor::used_by_current_op(StorageId id) const {
   if (!in_op_ && current_inputs_.empty()) return false;
   if (contains(current_inputs_, id)) return true;
@@ -93,8 +89,8 @@ Result<bool> WarmupExecutor::evict_one() {
   return false;
 }
 
-Status WarmupExecutor::evict_while_over_budget() {
-  while (over_budget()) {
+Status WarmupExecutor::evict_while_over_budget(std::int64_t incoming_bytes) {
+  while (options_.budget_bytes && residency_.resident_bytes() + incoming_bytes > *options_.budget_bytes) {
     HO_ASSIGN_OR_RETURN(bool evicted, evict_one());
     if (!evicted) break;  // everything left is used by this op
   }
@@ -131,15 +127,17 @@ Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const Storag
                         fmt::format("{}: written storage {} is not among the op's inputs", op_label(), id));
     }
   }
-  HO_RETURN_IF_ERROR(evict_while_over_budget());
+  HO_RETURN_IF_ERROR(evict_while_over_budget(0));
   for (StorageId id : inputs) {
+    StorageRecord& record = storages_.at(id);
+    // Room first, so paging an input back in does not overshoot the budget.
+    if (!residency_.resident(id)) HO_RETURN_IF_ERROR(evict_while_over_budget(record.size_bytes));
     const DeviceAccess access = contains(written, id) ? DeviceAccess::kReadWrite : DeviceAccess::kRead;
     if (auto ptr = residency_.device_ptr(id, access); !ptr) {
       return std::unexpected(in_context(std::move(ptr.error()), fmt::format("{}: input storage {}", op_label(), id)));
     }
-    make_evictable(id, storages_.at(id));  // back in the order if it was paged in
+    make_evictable(id, record);  // back in the order if it was paged in
   }
-  HO_RETURN_IF_ERROR(evict_while_over_budget());
   const auto access_begin = static_cast<std::uint32_t>(accesses_.size());
   for (StorageId id : inputs) accesses_.emplace_back(id, AccessKind::kRead);
   HO_ASSIGN_OR_RETURN(current_start_, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));

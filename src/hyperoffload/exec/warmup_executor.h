@@ -7,8 +7,8 @@
 //    budget, it evicts the oldest-produced storage the op does not use
 //    (largest first among storages produced by the same op; then lowest id)
 //    with copy_d2h + release_device.
-//  - Inputs evicted earlier are demand-paged back (counted as faults), then it
-//    evicts again if that pushed the bytes over the budget.
+//  - Inputs evicted earlier are demand-paged back (counted as faults), each
+//    after evicting, under the same rule, enough to make room for it.
 //  - When a device allocation fails (an output, a page-in) it evicts more,
 //    under the same rule, and retries; it fails only when nothing is left to
 //    evict. So with the emulated device's capacity set to the budget, the step
@@ -91,13 +91,14 @@ class WarmupExecutor final : public StepHooks {
   using EvictionKey = std::tuple<OpIndex, std::int64_t, StorageId>;  // (producer, -size, id)
 
   std::string op_label() const;
-  bool over_budget() const;
   bool used_by_current_op(StorageId id) const;
   void make_evictable(StorageId id, StorageRecord& record);
   void make_unevictable(StorageId id, StorageRecord& record);
   // Evicts one storage under the policy; false when none is eligible.
   Result<bool> evict_one();
-  Status evict_while_over_budget();
+  // Evicts while resident bytes + incoming_bytes exceed the budget (and
+  // something is eligible).
+  Status evict_while_over_budget(std::int64_t incoming_bytes);
   Result<StorageRecord*> find_alive(StorageId id, std::string_view role);
   Result<double> measure_bandwidth(CopyKind kind, std::int64_t bytes);
 

@@ -1,0 +1,42 @@
+// Test helper: a HostBackend with its event pool, pinned pool and residency
+// manager, plus leak checks.
+#pragma once
+
+#include <memory>
+
+#include <gtest/gtest.h>
+
+#include "hyperoffload/runtime/host_backend.h"
+#include "hyperoffload/runtime/residency_manager.h"
+
+namespace hyperoffload::testing {
+
+struct HostRuntime {
+  explicit HostRuntime(std::int64_t device_capacity_bytes = 64 << 20,
+                       std::int64_t host_capacity_bytes = std::int64_t{1} << 40,
+                       CopyEngines engines = CopyEngines::kTwo)
+      : backend(std::move(*HostBackend::create({.device_capacity_bytes = device_capacity_bytes,
+                                                .device_alignment_bytes = 64,
+                                                .copy_engines = engines}))),
+        events(*backend),
+        pool(*backend, {.capacity_bytes = host_capacity_bytes}),
+        residency(*backend, pool, events) {}
+
+  // Resets the residency manager and checks that no device memory, host block
+  // or storage is left.
+  void expect_nothing_held() {
+    ASSERT_TRUE(residency.reset());
+    ASSERT_TRUE(pool.drain());
+    EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
+    EXPECT_EQ(pool.stats().current_bytes, 0);
+    EXPECT_EQ(pool.stats().pending_bytes, 0);
+    EXPECT_EQ(residency.stats().storages, 0);
+  }
+
+  std::unique_ptr<HostBackend> backend;
+  EventPool events;
+  PinnedHostPool pool;
+  ResidencyManager residency;
+};
+
+}  // namespace hyperoffload::testing

@@ -1,0 +1,212 @@
+#include "hyperoffload/exec/warmup_executor.h"
+
+#include <chrono>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "exec/exec_fixture.h"
+#include "exec/step_driver.h"
+
+namespace hyperoffload {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::HostRuntime;
+using testing::StepDriver;
+
+std::vector<std::pair<StorageId, AccessKind>> accesses_of(const Trace& trace, OpIndex op) {
+  std::vector<std::pair<StorageId, AccessKind>> result;
+  for (const Access& a : trace.accesses(op)) result.emplace_back(trace.storage(a.storage).id, a.kind);
+  return result;
+}
+
+std::unique_ptr<WarmupExecutor> start(HostRuntime& rt, std::optional<std::int64_t> budget) {
+  Result<std::unique_ptr<WarmupExecutor>> warmup = WarmupExecutor::start(rt.residency, {budget});
+  EXPECT_TRUE(warmup.has_value()) << warmup.error().message;
+  return std::move(*warmup);
+}
+
+TEST(WarmupExecutor, RecordsAccessesSizesAndRetention) {
+  HostRuntime rt;
+  auto warmup = start(rt, std::nullopt);
+  StepDriver step(*warmup);
+  ASSERT_TRUE(step.op("embed", {}, {{1, 256}}));
+  ASSERT_TRUE(step.op("relu_", {1}, {}, {1}));               // in place
+  ASSERT_TRUE(step.op("mm", {1, 1}, {{2, 128}, {3, 64}}));   // the same input twice
+  ASSERT_TRUE(step.free(1));
+  Result<WarmupResult> result = warmup->finish();
+  ASSERT_TRUE(result.has_value()) << result.error().message;
+  const Trace& trace = result->trace;
+  ASSERT_EQ(trace.op_count(), 3);
+  EXPECT_EQ(trace.op_name(0), "embed");
+  EXPECT_EQ(trace.op_name(2), "mm");
+  EXPECT_THAT(accesses_of(trace, 0), ElementsAre(std::pair{StorageId{1}, AccessKind::kWrite}));
+  EXPECT_THAT(accesses_of(trace, 1), ElementsAre(std::pair{StorageId{1}, AccessKind::kRead},
+                                                 std::pair{StorageId{1}, AccessKind::kWrite}));
+  EXPECT_THAT(accesses_of(trace, 2),
+              ElementsAre(std::pair{StorageId{1}, AccessKind::kRead}, std::pair{StorageId{1}, AccessKind::kRead},
+                          std::pair{StorageId{2}, AccessKind::kWrite}, std::pair{StorageId{3}, AccessKind::kWrite}));
+  ASSERT_EQ(trace.storage_count(), 3);
+  EXPECT_EQ(trace.storage(0).id, 1);
+  EXPECT_EQ(trace.storage(0).size_bytes, 256);
+  EXPECT_FALSE(trace.storage(0).retained());  // freed during the step
+  EXPECT_TRUE(trace.storage(1).retained());   // still held at the end
+  EXPECT_TRUE(trace.storage(2).retained());
+  EXPECT_EQ(trace.memory_limit_bytes(), std::nullopt);
+  EXPECT_THAT(result->guide.outputs(2), ElementsAre(1, 2));
+  EXPECT_THAT(result->guide.mutated(1), ElementsAre(0));
+  EXPECT_EQ(result->stats.ops, 3);
+  EXPECT_EQ(result->stats.evictions, 0);
+  EXPECT_EQ(result->stats.peak_resident_bytes, 256 + 128 + 64);
+  EXPECT_EQ(result->stats.resident_at_end_bytes, 128 + 64);
+  warmup.reset();
+  rt.expect_nothing_held();
+}
+
+TEST(WarmupExecutor, EvictsTheOldestProducedStorageTheOpDoesNotUse) {
+  // Budget 300.            resident before → after eviction
+  //   op0 a: -> 1 (100)                     100
+  //   op1 b: 1 -> 2 (100)                   200
+  //   op2 c: -> 3 (150)                     350
+  //   op3 d: 3 -> 4 (50)   350 > 300: evict 1 (oldest, op0) → 250; +4 → 300
+  //   op4 e: 1, 4 -> ∅     300: no eviction; paging 1 back needs 100 of room:
+  //                        evict 2 (oldest left not used by e) → 200; fault 1 → 300
+  // Then 1, 3 and 4 are freed; 2 is still held at the end, so it is paged back
+  // (100 resident). The peak, 350, is after op2.
+  HostRuntime rt;
+  auto warmup = start(rt, 300);
+  StepDriver step(*warmup);
+  ASSERT_TRUE(step.op("a", {}, {{1, 100}}));
+  ASSERT_TRUE(step.op("b", {1}, {{2, 100}}));
+  ASSERT_TRUE(step.op("c", {}, {{3, 150}}));
+  ASSERT_TRUE(step.op("d", {3}, {{4, 50}}));
+  EXPECT_FALSE(rt.residency.resident(1));
+  EXPECT_TRUE(rt.residency.resident(2));
+  ASSERT_TRUE(step.op("e", {1, 4}, {}));  // checks 1's bytes after the page-in
+  EXPECT_TRUE(rt.residency.resident(1));
+  EXPECT_FALSE(rt.residency.resident(2));
+  for (StorageId id : {1, 3, 4}) ASSERT_TRUE(step.free(id));
+  Result<WarmupResult> result = warmup->finish();
+  ASSERT_TRUE(result.has_value()) << result.error().message;
+  EXPECT_EQ(result->stats.evictions, 2);
+  EXPECT_EQ(result->stats.faults, 1);
+  EXPECT_EQ(result->stats.fault_bytes, 100);
+  EXPECT_EQ(result->stats.d2h_count, 2);
+  EXPECT_EQ(result->stats.d2h_bytes, 200);
+  EXPECT_EQ(result->stats.peak_resident_bytes, 350);
+  EXPECT_EQ(result->stats.end_restores, 1);
+  EXPECT_EQ(result->stats.resident_at_end_bytes, 100);
+  EXPECT_EQ(result->trace.memory_limit_bytes(), 300);
+  warmup.reset();
+  rt.expect_nothing_held();
+}
+
+TEST(WarmupExecutor, AmongStoragesOfOneOpEvictsTheLargestFirst) {
+  // op0 produces 5 (50), 6 (200), 7 (200); budget 400. op1 produces 8 (100):
+  // 550 > 400 before op2 → evict 6 (largest; lowest id among equals) → 350.
+  HostRuntime rt;
+  auto warmup = start(rt, 400);
+  StepDriver step(*warmup);
+  ASSERT_TRUE(step.op("a", {}, {{5, 50}, {6, 200}, {7, 200}}));
+  ASSERT_TRUE(step.op("b", {}, {{8, 100}}));
+  ASSERT_TRUE(step.op("c", {8}, {}));
+  EXPECT_FALSE(rt.residency.resident(6));
+  EXPECT_TRUE(rt.residency.resident(5));
+  EXPECT_TRUE(rt.residency.resident(7));
+  ASSERT_TRUE(warmup->finish());
+  warmup.reset();
+  rt.expect_nothing_held();
+}
+
+TEST(WarmupExecutor, WithTheDeviceCapacityAtTheBudgetAllocationsEvictToFit) {
+  // The arena holds 256 bytes; each output is 128. An op producing two outputs
+  // while two older storages are resident must evict both of them to allocate.
+  HostRuntime rt(256);
+  auto warmup = start(rt, 256);
+  StepDriver step(*warmup);
+  ASSERT_TRUE(step.op("a", {}, {{1, 128}, {2, 128}}));
+  ASSERT_TRUE(step.op("b", {}, {{3, 128}, {4, 128}}));
+  ASSERT_TRUE(step.op("c", {1, 2}, {}));
+  for (StorageId id : {1, 2, 3, 4}) ASSERT_TRUE(step.free(id));
+  Result<WarmupResult> result = warmup->finish();
+  ASSERT_TRUE(result.has_value()) << result.error().message;
+  EXPECT_LE(result->stats.peak_resident_bytes, 256);
+  EXPECT_EQ(rt.backend->device_memory_stats().peak_bytes, 256);
+  warmup.reset();
+  rt.expect_nothing_held();
+}
+
+TEST(WarmupExecutor, MeasuresOpDurationsWithEvents) {
+  HostRuntime rt;
+  auto warmup = start(rt, std::nullopt);
+  ASSERT_TRUE(warmup->on_op_begin("sleep", {}, {}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(warmup->on_op_end({}, {}));
+  Result<WarmupResult> result = warmup->finish();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_GE(result->trace.op_duration_ms(0), 9.5);
+  EXPECT_LT(result->trace.op_duration_ms(0), 5000.0);
+}
+
+TEST(WarmupExecutor, MeasuresCopyBandwidthFromTheStepOrACalibrationCopy) {
+  {
+    HostRuntime rt;
+    auto warmup = start(rt, 1 << 20);  // exceeded below: real copies happen
+    StepDriver step(*warmup);
+    ASSERT_TRUE(step.op("a", {}, {{1, 1 << 20}}));
+    ASSERT_TRUE(step.op("b", {}, {{2, 1 << 20}}));
+    ASSERT_TRUE(step.op("c", {1}, {}));
+    Result<WarmupResult> result = warmup->finish();
+    ASSERT_TRUE(result.has_value());
+    EXPECT_GT(result->stats.d2h_bytes, 0);
+    EXPECT_GT(result->trace.d2h_bandwidth_gib_per_s(), 0.0);
+    EXPECT_NE(result->trace.d2h_bandwidth_gib_per_s(), kDefaultBandwidthGiBPerS);
+    EXPECT_NE(result->trace.h2d_bandwidth_gib_per_s(), kDefaultBandwidthGiBPerS);
+    EXPECT_THAT(result->notes, ElementsAre());
+  }
+  {
+    HostRuntime rt;
+    Result<std::unique_ptr<WarmupExecutor>> warmup = WarmupExecutor::start(rt.residency, {std::nullopt, 0});
+    StepDriver step(**warmup);
+    ASSERT_TRUE(step.op("a", {}, {{1, 4096}}));
+    Result<WarmupResult> result = (*warmup)->finish();
+    ASSERT_TRUE(result.has_value());
+    EXPECT_EQ(result->trace.d2h_bandwidth_gib_per_s(), kDefaultBandwidthGiBPerS);
+    ASSERT_EQ(result->notes.size(), 2u);
+    EXPECT_THAT(result->notes[0], HasSubstr("d2h bandwidth not measured"));
+  }
+}
+
+TEST(WarmupExecutor, RejectsUntrackedInputsReusedIdsAndUnreportedOutputs) {
+  HostRuntime rt;
+  auto warmup = start(rt, std::nullopt);
+  Status untracked = warmup->on_op_begin("x", std::vector<StorageId>{42}, {});
+  ASSERT_FALSE(untracked.has_value());
+  EXPECT_THAT(untracked.error().message, HasSubstr("op 0 (x): input storage 42 is not tracked in this step"));
+  warmup.reset();
+  rt.expect_nothing_held();
+
+  warmup = start(rt, std::nullopt);
+  StepDriver step(*warmup);
+  ASSERT_TRUE(step.op("a", {}, {{1, 8}}));
+  Status reused = step.op("b", {}, {{1, 8}});
+  ASSERT_FALSE(reused.has_value());
+  EXPECT_THAT(reused.error().message, HasSubstr("op 1 (b): output storage id 1 was already used in this step"));
+  warmup.reset();
+  rt.expect_nothing_held();
+
+  warmup = start(rt, std::nullopt);
+  ASSERT_TRUE(warmup->on_op_begin("c", {}, {}));
+  ASSERT_TRUE(warmup->allocate_output(5, 16));
+  Status unreported = warmup->on_op_end({}, {});
+  ASSERT_FALSE(unreported.has_value());
+  EXPECT_THAT(unreported.error().message, HasSubstr("storage 5 was allocated with allocate_output"));
+  warmup.reset();
+  rt.expect_nothing_held();
+}
+
+}  // namespace
+}  // namespace hyperoffload
