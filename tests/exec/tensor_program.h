@@ -105,9 +105,9 @@ class HookedEngine final : public TensorEngine {
 
   // For OutputMemory::kCaller: gives the runtime fresh caller memory when it
   // brings an adopted storage back (ResidencyManager's rematerialize hook).
-  Result<AdoptedBuffer> rematerialize(StorageId, std::int64_t size_bytes) {
-    void* ptr = new_buffer(size_bytes);
-    return AdoptedBuffer{ptr, [this](void* p) { buffers_.erase(p); }};
+  Result<AdoptedBuffer> rematerialize(StorageId id, std::int64_t size_bytes) {
+    void* ptr = new_buffer(id, size_bytes);
+    return AdoptedBuffer{ptr, releaser(id)};
   }
   std::size_t caller_buffers() const { return buffers_.size(); }
 
@@ -130,8 +130,8 @@ class HookedEngine final : public TensorEngine {
         ptr = value_or_throw(hooks_.allocate_output(t.id, t.bytes()));
         reported.push_back(OpOutput{t.id, t.bytes(), nullptr, {}});
       } else {
-        ptr = new_buffer(t.bytes());
-        reported.push_back(OpOutput{t.id, t.bytes(), ptr, [this](void* p) { buffers_.erase(p); }});
+        ptr = new_buffer(t.id, t.bytes());
+        reported.push_back(OpOutput{t.id, t.bytes(), ptr, releaser(t.id)});
       }
       result.push_back(t);
       out.push_back(static_cast<float*>(ptr));
@@ -156,7 +156,15 @@ class HookedEngine final : public TensorEngine {
     value_or_throw(hooks_.on_op_end({}, written));
   }
 
-  void free(const Tensor& tensor) override { value_or_throw(hooks_.on_storage_freed(tensor.id)); }
+  // Like a framework dropping a tensor: the runtime forgets it, then the
+  // caller's buffer (if it holds one) is freed.
+  void free(const Tensor& tensor) override {
+    value_or_throw(hooks_.on_storage_freed(tensor.id));
+    if (auto it = current_.find(tensor.id); it != current_.end()) {
+      buffers_.erase(it->second);
+      current_.erase(it);
+    }
+  }
 
   std::vector<float> read(const Tensor& tensor) override {
     const float* p = pointer(tensor.id);
@@ -165,17 +173,26 @@ class HookedEngine final : public TensorEngine {
 
  private:
   float* pointer(StorageId id) { return static_cast<float*>(value_or_throw(hooks_.device_ptr(id))); }
-  void* new_buffer(std::int64_t bytes) {
+  void* new_buffer(StorageId id, std::int64_t bytes) {
     auto buffer = std::make_unique<float[]>(static_cast<std::size_t>(bytes) / sizeof(float) + 1);
     void* ptr = buffer.get();
     buffers_.emplace(ptr, std::move(buffer));
+    current_[id] = ptr;
     return ptr;
+  }
+  // The release callback of a caller buffer: the runtime offloaded the storage.
+  ReleaseCallback releaser(StorageId id) {
+    return [this, id](void* ptr) {
+      buffers_.erase(ptr);
+      if (auto it = current_.find(id); it != current_.end() && it->second == ptr) current_.erase(it);
+    };
   }
 
   StepHooks& hooks_;
   StorageId next_id_;
   OutputMemory memory_;
-  std::unordered_map<void*, std::unique_ptr<float[]>> buffers_;
+  std::unordered_map<void*, std::unique_ptr<float[]>> buffers_;  // caller memory alive now
+  std::unordered_map<StorageId, void*> current_;                   // a storage's current caller buffer
 };
 
 // ---- The MLP ---------------------------------------------------------------------

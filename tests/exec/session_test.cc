@@ -1,0 +1,372 @@
+#include "hyperoffload/exec/session.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "exec/tensor_program.h"
+#include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/runtime/host_backend.h"
+
+namespace hyperoffload {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::EagerEngine;
+using testing::HookedEngine;
+using testing::MlpConfig;
+using testing::MlpModel;
+using testing::OutputMemory;
+
+constexpr int kSteps = 3;
+
+struct StepResults {
+  std::vector<std::vector<float>> losses;              // per step
+  std::vector<std::vector<std::vector<float>>> weights;  // per step, after its update
+};
+
+StepResults run_eager(MlpModel model) {
+  StepResults results;
+  EagerEngine engine;
+  for (int step = 0; step < kSteps; ++step) {
+    results.losses.push_back(testing::mlp_step(engine, model));
+    results.weights.push_back(model.weights);
+  }
+  return results;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::unique_ptr<HostBackend> host_backend(std::int64_t capacity) {
+  Result<std::unique_ptr<HostBackend>> backend =
+      HostBackend::create({.device_capacity_bytes = capacity, .device_alignment_bytes = 64});
+  EXPECT_TRUE(backend.has_value());
+  return std::move(*backend);
+}
+
+std::unique_ptr<Session> make_session(Backend& backend, SessionOptions options) {
+  Result<std::unique_ptr<Session>> session = Session::create(backend, std::move(options));
+  EXPECT_TRUE(session.has_value()) << session.error().message;
+  return std::move(*session);
+}
+
+// The MLP's unplanned peak of tracked (activation) bytes, from a warmup trace.
+std::int64_t mlp_activation_peak(const MlpModel& initial) {
+  auto backend = host_backend(std::int64_t{1} << 30);
+  auto session = make_session(*backend, {});
+  MlpModel model = initial;
+  EXPECT_TRUE(session->begin_step());
+  HookedEngine engine(*session, 1);
+  testing::mlp_step(engine, model);
+  EXPECT_TRUE(session->end_step());
+  return unplanned_peak(*session->trace()).bytes;
+}
+
+SessionOptions with_budget(std::int64_t budget) {
+  SessionOptions options;
+  options.budget_bytes = budget;
+  return options;
+}
+
+void expect_no_leaks(Session& session, HostBackend& backend) {
+  ASSERT_TRUE(session.abort_step());
+  ASSERT_TRUE(session.host_pool().trim());
+  EXPECT_EQ(backend.device_memory_stats().in_use_bytes, 0);
+  EXPECT_EQ(session.host_pool().stats().current_bytes, 0);
+  EXPECT_EQ(session.host_pool().stats().pending_bytes, 0);
+  EXPECT_EQ(session.host_pool().stats().reserved_bytes, 0);
+  EXPECT_EQ(backend.host_bytes_in_use(), 0);
+  EXPECT_EQ(session.residency().stats().storages, 0);
+}
+
+class SessionMlp : public ::testing::TestWithParam<OutputMemory> {};
+
+TEST_P(SessionMlp, OffloadedStepsAreBitIdenticalToEagerWithinTheBudget) {
+  const MlpModel initial = MlpModel::random(MlpConfig{}, 7);
+  const StepResults eager = run_eager(initial);
+  const std::int64_t peak = mlp_activation_peak(initial);
+  // 55% of the unplanned peak, a multiple of the 64-byte arena alignment.
+  const std::int64_t budget = peak * 55 / 100 / 64 * 64;
+  for (std::string_view planner : planner_names()) {
+    SCOPED_TRACE(std::string(planner));
+    // The emulated device holds exactly the budget: exceeding it fails the step.
+    auto backend = host_backend(budget);
+    SessionOptions options;
+    options.budget_bytes = budget;
+    options.planner = std::string(planner);
+    HookedEngine* current = nullptr;
+    if (GetParam() == OutputMemory::kCaller) {
+      options.rematerialize = [&current](StorageId id, std::int64_t size) { return current->rematerialize(id, size); };
+    }
+    auto session = make_session(*backend, options);
+    MlpModel model = initial;
+    for (int step = 0; step < kSteps; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      ASSERT_TRUE(session->begin_step());
+      HookedEngine engine(*session, 1000 * (step + 1), GetParam());
+      current = &engine;
+      std::vector<float> loss;
+      try {
+        loss = testing::mlp_step(engine, model);
+      } catch (const HyperoffloadError& error) {
+        FAIL() << error.what();
+      }
+      Status ended = session->end_step();
+      ASSERT_TRUE(ended.has_value()) << ended.error().message;
+      EXPECT_TRUE(same_bits(loss, eager.losses[static_cast<std::size_t>(step)]));
+      for (std::size_t l = 0; l < model.weights.size(); ++l) {
+        EXPECT_TRUE(same_bits(model.weights[l], eager.weights[static_cast<std::size_t>(step)][l])) << "layer " << l;
+      }
+      const StepStats& stats = session->last_step_stats();
+      // Caller-allocated outputs appear only at on_op_end, so the warmup can
+      // overshoot by one op's outputs; runtime allocations and replays cannot.
+      if (GetParam() == OutputMemory::kRuntime || step > 0) {
+        EXPECT_LE(stats.peak_resident_bytes, budget);
+      }
+      EXPECT_GT(stats.d2h_bytes, 0);  // the budget binds: something was offloaded
+      EXPECT_EQ(stats.kind, step == 0 ? StepKind::kWarmup : StepKind::kReplay);
+      if (step == 0) {
+        EXPECT_GT(stats.evictions, 0);
+      }
+      if (GetParam() == OutputMemory::kCaller) {
+        EXPECT_EQ(engine.caller_buffers(), 0u);
+      }
+      current = nullptr;
+    }
+    EXPECT_EQ(session->schedule()->planner, planner);
+    EXPECT_LE(backend->device_memory_stats().peak_bytes, budget);
+    expect_no_leaks(*session, *backend);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(OutputMemory, SessionMlp, ::testing::Values(OutputMemory::kRuntime, OutputMemory::kCaller),
+                         [](const ::testing::TestParamInfo<OutputMemory>& param) {
+                           return std::string(param.param == OutputMemory::kRuntime ? "RuntimeMemory"
+                                                                                    : "CallerMemory");
+                         });
+
+// Wraps an engine and throws from the op numbered `throw_at` (counting from 0),
+// as a user's model code might.
+class ThrowingEngine final : public testing::TensorEngine {
+ public:
+  ThrowingEngine(TensorEngine& inner, int throw_at) : inner_(inner), throw_at_(throw_at) {}
+  std::vector<testing::Tensor> run(const std::string& name, const std::vector<testing::Tensor>& inputs,
+                                   const std::vector<testing::Shape>& outputs, const testing::Kernel& kernel) override {
+    maybe_throw();
+    return inner_.run(name, inputs, outputs, kernel);
+  }
+  void run_in_place(const std::string& name, const testing::Tensor& target,
+                    const std::vector<testing::Tensor>& others, const testing::Kernel& kernel) override {
+    maybe_throw();
+    inner_.run_in_place(name, target, others, kernel);
+  }
+  void free(const testing::Tensor& tensor) override { inner_.free(tensor); }
+  std::vector<float> read(const testing::Tensor& tensor) override { return inner_.read(tensor); }
+
+ private:
+  void maybe_throw() {
+    if (ops_++ == throw_at_) throw std::runtime_error("user code failed");
+  }
+  TensorEngine& inner_;
+  int throw_at_;
+  int ops_ = 0;
+};
+
+class SessionTest : public ::testing::Test {
+ protected:
+  SessionTest() : initial_(MlpModel::random(MlpConfig{}, 11)), eager_(run_eager(initial_)) {}
+
+  // Runs one MLP step; returns the error message, or "" on success.
+  std::string step(Session& session, MlpModel& model, StorageId first_id, int throw_at = -1) {
+    if (Status begun = session.begin_step(); !begun) return begun.error().message;
+    HookedEngine hooked(session, first_id);
+    ThrowingEngine engine(hooked, throw_at);
+    try {
+      last_loss_ = testing::mlp_step(engine, model);
+    } catch (const std::exception& error) {
+      (void)session.abort_step();
+      return error.what();
+    }
+    if (Status ended = session.end_step(); !ended) return ended.error().message;
+    return "";
+  }
+
+  MlpModel initial_;
+  StepResults eager_;
+  std::vector<float> last_loss_;
+};
+
+TEST_F(SessionTest, AStepThatThrowsMidwayLeaksNothingAndTheNextStepIsCorrect) {
+  const std::int64_t budget = 256 << 10;
+  auto backend = host_backend(budget);
+  auto session = make_session(*backend, with_budget(budget));
+  MlpModel model = initial_;
+  // Warmup throws in the forward pass (before any weight update).
+  EXPECT_EQ(step(*session, model, 1000, /*throw_at=*/7), "user code failed");
+  EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
+  EXPECT_EQ(session->host_pool().stats().current_bytes, 0);
+  EXPECT_EQ(session->next_step_kind(), StepKind::kWarmup);
+  ASSERT_EQ(step(*session, model, 2000), "");
+  EXPECT_TRUE(same_bits(last_loss_, eager_.losses[0]));
+  // A replay throws in the forward pass too, then replays correctly.
+  EXPECT_EQ(step(*session, model, 3000, /*throw_at=*/9), "user code failed");
+  EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
+  EXPECT_EQ(session->next_step_kind(), StepKind::kReplay);
+  ASSERT_EQ(step(*session, model, 4000), "");
+  EXPECT_TRUE(same_bits(last_loss_, eager_.losses[1]));
+  expect_no_leaks(*session, *backend);
+}
+
+TEST_F(SessionTest, AnExhaustedPinnedPoolIsAClearErrorAndLeaksNothing) {
+  auto backend = host_backend(std::int64_t{1} << 30);
+  SessionOptions options;
+  options.budget_bytes = 256 << 10;
+  options.host_capacity_bytes = 64 << 10;  // one activation
+  auto session = make_session(*backend, options);
+  MlpModel model = initial_;
+  const std::string error = step(*session, model, 1000);
+  EXPECT_THAT(error, HasSubstr("pinned host pool exhausted: requested 65536 bytes"));
+  EXPECT_THAT(error, HasSubstr("capacity 65536 bytes"));
+  EXPECT_THAT(error, HasSubstr("evicting storage"));
+  expect_no_leaks(*session, *backend);
+}
+
+TEST_F(SessionTest, DeviceOutOfMemoryIsAClearErrorAndLeaksNothing) {
+  // 100 KiB cannot hold a matmul's input and output (64 KiB each).
+  auto backend = host_backend(100 << 10);
+  auto session = make_session(*backend, {});
+  MlpModel model = initial_;
+  const std::string error = step(*session, model, 1000);
+  EXPECT_THAT(error, HasSubstr("device out of memory: requested 65536 bytes"));
+  EXPECT_THAT(error, HasSubstr("capacity 102400 bytes"));
+  EXPECT_THAT(error, HasSubstr("storage 100"));
+  expect_no_leaks(*session, *backend);
+}
+
+TEST_F(SessionTest, AReplayThatDivergesIsAClearErrorAndTheNextStepStillReplays) {
+  const std::int64_t budget = 256 << 10;
+  auto backend = host_backend(budget);
+  auto session = make_session(*backend, with_budget(budget));
+  MlpModel model = initial_;
+  ASSERT_EQ(step(*session, model, 1000), "");
+  MlpModel other = model;
+  other.config.layers = 5;  // a different program: ops shift after the forward pass
+  other.weights.pop_back();
+  other.weights.back().resize(static_cast<std::size_t>(other.config.width * other.config.outputs));
+  const std::string error = step(*session, other, 2000);
+  // Ops 0-7 match (the shallower net still runs layers 0-3 alike); op 8 is
+  // layer 4's matmul, now the output layer with 16 columns instead of 64.
+  EXPECT_THAT(error, HasSubstr("the step diverged from the traced step at op 8 (mm): output 0 is 16384 bytes; "
+                               "the traced output (storage 1006) was 65536"));
+  EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
+  ASSERT_EQ(step(*session, model, 3000), "");
+  EXPECT_TRUE(same_bits(last_loss_, eager_.losses[1]));
+  expect_no_leaks(*session, *backend);
+}
+
+TEST_F(SessionTest, FreeingAnUnknownStorageFailsTheStepWithoutLeaks) {
+  auto backend = host_backend(std::int64_t{1} << 30);
+  auto session = make_session(*backend, {});
+  ASSERT_TRUE(session->begin_step());
+  Status freed = session->on_storage_freed(424242);
+  ASSERT_FALSE(freed.has_value());
+  EXPECT_THAT(freed.error().message, HasSubstr("freeing storage 424242: not tracked in this step"));
+  Status next = session->on_op_begin("x", {}, {});
+  ASSERT_FALSE(next.has_value());
+  EXPECT_THAT(next.error().message, HasSubstr("the step already failed"));
+  Status ended = session->end_step();
+  ASSERT_FALSE(ended.has_value());
+  EXPECT_THAT(ended.error().message, HasSubstr("freeing storage 424242"));
+  EXPECT_FALSE(session->in_step());
+  expect_no_leaks(*session, *backend);
+}
+
+TEST_F(SessionTest, HooksOutsideAStepAndUnknownPlannersAreErrors) {
+  auto backend = host_backend(1 << 20);
+  auto session = make_session(*backend, {});
+  EXPECT_THAT(session->on_op_begin("x", {}, {}).error().message, HasSubstr("outside a step"));
+  EXPECT_THAT(session->end_step().error().message, HasSubstr("no step is running"));
+  SessionOptions options;
+  options.planner = "clairvoyant";
+  Result<std::unique_ptr<Session>> bad = Session::create(*backend, options);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_THAT(bad.error().message, HasSubstr("unknown planner \"clairvoyant\" (available: greedy"));
+  options = {};
+  options.budget_bytes = -1;
+  EXPECT_FALSE(Session::create(*backend, options).has_value());
+}
+
+TEST_F(SessionTest, HeldStoragesStayUsableBetweenStepsUntilFreed) {
+  auto backend = host_backend(1 << 20);
+  auto session = make_session(*backend, with_budget(1 << 20));
+  ASSERT_TRUE(session->begin_step());
+  ASSERT_TRUE(session->on_op_begin("make", {}, {}));
+  void* ptr = *session->allocate_output(5, 64);
+  std::memset(ptr, 0x3c, 64);
+  const OpOutput out[] = {{5, 64, nullptr, {}}};
+  ASSERT_TRUE(session->on_op_end(out, {}));
+  ASSERT_TRUE(session->end_step());
+  EXPECT_TRUE(session->trace()->storage(0).retained());
+  Result<void*> held = session->device_ptr(5);
+  ASSERT_TRUE(held.has_value());
+  EXPECT_EQ(static_cast<unsigned char*>(*held)[63], 0x3c);
+  ASSERT_TRUE(session->on_storage_freed(5));
+  EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
+  EXPECT_FALSE(session->on_storage_freed(5).has_value());
+}
+
+TEST_F(SessionTest, RecordsTheTimelineOfReplayedSteps) {
+  const std::int64_t budget = 256 << 10;
+  auto backend = host_backend(budget);
+  SessionOptions options;
+  options.budget_bytes = budget;
+  options.record_timeline = RecordTimeline::kYes;
+  auto session = make_session(*backend, options);
+  MlpModel model = initial_;
+  ASSERT_EQ(step(*session, model, 1000), "");
+  EXPECT_TRUE(session->last_timeline().spans.empty());  // warmups record none
+  ASSERT_EQ(step(*session, model, 2000), "");
+  const Timeline& timeline = session->last_timeline();
+  std::int64_t ops = 0, copies = 0;
+  for (const TimelineSpan& span : timeline.spans) {
+    ops += span.kind == SpanKind::kOp;
+    copies += span.kind == SpanKind::kCopyD2H || span.kind == SpanKind::kCopyH2D;
+  }
+  EXPECT_EQ(ops, session->trace()->op_count());
+  EXPECT_EQ(copies, session->last_step_stats().d2h_count + session->last_step_stats().h2d_count);
+  EXPECT_EQ(timeline.budget_bytes, budget);
+  expect_no_leaks(*session, *backend);
+}
+
+TEST_F(SessionTest, ABudgetBelowThePlannersFloorIsReportedWithBoth) {
+  // Only planners that compute an unavoidable floor can report it.
+  auto probe_backend = host_backend(std::int64_t{1} << 30);
+  auto probe = make_session(*probe_backend, {});
+  MlpModel model = initial_;
+  ASSERT_EQ(step(*probe, model, 1000), "");
+  bool tested = false;
+  for (std::string_view name : planner_names()) {
+    auto planner = *make_planner(name);
+    Result<PlanResult> plan = planner->plan(*probe->trace(), 1);
+    if (!plan || !plan->floor || plan->floor->bytes <= 1) continue;
+    tested = true;
+    auto backend = host_backend(std::int64_t{1} << 30);
+    SessionOptions options;
+    options.budget_bytes = 1;
+    options.planner = std::string(name);
+    auto session = make_session(*backend, options);
+    MlpModel fresh = initial_;
+    const std::string error = step(*session, fresh, 1000);
+    EXPECT_THAT(error, HasSubstr("below the unavoidable floor"));
+    EXPECT_THAT(error, HasSubstr(std::to_string(plan->floor->bytes) + " bytes"));
+    EXPECT_EQ(session->next_step_kind(), StepKind::kWarmup);
+  }
+  if (!tested) GTEST_SKIP() << "no registered planner reports an unavoidable floor";
+}
+
+}  // namespace
+}  // namespace hyperoffload
