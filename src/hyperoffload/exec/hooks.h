@@ -70,8 +70,9 @@ class StepHooks {
   virtual Status on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) = 0;
   // The caller dropped a tracked storage; its copies are released.
   virtual Status on_storage_freed(StorageId id) = 0;
-  // Current device address of a tracked, resident storage (read-write use).
-  virtual Result<void*> device_ptr(StorageId id) = 0;
+  // Current device address of a tracked storage, paged in if needed. kRead use
+  // does not wait for an in-flight D2H of it; kReadWrite does.
+  virtual Result<void*> device_ptr(StorageId id, DeviceAccess access = DeviceAccess::kReadWrite) = 0;
 };
 
 }  // namespace hyperoffload

@@ -309,9 +309,9 @@ Status ReplayExecutor::on_storage_freed(StorageId id) {
   return ok_status();
 }
 
-Result<void*> ReplayExecutor::device_ptr(StorageId id) {
+Result<void*> ReplayExecutor::device_ptr(StorageId id, DeviceAccess access) {
   HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageIndex index, traced_index(id, "used"));
-  return residency_.device_ptr(id);
+  return residency_.device_ptr(id, access);
 }
 
 Result<ReplayResult> ReplayExecutor::finish() {

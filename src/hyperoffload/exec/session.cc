@@ -96,16 +96,16 @@ Status Session::on_storage_freed(StorageId id) {
   return check(active()->on_storage_freed(id));
 }
 
-Result<void*> Session::device_ptr(StorageId id) {
+Result<void*> Session::device_ptr(StorageId id, DeviceAccess access) {
   if (!in_step()) {
     if (!residency_->tracked(id)) {
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("storage {}: not tracked (not held over from the last step)", id));
     }
-    return residency_->device_ptr(id);
+    return residency_->device_ptr(id, access);
   }
   if (failure_) return std::unexpected(already_failed(*failure_));
-  return check(active()->device_ptr(id));
+  return check(active()->device_ptr(id, access));
 }
 
 Status Session::end_step() {

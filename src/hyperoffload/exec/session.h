@@ -86,7 +86,7 @@ class Session final : public StepHooks {
   // Also valid between steps, for storages held over from the last one.
   Status on_storage_freed(StorageId id) override;
   // Also valid between steps.
-  Result<void*> device_ptr(StorageId id) override;
+  Result<void*> device_ptr(StorageId id, DeviceAccess access = DeviceAccess::kReadWrite) override;
 
   bool in_step() const { return warmup_ != nullptr || replay_ != nullptr; }
   StepKind next_step_kind() const { return plan_ != nullptr ? StepKind::kReplay : StepKind::kWarmup; }

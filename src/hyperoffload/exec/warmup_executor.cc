@@ -232,9 +232,9 @@ Status WarmupExecutor::on_storage_freed(StorageId id) {
   return residency_.forget(id);
 }
 
-Result<void*> WarmupExecutor::device_ptr(StorageId id) {
+Result<void*> WarmupExecutor::device_ptr(StorageId id, DeviceAccess access) {
   HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageRecord * record, find_alive(id, "used"));
-  return residency_.device_ptr(id);
+  return residency_.device_ptr(id, access);
 }
 
 Result<double> WarmupExecutor::measure_bandwidth(CopyKind kind, std::int64_t bytes) {
