@@ -364,6 +364,8 @@ TEST_F(SessionTest, ABudgetBelowThePlannersFloorIsReportedWithBoth) {
     EXPECT_THAT(error, HasSubstr("below the unavoidable floor"));
     EXPECT_THAT(error, HasSubstr(std::to_string(plan->floor->bytes) + " bytes"));
     EXPECT_EQ(session->next_step_kind(), StepKind::kWarmup);
+    EXPECT_NE(session->trace(), nullptr);  // the warmup's trace survives
+    EXPECT_EQ(session->schedule(), nullptr);
   }
   if (!tested) GTEST_SKIP() << "no registered planner reports an unavoidable floor";
 }

@@ -67,15 +67,15 @@ TEST(WarmupExecutor, RecordsAccessesSizesAndRetention) {
 }
 
 TEST(WarmupExecutor, EvictsTheOldestProducedStorageTheOpDoesNotUse) {
-  // Budget 300.            resident before → after eviction
-  //   op0 a: -> 1 (100)                     100
-  //   op1 b: 1 -> 2 (100)                   200
-  //   op2 c: -> 3 (150)                     350
-  //   op3 d: 3 -> 4 (50)   350 > 300: evict 1 (oldest, op0) → 250; +4 → 300
-  //   op4 e: 1, 4 -> ∅     300: no eviction; paging 1 back needs 100 of room:
-  //                        evict 2 (oldest left not used by e) → 200; fault 1 → 300
+  // Budget 300. Every allocation and page-in first makes room for itself.
+  //   op0 a: -> 1 (100)     100
+  //   op1 b: 1 -> 2 (100)   200
+  //   op2 c: -> 3 (150)     200 + 150 > 300: evict 1 (oldest, op0) → 100; +3 → 250
+  //   op3 d: 3 -> 4 (50)    250 + 50 = 300: fits
+  //   op4 e: 1, 4 -> ∅      paging 1 back needs 100 of room: evict 2 (oldest
+  //                         left that e does not use) → 200; fault 1 → 300
   // Then 1, 3 and 4 are freed; 2 is still held at the end, so it is paged back
-  // (100 resident). The peak, 350, is after op2.
+  // (100 resident). The peak is the budget.
   HostRuntime rt;
   auto warmup = start(rt, 300);
   StepDriver step(*warmup);
@@ -96,7 +96,7 @@ TEST(WarmupExecutor, EvictsTheOldestProducedStorageTheOpDoesNotUse) {
   EXPECT_EQ(result->stats.fault_bytes, 100);
   EXPECT_EQ(result->stats.d2h_count, 2);
   EXPECT_EQ(result->stats.d2h_bytes, 200);
-  EXPECT_EQ(result->stats.peak_resident_bytes, 350);
+  EXPECT_EQ(result->stats.peak_resident_bytes, 300);
   EXPECT_EQ(result->stats.end_restores, 1);
   EXPECT_EQ(result->stats.resident_at_end_bytes, 100);
   EXPECT_EQ(result->trace.memory_limit_bytes(), 300);
@@ -105,8 +105,9 @@ TEST(WarmupExecutor, EvictsTheOldestProducedStorageTheOpDoesNotUse) {
 }
 
 TEST(WarmupExecutor, AmongStoragesOfOneOpEvictsTheLargestFirst) {
-  // op0 produces 5 (50), 6 (200), 7 (200); budget 400. op1 produces 8 (100):
-  // 550 > 400 before op2 → evict 6 (largest; lowest id among equals) → 350.
+  // Budget 400. op0 produces 5 (50), 6 (200), 7 (200): 450, nothing else to
+  // evict. op1's output 8 (100) needs room: 550 > 400 → evict 6 (largest of
+  // op0's; lowest id among equals) → 250; +8 → 350.
   HostRuntime rt;
   auto warmup = start(rt, 400);
   StepDriver step(*warmup);

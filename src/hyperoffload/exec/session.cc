@@ -129,6 +129,8 @@ Status Session::finish_warmup() {
   last_stats_ = warmed->stats;
   notes_ = std::move(warmed->notes);
 
+  // Kept until a plan exists, so a failed planning still leaves the trace.
+  unplanned_trace_ = warmed->trace;
   Result<PlanResult> planned = planner_->plan(warmed->trace, options_.budget_bytes);
   if (!planned) {
     return make_error(planned.error().code,
@@ -153,6 +155,7 @@ Status Session::finish_warmup() {
   plan_result_ = std::move(*planned);
   plan_result_.schedule = Schedule{schedule.planner, {}};
   HO_ASSIGN_OR_RETURN(plan_, ReplayPlan::create(std::move(warmed->trace), std::move(schedule)));
+  unplanned_trace_.reset();
   return ok_status();
 }
 

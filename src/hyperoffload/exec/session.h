@@ -94,7 +94,11 @@ class Session final : public StepHooks {
 
   // The recorded trace and the plan, once the warmup has ended (else null).
   // plan_result()'s schedule is empty: schedule() holds it.
-  const Trace* trace() const { return plan_ ? &plan_->trace() : nullptr; }
+  // trace() is also set when planning failed after a good warmup.
+  const Trace* trace() const {
+    if (plan_) return &plan_->trace();
+    return unplanned_trace_ ? &*unplanned_trace_ : nullptr;
+  }
   const Schedule* schedule() const { return plan_ ? &plan_->schedule() : nullptr; }
   const PlanResult* plan_result() const { return plan_ ? &plan_result_ : nullptr; }
   // Notes from the warmup (bandwidth calibration) and the planner.
@@ -140,6 +144,7 @@ class Session final : public StepHooks {
   std::optional<Error> failure_;
 
   std::shared_ptr<const ReplayPlan> plan_;
+  std::optional<Trace> unplanned_trace_;  // the last warmup's trace when planning failed
   PlanResult plan_result_;
   std::vector<std::string> notes_;
   StepStats last_stats_;

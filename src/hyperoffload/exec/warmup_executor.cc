@@ -159,6 +159,7 @@ Result<void*> WarmupExecutor::allocate_output(StorageId id, std::int64_t size_by
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("{}: output storage id {} was already used in this step", op_label(), id));
   }
+  HO_RETURN_IF_ERROR(evict_while_over_budget(size_bytes));  // room first, as for page-ins
   Result<void*> ptr = residency_.bind(id, size_bytes);
   if (!ptr) return std::unexpected(in_context(std::move(ptr.error()), op_label()));
   current_allocated_.emplace_back(id, size_bytes);

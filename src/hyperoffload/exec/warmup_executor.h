@@ -9,6 +9,7 @@
 //    with copy_d2h + release_device.
 //  - Inputs evicted earlier are demand-paged back (counted as faults), each
 //    after evicting, under the same rule, enough to make room for it.
+//  - An output allocated with allocate_output() gets room the same way first.
 //  - When a device allocation fails (an output, a page-in) it evicts more,
 //    under the same rule, and retries; it fails only when nothing is left to
 //    evict. So with the emulated device's capacity set to the budget, the step

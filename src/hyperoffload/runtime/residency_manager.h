@@ -41,8 +41,9 @@
 //   void* again = *residency.device_ptr(7);   // compute waits for the H2D
 //
 // Thread-safety: not thread-safe; one thread drives a manager (the thread
-// running the step's ops). Callbacks run on that thread, never re-entrantly,
-// and must not call back into the manager.
+// running the step's ops). Callbacks run on that thread. Release callbacks and
+// the rematerialize hook must not call back into the manager; the reclaim hook
+// may (it runs between allocation attempts, and typically evicts).
 #pragma once
 
 #include <cstdint>
