@@ -3,6 +3,9 @@
 # idempotent), then configures and builds with CMake presets (CMakePresets.json).
 
 JOBS ?= $(shell nproc)
+# Random-trace stress tests run this many traces under the sanitizers
+# (tests/exec/replay_stress_test.cc; `make test` uses the small default).
+STRESS_ITERATIONS ?= 2000
 CLI := build/bin/hyperoffload
 
 .PHONY: run test build bench deps deps-python test-asan test-tsan test-debug clean
@@ -34,12 +37,12 @@ test-debug: deps-python
 test-asan: deps
 	cmake --preset asan >/dev/null
 	cmake --build --preset asan -j $(JOBS)
-	ctest --preset asan -j $(JOBS)
+	HYPEROFFLOAD_STRESS_ITERATIONS=$(STRESS_ITERATIONS) ctest --preset asan -j $(JOBS)
 
 test-tsan: deps
 	cmake --preset tsan >/dev/null
 	cmake --build --preset tsan -j $(JOBS)
-	ctest --preset tsan -j $(JOBS)
+	HYPEROFFLOAD_STRESS_ITERATIONS=$(STRESS_ITERATIONS) ctest --preset tsan -j $(JOBS)
 
 clean:
 	rm -rf build build-debug build-asan build-tsan

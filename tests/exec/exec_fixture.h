@@ -14,10 +14,11 @@ namespace hyperoffload::testing {
 struct HostRuntime {
   explicit HostRuntime(std::int64_t device_capacity_bytes = 64 << 20,
                        std::int64_t host_capacity_bytes = std::int64_t{1} << 40,
-                       CopyEngines engines = CopyEngines::kTwo)
+                       CopyEngines engines = CopyEngines::kTwo, std::int64_t spin_before_sleep_us = 50)
       : backend(std::move(*HostBackend::create({.device_capacity_bytes = device_capacity_bytes,
                                                 .device_alignment_bytes = 64,
-                                                .copy_engines = engines}))),
+                                                .copy_engines = engines,
+                                                .spin_before_sleep_us = spin_before_sleep_us}))),
         events(*backend),
         pool(*backend, {.capacity_bytes = host_capacity_bytes}),
         residency(*backend, pool, events) {}

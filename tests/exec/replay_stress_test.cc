@@ -51,8 +51,7 @@ RandomTraceOptions small_trace(std::uint64_t seed) {
 
 // Replays `schedule` on `trace` for two steps (different caller ids); returns
 // the per-step stats or the first error.
-Result<std::vector<StepStats>> replay_twice(HostRuntime& rt, const Trace& trace, const Schedule& schedule,
-                                            CopyEngines) {
+Result<std::vector<StepStats>> replay_twice(HostRuntime& rt, const Trace& trace, const Schedule& schedule) {
   HO_ASSIGN_OR_RETURN(std::shared_ptr<const ReplayPlan> plan, ReplayPlan::create(trace, schedule));
   std::vector<StepStats> stats;
   for (StorageId offset : {StorageId{1} << 20, StorageId{3} << 20}) {
@@ -74,15 +73,16 @@ TEST(ReplayStress, EveryPlannersScheduleKeepsEveryByteIntactAndMatchesTheValidat
   for (int i = 0; i < n; ++i) {
     const std::uint64_t seed = 1000 + static_cast<std::uint64_t>(i);
     const Trace trace = generate_random_trace(small_trace(seed));
+    // One or two copy engines; waiters that spin first or sleep at once.
     const CopyEngines engines = i % 3 == 0 ? CopyEngines::kOne : CopyEngines::kTwo;
-    HostRuntime rt(64 << 20, std::int64_t{1} << 40, engines);
+    HostRuntime rt(64 << 20, std::int64_t{1} << 40, engines, i % 2 == 0 ? 50 : 0);
     for (std::string_view name : planner_names()) {
       SCOPED_TRACE(fmt::format("seed {} planner {}", seed, name));
       Result<PlanResult> plan = (*make_planner(name))->plan(trace, trace.memory_limit_bytes());
       ASSERT_TRUE(plan.has_value()) << plan.error().message;
       const ValidationReport report = validate_schedule(trace, plan->schedule);
       ASSERT_TRUE(report.valid()) << report.problems.front();
-      Result<std::vector<StepStats>> steps = replay_twice(rt, trace, plan->schedule, engines);
+      Result<std::vector<StepStats>> steps = replay_twice(rt, trace, plan->schedule);
       ASSERT_TRUE(steps.has_value()) << steps.error().message;
       for (const StepStats& stats : *steps) {
         EXPECT_EQ(stats.faults, static_cast<std::int64_t>(report.faults.size()));
@@ -157,7 +157,7 @@ TEST(ReplayProperty, RandomSchedulesFailExactlyWhereTheValidatorSaysSo) {
     SCOPED_TRACE(fmt::format("seed {}", seed));
     const ValidationReport report = validate_schedule(trace, schedule);
     HostRuntime rt;
-    Result<std::vector<StepStats>> steps = replay_twice(rt, trace, schedule, CopyEngines::kTwo);
+    Result<std::vector<StepStats>> steps = replay_twice(rt, trace, schedule);
     if (!steps) {
       const std::string& message = steps.error().message;
       ASSERT_NE(steps.error().code, ErrorCode::kInternal) << message;  // a checksum mismatch

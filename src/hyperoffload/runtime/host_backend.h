@@ -20,6 +20,7 @@
 // Thread-safety: every method is thread-safe. Destruction drains every stream.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -32,6 +33,9 @@ struct HostBackendOptions {
   std::int64_t device_capacity_bytes = std::int64_t{1} << 30;  // emulated device memory, bytes
   std::int64_t device_alignment_bytes = 256;                  // power of two >= 8
   CopyEngines copy_engines = CopyEngines::kTwo;
+  // How long a waiting thread (an idle worker, a synchronizing caller) polls,
+  // yielding, before it sleeps; see Note [Spin before sleep]. 0: sleep at once.
+  std::int64_t spin_before_sleep_us = 50;
 };
 
 class HostBackend final : public Backend {
@@ -72,7 +76,7 @@ class HostBackend final : public Backend {
   class Impl;
 
  private:
-  HostBackend(std::unique_ptr<DeviceArena> arena, CopyEngines copy_engines);
+  HostBackend(std::unique_ptr<DeviceArena> arena, CopyEngines copy_engines, std::chrono::microseconds spin);
 
   std::unique_ptr<Impl> impl_;
   CopyEngines copy_engines_;
