@@ -126,6 +126,17 @@ TEST(DeviceArena, RejectsBadOptions) {
   EXPECT_EQ(empty->allocate(1).error().code, ErrorCode::kOutOfMemory);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+TEST(DeviceArenaDeathTest, TouchingReleasedMemoryIsReportedUnderAddressSanitizer) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto arena = make_arena(4096);
+  auto* ptr = static_cast<volatile unsigned char*>(*arena->allocate(64));
+  ptr[0] = 1;
+  ASSERT_TRUE(arena->free(const_cast<unsigned char*>(ptr)));
+  EXPECT_DEATH(ptr[0] = 2, "use-after-poison");
+}
+#endif
+
 TEST(DeviceArenaProperty, RandomAllocationsNeverOverlapAndAccountExactly) {
   // A model of live blocks checks that allocations are disjoint, inside the
   // arena, keep their bytes, and that in-use bytes match; after freeing all,
