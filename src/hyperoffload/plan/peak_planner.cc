@@ -1,0 +1,435 @@
+#include "hyperoffload/plan/peak_planner.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numeric>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/budget.h"
+#include "hyperoffload/plan/internal/covering_index.h"
+#include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/internal/profile_tree.h"
+#include "hyperoffload/plan/internal/span_union.h"
+
+namespace hyperoffload {
+
+std::span<const std::string_view> peak_score_weight_names() {
+  static constexpr std::array<std::string_view, 4> kNames = {"peak_reduction", "hiding", "coverage",
+                                                             "neighbor_impact"};
+  return kNames;
+}
+
+Result<PeakPlannerOptions> peak_planner_options(std::span<const std::pair<std::string, double>> score_weights) {
+  PeakPlannerOptions options;
+  PeakScoreWeights& w = options.weights;
+  for (const auto& [name, value] : score_weights) {
+    double* field = name == "peak_reduction"    ? &w.peak_reduction
+                    : name == "hiding"          ? &w.hiding
+                    : name == "coverage"        ? &w.coverage
+                    : name == "neighbor_impact" ? &w.neighbor_impact
+                                                : nullptr;
+    if (field == nullptr) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("unknown score weight \"{}\" (valid: {})", name,
+                                    fmt::join(peak_score_weight_names(), ", ")));
+    }
+    if (!std::isfinite(value) || value < 0.0) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("score weight {}={}: must be a finite number >= 0", name, value));
+    }
+    *field = value;
+  }
+  return options;
+}
+
+namespace {
+
+using internal::CoveringIndex;
+using internal::IndexGroup;
+using internal::PeakCandidate;
+using internal::PeakModel;
+using internal::ProfileTree;
+
+constexpr std::int32_t kNone = CoveringIndex::kNoEntry;
+
+// Peak-driven selection (docs/PEAK_PLANNER.md, "Selection"). Candidates sit in
+// a CoveringIndex keyed by an upper bound of their score; because the coverage
+// term only shrinks and the neighbour penalty only grows while the profile
+// only goes down, a cached bound stays an upper bound, and re-evaluating just
+// the current leader until it is fresh gives the exact best (lazy evaluation).
+//
+// Scores scale with min(size, E): candidates at least as large as the excess E
+// (the "large" group) all remove E and are keyed by their factor F alone;
+// smaller ones are keyed by size * F. E only decreases, so a candidate moves
+// from the small to the large group at most once.
+class Selection {
+ public:
+  Selection(const Trace& trace, const PeakModel& model, const PeakScoreWeights& weights, std::int64_t limit,
+            ProfileTree& profile)
+      : model_(model),
+        weights_(weights),
+        limit_(limit),
+        profile_(profile),
+        index_(trace.op_count(), intervals(model)),
+        union_(static_cast<std::size_t>(trace.op_count())) {
+    const std::size_t count = model.interior.size();
+    factor_.resize(count);
+    hiding_.resize(count);
+    fresh_at_.assign(count, -1);
+
+    // Prefix sums make "compute inside the gap" and "ops over budget inside the
+    // gap" O(1) for the initial bounds.
+    const auto ops = static_cast<std::size_t>(trace.op_count());
+    std::vector<double> compute_before(ops + 1, 0.0);
+    std::vector<std::int32_t> over_before(ops + 1, 0);
+    for (std::size_t op = 0; op < ops; ++op) {
+      compute_before[op + 1] = compute_before[op] + trace.op_duration_ms(static_cast<OpIndex>(op));
+      over_before[op + 1] = over_before[op] + (model.resident_bytes[op] > limit ? 1 : 0);
+    }
+    initial_over_ = over_before[ops];
+    for (std::size_t k = 0; k < count; ++k) {
+      const PeakCandidate& c = model.interior[k];
+      const auto first = static_cast<std::size_t>(c.interior_first());
+      const auto end = static_cast<std::size_t>(c.end_op);
+      const double inside_ms = compute_before[end] - compute_before[first];
+      const double transfer_ms = trace.d2h_ms(c.size_bytes) + trace.h2d_ms(c.size_bytes);
+      hiding_[k] = transfer_ms > 0.0 ? std::min(1.0, inside_ms / transfer_ms) : 1.0;
+      // The peak op is always among the covered over-budget ops, hence the -1;
+      // the bound uses the initial count, which can only shrink.
+      factor_[k] = combine(hiding_[k], coverage_fraction(over_before[end] - over_before[first]), 0.0);
+      index_.set(static_cast<std::int32_t>(k), IndexGroup::kSmall, key(k, IndexGroup::kSmall));
+    }
+    by_size_.resize(count);
+    std::iota(by_size_.begin(), by_size_.end(), 0);
+    std::stable_sort(by_size_.begin(), by_size_.end(), [&](std::int32_t a, std::int32_t b) {
+      return model.interior[static_cast<std::size_t>(a)].size_bytes >
+             model.interior[static_cast<std::size_t>(b)].size_bytes;
+    });
+  }
+
+  // Runs to completion; returns the selected interior candidates in order.
+  std::vector<std::int32_t> run() {
+    std::vector<std::int32_t> selected;
+    for (std::int32_t step = 0;; ++step) {
+      const std::int64_t peak = profile_.max();
+      if (peak <= limit_) break;
+      const auto peak_op = static_cast<OpIndex>(profile_.argmax());
+      const std::int64_t excess = peak - limit_;
+      promote_large(excess);
+      const std::int32_t pick = best_at(peak_op, excess, step);
+      if (pick == kNone) break;  // nothing covers the peak: it sits at the floor
+      const PeakCandidate& c = model_.interior[static_cast<std::size_t>(pick)];
+      profile_.add(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last()),
+                   -c.size_bytes);
+      union_.add(static_cast<std::size_t>(c.start_op), static_cast<std::size_t>(c.end_op));
+      index_.set(pick, IndexGroup::kNone, 0.0);
+      selected.push_back(pick);
+    }
+    return selected;
+  }
+
+ private:
+  static std::vector<internal::OpInterval> intervals(const PeakModel& model) {
+    std::vector<internal::OpInterval> out;
+    out.reserve(model.interior.size());
+    for (const PeakCandidate& c : model.interior) out.push_back({c.interior_first(), c.interior_last()});
+    return out;
+  }
+
+  double coverage_fraction(std::int64_t over_inside) const {
+    if (initial_over_ <= 1) return 0.0;
+    return std::clamp(static_cast<double>(over_inside - 1) / static_cast<double>(initial_over_ - 1), 0.0, 1.0);
+  }
+
+  double combine(double hiding, double coverage, double neighbor) const {
+    return std::max(0.0, weights_.peak_reduction + weights_.hiding * hiding + weights_.coverage * coverage -
+                             weights_.neighbor_impact * neighbor);
+  }
+
+  double key(std::size_t k, IndexGroup group) const {
+    return group == IndexGroup::kLarge ? factor_[k]
+                                       : static_cast<double>(model_.interior[k].size_bytes) * factor_[k];
+  }
+
+  void promote_large(std::int64_t excess) {
+    for (; next_large_ < by_size_.size(); ++next_large_) {
+      const std::int32_t k = by_size_[next_large_];
+      if (model_.interior[static_cast<std::size_t>(k)].size_bytes < excess) break;
+      if (index_.group(k) == IndexGroup::kSmall) {
+        index_.set(k, IndexGroup::kLarge, key(static_cast<std::size_t>(k), IndexGroup::kLarge));
+      }
+    }
+  }
+
+  // The value a candidate's key stands for at excess E: what it removes times
+  // its factor (the score without the common 1/E).
+  double value(std::int32_t k, std::int64_t excess) const {
+    const double key = index_.key(k);
+    return index_.group(k) == IndexGroup::kLarge ? static_cast<double>(excess) * key : key;
+  }
+
+  std::int32_t best_at(OpIndex peak_op, std::int64_t excess, std::int32_t step) {
+    for (;;) {
+      const CoveringIndex::Best best = index_.query(peak_op);
+      std::int32_t pick = best.small;
+      if (best.large != kNone) {
+        if (pick == kNone) {
+          pick = best.large;
+        } else {
+          const double small_value = value(best.small, excess);
+          const double large_value = value(best.large, excess);
+          if (large_value > small_value || (large_value == small_value && best.large < best.small)) {
+            pick = best.large;
+          }
+        }
+      }
+      if (pick == kNone || fresh_at_[static_cast<std::size_t>(pick)] == step) return pick;
+      refresh(pick);
+      fresh_at_[static_cast<std::size_t>(pick)] = step;
+    }
+  }
+
+  void refresh(std::int32_t k) {
+    const auto index = static_cast<std::size_t>(k);
+    const PeakCandidate& c = model_.interior[index];
+    const auto over_inside = static_cast<std::int64_t>(profile_.count_over(
+        static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last())));
+    const double span_ops = static_cast<double>(c.end_op - c.start_op + 1);
+    const double neighbor =
+        static_cast<double>(union_.covered(static_cast<std::size_t>(c.start_op), static_cast<std::size_t>(c.end_op))) /
+        span_ops;
+    factor_[index] = combine(hiding_[index], coverage_fraction(over_inside), neighbor);
+    const IndexGroup group = index_.group(k);
+    index_.set(k, group, key(index, group));
+  }
+
+  const PeakModel& model_;
+  const PeakScoreWeights& weights_;
+  std::int64_t limit_;
+  ProfileTree& profile_;
+  CoveringIndex index_;
+  internal::SpanUnion union_;
+  std::int64_t initial_over_ = 0;
+  std::vector<double> factor_;  // cached F: an upper bound of the current one
+  std::vector<double> hiding_;
+  std::vector<std::int32_t> fresh_at_;  // step at which factor_ was last made exact
+  std::vector<std::int32_t> by_size_;   // candidates, largest first
+  std::size_t next_large_ = 0;
+};
+
+// Where a selected interior candidate's transfers go: release_device after op
+// `release_op`, copy_h2d before op `prefetch_op`; the storage is off the device
+// during ops release_op+1 .. prefetch_op-1.
+struct Placement {
+  std::int32_t candidate;
+  OpIndex release_op;
+  OpIndex prefetch_op;
+};
+
+// Placement (docs/PEAK_PLANNER.md, "Placement"): selection subtracted each
+// candidate over its whole interior; now give back the ops where the memory
+// stays within the limit — a prefix (the release moves as late as possible) and
+// a suffix (the prefetch moves as early as possible). A candidate that fits
+// back entirely was made redundant by later selections and is dropped.
+std::vector<Placement> place(const PeakModel& model, std::span<const std::int32_t> selected, std::int64_t limit,
+                             ProfileTree& profile) {
+  std::vector<Placement> placements;
+  placements.reserve(selected.size());
+  for (const std::int32_t k : selected) {
+    const PeakCandidate& c = model.interior[static_cast<std::size_t>(k)];
+    const auto first = static_cast<std::size_t>(c.interior_first());
+    const auto last = static_cast<std::size_t>(c.interior_last());
+    const std::int64_t threshold = limit - c.size_bytes;  // ops above it cannot hold the storage
+    const std::size_t blocked_first = profile.find_first_above(first, last, threshold);
+    if (blocked_first == ProfileTree::kNotFound) {
+      profile.add(first, last, c.size_bytes);
+      continue;
+    }
+    if (blocked_first > first) profile.add(first, blocked_first - 1, c.size_bytes);
+    const std::size_t blocked_last = profile.find_last_above(blocked_first, last, threshold);
+    if (blocked_last < last) profile.add(blocked_last + 1, last, c.size_bytes);
+    placements.push_back(
+        Placement{k, static_cast<OpIndex>(blocked_first) - 1, static_cast<OpIndex>(blocked_last) + 1});
+  }
+  return placements;
+}
+
+// Boundary candidates (docs/PEAK_PLANNER.md, "Boundaries"): for each boundary
+// whose edge memory is still over the limit after placement, take boundary
+// candidates by the edge reduction max(0, before - max(after, limit)) — the
+// smallest candidate that clears the excess, else the largest — until it fits.
+std::vector<std::int32_t> select_boundaries(const PeakModel& model, std::span<const Placement> placements,
+                                            std::int64_t limit) {
+  std::vector<std::int32_t> chosen;
+  const std::size_t boundaries = model.edge_bytes.size();
+  if (boundaries == 0 || model.boundary.empty()) return chosen;
+  std::vector<std::int64_t> freed_delta(boundaries + 1, 0);
+  for (const Placement& p : placements) {
+    const std::int64_t size = model.interior[static_cast<std::size_t>(p.candidate)].size_bytes;
+    freed_delta[static_cast<std::size_t>(p.release_op)] += size;
+    freed_delta[static_cast<std::size_t>(p.prefetch_op)] -= size;
+  }
+  // Boundary candidates grouped by boundary, smallest first.
+  std::vector<std::int32_t> order(model.boundary.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    const PeakCandidate& x = model.boundary[static_cast<std::size_t>(a)];
+    const PeakCandidate& y = model.boundary[static_cast<std::size_t>(b)];
+    return std::tie(x.start_op, x.size_bytes) < std::tie(y.start_op, y.size_bytes);
+  });
+  std::int64_t freed = 0;
+  std::size_t at = 0;
+  for (std::size_t boundary = 0; boundary < boundaries; ++boundary) {
+    freed += freed_delta[boundary];
+    std::size_t group_end = at;
+    while (group_end < order.size() &&
+           model.boundary[static_cast<std::size_t>(order[group_end])].start_op == static_cast<OpIndex>(boundary)) {
+      ++group_end;
+    }
+    std::int64_t edge = model.edge_bytes[boundary] - freed;
+    std::size_t remaining_end = group_end;  // candidates [at, remaining_end) are unused
+    while (edge > limit && remaining_end > at) {
+      const std::int64_t excess = edge - limit;
+      auto size_of = [&](std::size_t i) { return model.boundary[static_cast<std::size_t>(order[i])].size_bytes; };
+      std::size_t pick = remaining_end - 1;  // the largest: removes the most when none clears the excess
+      if (size_of(pick) >= excess) {
+        // The smallest that clears it: same reduction, fewest bytes moved.
+        std::size_t lo = at, hi = remaining_end - 1;
+        while (lo < hi) {
+          const std::size_t mid = lo + (hi - lo) / 2;
+          if (size_of(mid) >= excess) {
+            hi = mid;
+          } else {
+            lo = mid + 1;
+          }
+        }
+        pick = lo;
+      }
+      chosen.push_back(order[pick]);
+      edge -= size_of(pick);
+      std::rotate(order.begin() + static_cast<std::ptrdiff_t>(pick), order.begin() + static_cast<std::ptrdiff_t>(pick) + 1,
+                  order.begin() + static_cast<std::ptrdiff_t>(remaining_end));
+      --remaining_end;
+    }
+    at = group_end;
+  }
+  return chosen;
+}
+
+struct PendingAction {
+  Action action;
+  OpIndex deadline;  // copies: the op that needs them done (earlier first)
+};
+
+int kind_rank(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kCopyD2H: return 0;
+    case ActionKind::kCopyH2D: return 1;
+    case ActionKind::kReleaseDevice: return 2;
+    case ActionKind::kReleaseHost: return 3;
+  }
+  return 4;
+}
+
+// Turns placements into actions: one copy_d2h per used version, the eviction
+// pairs, one release_host per used version after its last prefetch, and the
+// end-of-life releases; then the fixed order and de-duplication.
+std::vector<Action> emit_actions(const Trace& trace, const PeakModel& model, std::span<const Placement> placements,
+                                 std::span<const std::int32_t> boundary_picks) {
+  struct VersionUse {
+    OpIndex first_release = -1;
+    OpIndex last_end = -1;
+    bool last_end_writes = false;
+  };
+  std::vector<VersionUse> uses(model.versions.size());
+  std::vector<PendingAction> pending;
+  auto evict = [&](const PeakCandidate& c, OpIndex release_op, OpIndex prefetch_op) {
+    const StorageId id = trace.storage(c.storage).id;
+    pending.push_back({Action{release_op, Phase::kPost, ActionKind::kReleaseDevice, id}, 0});
+    pending.push_back({Action{prefetch_op, Phase::kPre, ActionKind::kCopyH2D, id}, c.end_op});
+    VersionUse& use = uses[static_cast<std::size_t>(c.version)];
+    if (use.first_release < 0 || release_op < use.first_release) use.first_release = release_op;
+    if (c.end_op > use.last_end) {
+      use.last_end = c.end_op;
+      use.last_end_writes = c.end_op_writes;
+    }
+  };
+  for (const Placement& p : placements) evict(model.interior[static_cast<std::size_t>(p.candidate)], p.release_op, p.prefetch_op);
+  for (const std::int32_t k : boundary_picks) {
+    const PeakCandidate& c = model.boundary[static_cast<std::size_t>(k)];
+    evict(c, c.start_op, c.end_op);
+  }
+  for (std::size_t v = 0; v < uses.size(); ++v) {
+    const VersionUse& use = uses[v];
+    if (use.last_end < 0) continue;
+    const StorageId id = trace.storage(model.versions[v].storage).id;
+    pending.push_back({Action{model.versions[v].copy_op, Phase::kPost, ActionKind::kCopyD2H, id}, use.first_release});
+    // The host copy is last used by the prefetch before op last_end. When that
+    // op writes the storage, the next version's copy may be taken right after
+    // it, so the stale copy goes before the op.
+    pending.push_back({Action{use.last_end, use.last_end_writes ? Phase::kPre : Phase::kPost,
+                              ActionKind::kReleaseHost, id},
+                       0});
+  }
+  for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+    const OpIndex last_use = model.last_use[static_cast<std::size_t>(s)];
+    const StorageInfo& info = trace.storage(s);
+    if (last_use < 0 || info.retained()) continue;
+    pending.push_back({Action{last_use, Phase::kPost, ActionKind::kReleaseDevice, info.id}, 0});
+  }
+
+  std::sort(pending.begin(), pending.end(), [](const PendingAction& a, const PendingAction& b) {
+    return std::make_tuple(a.action.op, a.action.phase, kind_rank(a.action.kind), a.deadline, a.action.storage) <
+           std::make_tuple(b.action.op, b.action.phase, kind_rank(b.action.kind), b.deadline, b.action.storage);
+  });
+  // An action repeated by two sources has the same deadline too, so duplicates
+  // end up adjacent.
+  std::vector<Action> actions;
+  actions.reserve(pending.size());
+  for (const PendingAction& p : pending) {
+    if (actions.empty() || !(actions.back() == p.action)) actions.push_back(p.action);
+  }
+  return actions;
+}
+
+}  // namespace
+
+Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const {
+  PlanResult result;
+  result.schedule.planner = std::string(name());
+  if (trace.op_count() == 0 || !budget_bytes) return result;
+  const std::int64_t limit = *budget_bytes;
+
+  const StorageAccesses accesses(trace);
+  const PeakModel model = internal::build_peak_model(trace, accesses);
+  result.floor = model.floor;
+  ProfileTree profile(model.resident_bytes, limit);
+  result.initial_peak_bytes = profile.max();
+  if (limit < model.floor.bytes) {
+    result.notes.push_back(fmt::format(
+        "budget {} ({} bytes) is below the unavoidable floor of {} ({} bytes) at op {} ({}): the planned peak "
+        "cannot go below the floor; planned as close to the budget as possible",
+        format_bytes(limit), limit, format_bytes(model.floor.bytes), model.floor.bytes, model.floor.op,
+        trace.op_name(model.floor.op)));
+  }
+
+  const std::vector<std::int32_t> selected = Selection(trace, model, options_.weights, limit, profile).run();
+  // Below the floor the selection stops at the floor; placement then keeps to
+  // what was reached instead of the unreachable budget.
+  const std::int64_t placement_limit = std::max(limit, profile.max());
+  const std::vector<Placement> placements = place(model, selected, placement_limit, profile);
+  const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit);
+  if (!boundary_picks.empty()) {
+    result.notes.push_back(fmt::format("{} boundary candidate(s) used to lower edge memory between ops",
+                                       boundary_picks.size()));
+  }
+  result.planned_peak_bytes = profile.max();
+  result.schedule.actions = emit_actions(trace, model, placements, boundary_picks);
+  return result;
+}
+
+}  // namespace hyperoffload
