@@ -13,7 +13,8 @@
 #include "hyperoffload/plan/internal/covering_index.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/internal/profile_tree.h"
-#include "hyperoffload/plan/internal/span_union.h"
+#include "hyperoffload/plan/internal/stall_estimate.h"
+#include "hyperoffload/plan/internal/transfer_load.h"
 
 namespace hyperoffload {
 
@@ -75,19 +76,20 @@ class Selection {
         limit_(limit),
         profile_(profile),
         index_(trace.op_count(), intervals(model)),
-        union_(static_cast<std::size_t>(trace.op_count())) {
+        compute_before_(compute_prefix(trace)),
+        load_(compute_before_) {
     const std::size_t count = model.interior.size();
     factor_.resize(count);
     hiding_.resize(count);
+    transfer_ms_.resize(count);
     fresh_at_.assign(count, -1);
 
     // Prefix sums make "compute inside the gap" and "ops over budget inside the
     // gap" O(1) for the initial bounds.
     const auto ops = static_cast<std::size_t>(trace.op_count());
-    std::vector<double> compute_before(ops + 1, 0.0);
+    const std::vector<double>& compute_before = compute_before_;
     std::vector<std::int32_t> over_before(ops + 1, 0);
     for (std::size_t op = 0; op < ops; ++op) {
-      compute_before[op + 1] = compute_before[op] + trace.op_duration_ms(static_cast<OpIndex>(op));
       over_before[op + 1] = over_before[op] + (model.resident_bytes[op] > limit ? 1 : 0);
     }
     initial_over_ = over_before[ops];
@@ -95,8 +97,12 @@ class Selection {
       const PeakCandidate& c = model.interior[k];
       const auto first = static_cast<std::size_t>(c.interior_first());
       const auto end = static_cast<std::size_t>(c.end_op);
-      const double inside_ms = compute_before[end] - compute_before[first];
+      // The copy to host can start right after the version's copy op, so the
+      // compute that can hide the round trip runs from there to the gap's end.
+      const auto copied_after = static_cast<std::size_t>(model.versions[static_cast<std::size_t>(c.version)].copy_op) + 1;
+      const double inside_ms = compute_before[end] - compute_before[copied_after];
       const double transfer_ms = trace.d2h_ms(c.size_bytes) + trace.h2d_ms(c.size_bytes);
+      transfer_ms_[k] = transfer_ms;
       hiding_[k] = transfer_ms > 0.0 ? std::min(1.0, inside_ms / transfer_ms) : 1.0;
       // The peak op is always among the covered over-budget ops, hence the -1;
       // the bound uses the initial count, which can only shrink.
@@ -125,7 +131,8 @@ class Selection {
       const PeakCandidate& c = model_.interior[static_cast<std::size_t>(pick)];
       profile_.add(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last()),
                    -c.size_bytes);
-      union_.add(static_cast<std::size_t>(c.start_op), static_cast<std::size_t>(c.end_op));
+      load_.add(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last()),
+                transfer_ms_[static_cast<std::size_t>(pick)]);
       index_.set(pick, IndexGroup::kNone, 0.0);
       selected.push_back(pick);
     }
@@ -133,6 +140,14 @@ class Selection {
   }
 
  private:
+  static std::vector<double> compute_prefix(const Trace& trace) {
+    std::vector<double> before(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
+    for (OpIndex op = 0; op < trace.op_count(); ++op) {
+      before[static_cast<std::size_t>(op) + 1] = before[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
+    }
+    return before;
+  }
+
   static std::vector<internal::OpInterval> intervals(const PeakModel& model) {
     std::vector<internal::OpInterval> out;
     out.reserve(model.interior.size());
@@ -198,10 +213,13 @@ class Selection {
     const PeakCandidate& c = model_.interior[index];
     const auto over_inside = static_cast<std::int64_t>(profile_.count_over(
         static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last())));
-    const double span_ops = static_cast<double>(c.end_op - c.start_op + 1);
-    const double neighbor =
-        static_cast<double>(union_.covered(static_cast<std::size_t>(c.start_op), static_cast<std::size_t>(c.end_op))) /
-        span_ops;
+    // Neighbour impact: the share of the copy engines' time inside the gap that
+    // selected candidates already claim, against the compute that could hide it.
+    const auto first = static_cast<std::size_t>(c.interior_first());
+    const auto last = static_cast<std::size_t>(c.interior_last());
+    const double committed_ms = load_.load(first, last);
+    const double inside_ms = compute_before_[last + 1] - compute_before_[first];
+    const double neighbor = committed_ms > 0.0 ? committed_ms / (committed_ms + inside_ms) : 0.0;
     factor_[index] = combine(hiding_[index], coverage_fraction(over_inside), neighbor);
     const IndexGroup group = index_.group(k);
     index_.set(k, group, key(index, group));
@@ -212,10 +230,12 @@ class Selection {
   std::int64_t limit_;
   ProfileTree& profile_;
   CoveringIndex index_;
-  internal::SpanUnion union_;
+  std::vector<double> compute_before_;  // compute ms of ops [0, x)
+  internal::TransferLoad load_;
   std::int64_t initial_over_ = 0;
   std::vector<double> factor_;  // cached F: an upper bound of the current one
   std::vector<double> hiding_;
+  std::vector<double> transfer_ms_;  // D2H + H2D of each candidate
   std::vector<std::int32_t> fresh_at_;  // step at which factor_ was last made exact
   std::vector<std::int32_t> by_size_;   // candidates, largest first
   std::size_t next_large_ = 0;
@@ -228,32 +248,192 @@ struct Placement {
   std::int32_t candidate;
   OpIndex release_op;
   OpIndex prefetch_op;
+  std::int32_t engine_rank;  // position of its copy_h2d in the engine order
 };
+
+// When each selected candidate's copy back could start and when it is needed,
+// in ms of compute without stalls: the version's copy to host is simulated on a
+// FIFO engine (issued after its copy op, in op order), and the candidate is
+// needed when its end op starts. Used to order the prefetches.
+struct PrefetchTiming {
+  double ready_ms = 0.0;     // its version's D2H has completed
+  double deadline_ms = 0.0;  // its end op starts
+};
+
+std::vector<PrefetchTiming> estimate_timing(const Trace& trace, const PeakModel& model,
+                                            std::span<const std::int32_t> selected) {
+  std::vector<double> start_ms(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    start_ms[static_cast<std::size_t>(op) + 1] = start_ms[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
+  }
+  std::vector<std::int32_t> versions;
+  for (const std::int32_t k : selected) versions.push_back(model.interior[static_cast<std::size_t>(k)].version);
+  std::sort(versions.begin(), versions.end(), [&](std::int32_t a, std::int32_t b) {
+    const internal::PeakVersion& x = model.versions[static_cast<std::size_t>(a)];
+    const internal::PeakVersion& y = model.versions[static_cast<std::size_t>(b)];
+    return std::tie(x.copy_op, a) < std::tie(y.copy_op, b);
+  });
+  versions.erase(std::unique(versions.begin(), versions.end()), versions.end());
+  std::vector<double> done_ms(model.versions.size(), 0.0);
+  double engine_free_ms = 0.0;
+  for (const std::int32_t v : versions) {
+    const internal::PeakVersion& version = model.versions[static_cast<std::size_t>(v)];
+    const double issue_ms = start_ms[static_cast<std::size_t>(version.copy_op) + 1];
+    engine_free_ms = std::max(engine_free_ms, issue_ms) + trace.d2h_ms(trace.storage(version.storage).size_bytes);
+    done_ms[static_cast<std::size_t>(v)] = engine_free_ms;
+  }
+  std::vector<PrefetchTiming> timing(model.interior.size());
+  for (const std::int32_t k : selected) {
+    const PeakCandidate& c = model.interior[static_cast<std::size_t>(k)];
+    timing[static_cast<std::size_t>(k)] = {done_ms[static_cast<std::size_t>(c.version)],
+                                           start_ms[static_cast<std::size_t>(c.end_op)]};
+  }
+  return timing;
+}
+
+// Two ways to order the prefetches on their FIFO copy engine; the planner
+// builds both schedules and keeps the one with the smaller estimated stall
+// (internal/stall_estimate.h).
+enum class PrefetchOrder : std::uint8_t {
+  // Soonest needed first. Best when compute hides the copies.
+  kSoonestNeeded,
+  // Soonest needed first, except that while the next copy cannot start yet —
+  // its data is not on the host, or the budget has no room for it — copies
+  // needed later that can start and finish before it run in the idle time
+  // (over estimated times). Best when copies to host lag behind compute.
+  kFillIdleEngine,
+};
+
+// The order in which the copy engine should run the prefetches, from a
+// simulation of the engine over estimated times.
+std::vector<std::int32_t> engine_order(const Trace& trace, const PeakModel& model, std::span<const std::int32_t> selected,
+                                       std::int64_t limit, const ProfileTree& profile, PrefetchOrder rule) {
+  const std::vector<PrefetchTiming> timing = estimate_timing(trace, model, selected);
+  std::vector<double> start_ms(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    start_ms[static_cast<std::size_t>(op) + 1] = start_ms[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
+  }
+  struct Job {
+    std::int32_t candidate;
+    double available_ms;  // data on the host and room on the device
+    double deadline_ms;
+    OpIndex end_op;
+    double duration_ms;
+  };
+  std::vector<Job> jobs;
+  jobs.reserve(selected.size());
+  for (const std::int32_t k : selected) {
+    const PeakCandidate& c = model.interior[static_cast<std::size_t>(k)];
+    const std::size_t blocked_last =
+        profile.find_last_above(static_cast<std::size_t>(c.interior_first()),
+                                static_cast<std::size_t>(c.interior_last()), limit - c.size_bytes);
+    const OpIndex room_from = blocked_last == ProfileTree::kNotFound ? c.interior_first()
+                                                                      : static_cast<OpIndex>(blocked_last) + 1;
+    const PrefetchTiming& t = timing[static_cast<std::size_t>(k)];
+    jobs.push_back({k, std::max(t.ready_ms, start_ms[static_cast<std::size_t>(room_from)]), t.deadline_ms, c.end_op,
+                    trace.h2d_ms(c.size_bytes)});
+  }
+  // by_deadline: the EDD sequence; by_availability feeds the heap of startable jobs.
+  auto sooner = [&](std::size_t a, std::size_t b) {
+    return std::tie(jobs[a].deadline_ms, jobs[a].end_op, jobs[a].candidate) <
+           std::tie(jobs[b].deadline_ms, jobs[b].end_op, jobs[b].candidate);
+  };
+  std::vector<std::size_t> by_deadline(jobs.size()), by_availability(jobs.size());
+  std::iota(by_deadline.begin(), by_deadline.end(), std::size_t{0});
+  std::iota(by_availability.begin(), by_availability.end(), std::size_t{0});
+  std::sort(by_deadline.begin(), by_deadline.end(), sooner);
+  std::stable_sort(by_availability.begin(), by_availability.end(),
+                   [&](std::size_t a, std::size_t b) { return jobs[a].available_ms < jobs[b].available_ms; });
+  auto later = [&](std::size_t a, std::size_t b) { return sooner(b, a); };
+  std::vector<std::size_t> startable;  // heap, soonest-needed on top; may hold done jobs
+  std::vector<bool> done(jobs.size(), false);
+  std::vector<std::int32_t> order;
+  order.reserve(jobs.size());
+  double now_ms = 0.0;
+  std::size_t next_available = 0, next_due = 0;
+  while (order.size() < jobs.size()) {
+    for (; next_available < jobs.size() && jobs[by_availability[next_available]].available_ms <= now_ms;
+         ++next_available) {
+      startable.push_back(by_availability[next_available]);
+      std::push_heap(startable.begin(), startable.end(), later);
+    }
+    while (done[by_deadline[next_due]]) ++next_due;
+    const std::size_t due = by_deadline[next_due];
+    std::size_t run = due;
+    if (rule == PrefetchOrder::kFillIdleEngine && jobs[due].available_ms > now_ms) {
+      while (!startable.empty() && done[startable.front()]) {
+        std::pop_heap(startable.begin(), startable.end(), later);
+        startable.pop_back();
+      }
+      const bool fills_gap = !startable.empty() &&
+                             now_ms + jobs[startable.front()].duration_ms <= jobs[due].available_ms;
+      if (!fills_gap) {
+        // Idle until the due copy, or an earlier one that might fill the gap,
+        // can start.
+        double wake_ms = jobs[due].available_ms;
+        if (startable.empty() && next_available < jobs.size()) {
+          wake_ms = std::min(wake_ms, jobs[by_availability[next_available]].available_ms);
+        }
+        now_ms = wake_ms;
+        continue;
+      }
+      run = startable.front();
+    }
+    done[run] = true;
+    order.push_back(jobs[run].candidate);
+    now_ms += jobs[run].duration_ms;
+  }
+  return order;
+}
 
 // Placement (docs/PEAK_PLANNER.md, "Placement"): selection subtracted each
 // candidate over its whole interior; now give back the ops where the memory
-// stays within the limit — a prefix (the release moves as late as possible) and
-// a suffix (the prefetch moves as early as possible). A candidate that fits
+// stays within the limit — a suffix (the prefetch moves as early as possible)
+// and a prefix (the release moves as late as possible). A candidate that fits
 // back entirely was made redundant by later selections and is dropped.
-std::vector<Placement> place(const PeakModel& model, std::span<const std::int32_t> selected, std::int64_t limit,
-                             ProfileTree& profile) {
-  std::vector<Placement> placements;
-  placements.reserve(selected.size());
-  for (const std::int32_t k : selected) {
-    const PeakCandidate& c = model.interior[static_cast<std::size_t>(k)];
+//
+// Prefetches are placed first, in engine_order, each no earlier than the one
+// before: the engine is FIFO, so a copy issued out of that order would hold up
+// the copies queued behind it. Releases follow, in selection order.
+std::vector<Placement> place(const Trace& trace, const PeakModel& model, std::span<const std::int32_t> selected,
+                             std::int64_t limit, ProfileTree& profile, PrefetchOrder rule) {
+  auto interior = [&](std::int32_t k) -> const PeakCandidate& { return model.interior[static_cast<std::size_t>(k)]; };
+  const std::vector<std::int32_t> by_need = engine_order(trace, model, selected, limit, profile, rule);
+  std::vector<std::int32_t> engine_rank(model.interior.size(), 0);
+  for (std::size_t i = 0; i < by_need.size(); ++i) engine_rank[static_cast<std::size_t>(by_need[i])] = static_cast<std::int32_t>(i);
+  std::vector<OpIndex> prefetch_op(model.interior.size(), -1);
+  OpIndex issued_up_to = 0;
+  for (const std::int32_t k : by_need) {
+    const PeakCandidate& c = interior(k);
     const auto first = static_cast<std::size_t>(c.interior_first());
     const auto last = static_cast<std::size_t>(c.interior_last());
     const std::int64_t threshold = limit - c.size_bytes;  // ops above it cannot hold the storage
-    const std::size_t blocked_first = profile.find_first_above(first, last, threshold);
-    if (blocked_first == ProfileTree::kNotFound) {
+    const std::size_t blocked_last = profile.find_last_above(first, last, threshold);
+    if (blocked_last == ProfileTree::kNotFound) {
       profile.add(first, last, c.size_bytes);
       continue;
     }
+    // Keep the engine order, unless that would be too late for this copy.
+    const OpIndex prefetch = std::min(std::max(static_cast<OpIndex>(blocked_last) + 1, issued_up_to), c.end_op);
+    if (prefetch <= c.interior_last()) profile.add(static_cast<std::size_t>(prefetch), last, c.size_bytes);
+    prefetch_op[static_cast<std::size_t>(k)] = prefetch;
+    issued_up_to = std::max(issued_up_to, prefetch);
+  }
+
+  std::vector<Placement> placements;
+  placements.reserve(selected.size());
+  for (const std::int32_t k : selected) {
+    const OpIndex prefetch = prefetch_op[static_cast<std::size_t>(k)];
+    if (prefetch < 0) continue;  // dropped
+    const PeakCandidate& c = interior(k);
+    const auto first = static_cast<std::size_t>(c.interior_first());
+    // Memory only grew since the prefetch was placed, so the op that blocked it
+    // still blocks: there is a first blocked op before the prefetch.
+    const std::size_t blocked_first =
+        profile.find_first_above(first, static_cast<std::size_t>(prefetch) - 1, limit - c.size_bytes);
     if (blocked_first > first) profile.add(first, blocked_first - 1, c.size_bytes);
-    const std::size_t blocked_last = profile.find_last_above(blocked_first, last, threshold);
-    if (blocked_last < last) profile.add(blocked_last + 1, last, c.size_bytes);
     placements.push_back(
-        Placement{k, static_cast<OpIndex>(blocked_first) - 1, static_cast<OpIndex>(blocked_last) + 1});
+        Placement{k, static_cast<OpIndex>(blocked_first) - 1, prefetch, engine_rank[static_cast<std::size_t>(k)]});
   }
   return placements;
 }
@@ -322,7 +502,10 @@ std::vector<std::int32_t> select_boundaries(const PeakModel& model, std::span<co
 
 struct PendingAction {
   Action action;
-  OpIndex deadline;  // copies: the op that needs them done (earlier first)
+  // Orders copies within one (op, phase): prefetches by engine order (those of
+  // boundary candidates, needed by the very next op, first), copies to host by
+  // the first release that waits for them.
+  std::int64_t order_key;
 };
 
 int kind_rank(ActionKind kind) {
@@ -347,10 +530,10 @@ std::vector<Action> emit_actions(const Trace& trace, const PeakModel& model, std
   };
   std::vector<VersionUse> uses(model.versions.size());
   std::vector<PendingAction> pending;
-  auto evict = [&](const PeakCandidate& c, OpIndex release_op, OpIndex prefetch_op) {
+  auto evict = [&](const PeakCandidate& c, OpIndex release_op, OpIndex prefetch_op, std::int64_t engine_rank) {
     const StorageId id = trace.storage(c.storage).id;
     pending.push_back({Action{release_op, Phase::kPost, ActionKind::kReleaseDevice, id}, 0});
-    pending.push_back({Action{prefetch_op, Phase::kPre, ActionKind::kCopyH2D, id}, c.end_op});
+    pending.push_back({Action{prefetch_op, Phase::kPre, ActionKind::kCopyH2D, id}, engine_rank});
     VersionUse& use = uses[static_cast<std::size_t>(c.version)];
     if (use.first_release < 0 || release_op < use.first_release) use.first_release = release_op;
     if (c.end_op > use.last_end) {
@@ -358,10 +541,12 @@ std::vector<Action> emit_actions(const Trace& trace, const PeakModel& model, std
       use.last_end_writes = c.end_op_writes;
     }
   };
-  for (const Placement& p : placements) evict(model.interior[static_cast<std::size_t>(p.candidate)], p.release_op, p.prefetch_op);
+  for (const Placement& p : placements) {
+    evict(model.interior[static_cast<std::size_t>(p.candidate)], p.release_op, p.prefetch_op, p.engine_rank);
+  }
   for (const std::int32_t k : boundary_picks) {
     const PeakCandidate& c = model.boundary[static_cast<std::size_t>(k)];
-    evict(c, c.start_op, c.end_op);
+    evict(c, c.start_op, c.end_op, -1);
   }
   for (std::size_t v = 0; v < uses.size(); ++v) {
     const VersionUse& use = uses[v];
@@ -383,10 +568,10 @@ std::vector<Action> emit_actions(const Trace& trace, const PeakModel& model, std
   }
 
   std::sort(pending.begin(), pending.end(), [](const PendingAction& a, const PendingAction& b) {
-    return std::make_tuple(a.action.op, a.action.phase, kind_rank(a.action.kind), a.deadline, a.action.storage) <
-           std::make_tuple(b.action.op, b.action.phase, kind_rank(b.action.kind), b.deadline, b.action.storage);
+    return std::make_tuple(a.action.op, a.action.phase, kind_rank(a.action.kind), a.order_key, a.action.storage) <
+           std::make_tuple(b.action.op, b.action.phase, kind_rank(b.action.kind), b.order_key, b.action.storage);
   });
-  // An action repeated by two sources has the same deadline too, so duplicates
+  // An action repeated by two sources has the same order key too, so duplicates
   // end up adjacent.
   std::vector<Action> actions;
   actions.reserve(pending.size());
@@ -421,14 +606,31 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   // Below the floor the selection stops at the floor; placement then keeps to
   // what was reached instead of the unreachable budget.
   const std::int64_t placement_limit = std::max(limit, profile.max());
-  const std::vector<Placement> placements = place(model, selected, placement_limit, profile);
-  const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit);
-  if (!boundary_picks.empty()) {
-    result.notes.push_back(fmt::format("{} boundary candidate(s) used to lower edge memory between ops",
-                                       boundary_picks.size()));
+  struct Variant {
+    std::vector<Action> actions;
+    std::size_t boundary_picks = 0;
+    std::int64_t peak_bytes = 0;
+    double stall_ms = 0.0;
+  };
+  auto build = [&](PrefetchOrder rule, ProfileTree& tree) {
+    const std::vector<Placement> placements = place(trace, model, selected, placement_limit, tree, rule);
+    const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit);
+    Variant variant{emit_actions(trace, model, placements, boundary_picks), boundary_picks.size(), tree.max(), 0.0};
+    variant.stall_ms = internal::estimate_stall_ms(trace, variant.actions);
+    return variant;
+  };
+  ProfileTree fill_profile = profile;
+  Variant chosen = build(PrefetchOrder::kSoonestNeeded, profile);
+  if (!selected.empty()) {
+    Variant fill = build(PrefetchOrder::kFillIdleEngine, fill_profile);
+    if (fill.stall_ms < chosen.stall_ms) chosen = std::move(fill);
   }
-  result.planned_peak_bytes = profile.max();
-  result.schedule.actions = emit_actions(trace, model, placements, boundary_picks);
+  if (chosen.boundary_picks > 0) {
+    result.notes.push_back(fmt::format("{} boundary candidate(s) used to lower edge memory between ops",
+                                       chosen.boundary_picks));
+  }
+  result.planned_peak_bytes = chosen.peak_bytes;
+  result.schedule.actions = std::move(chosen.actions);
   return result;
 }
 
