@@ -1,7 +1,6 @@
 #include "hyperoffload/io/timeline_json.h"
 
 #include <array>
-#include <iterator>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -63,16 +62,17 @@ std::string timeline_to_chrome_json(const Trace& trace, const Timeline& timeline
   op_names.reserve(trace.op_names().size());
   for (const std::string& name : trace.op_names()) op_names.push_back(json_string(name));
 
-  std::string out;
+  fmt::memory_buffer out;
   out.reserve(160 * (timeline.spans.size() + timeline.memory.size()) + 1024);
-  auto it = std::back_inserter(out);
+  fmt::appender it(out);
+  auto append = [&](std::string_view text) { out.append(text); };
   bool first = true;
   auto begin_event = [&] {
-    out += first ? "\n" : ",\n";
+    append(first ? "\n" : ",\n");
     first = false;
   };
 
-  out += "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  append("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
   begin_event();
   fmt::format_to(it, R"({{"ph":"M","pid":{},"name":"process_name","args":{{"name":"hyperoffload"}}}})", kPid);
   for (const Lane lane : {Lane::kCompute, Lane::kCopy0, Lane::kCopy1}) {
@@ -130,8 +130,8 @@ std::string timeline_to_chrome_json(const Trace& trace, const Timeline& timeline
   };
   if (timeline.memory.empty() || timeline.memory.front().time_ms > 0.0) counter(0.0, 0);
   for (const MemorySample& sample : timeline.memory) counter(sample.time_ms, sample.device_bytes);
-  out += "\n]}\n";
-  return out;
+  append("\n]}\n");
+  return fmt::to_string(out);
 }
 
 }  // namespace hyperoffload
