@@ -1,7 +1,7 @@
 // The peak planner's data structures against brute force on random operation
 // sequences: ProfileTree (range add, argmax, threshold searches, above-limit
-// counts), CoveringIndex (best active interval containing an op, per group) and
-// SpanUnion (covered ops of a growing union of ranges).
+// counts), CoveringIndex (best active interval containing an op, per group),
+// TransferLoad (copy time spread over compute) and the stall estimate.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +9,9 @@
 
 #include "hyperoffload/plan/internal/covering_index.h"
 #include "hyperoffload/plan/internal/profile_tree.h"
-#include "hyperoffload/plan/internal/span_union.h"
+#include "hyperoffload/plan/internal/stall_estimate.h"
+#include "hyperoffload/plan/internal/transfer_load.h"
+#include "testing/trace_dsl.h"
 
 namespace hyperoffload::internal {
 namespace {
@@ -94,24 +96,55 @@ TEST(CoveringIndex, ReturnsTheBestActiveIntervalContainingEachOp) {
   }
 }
 
-TEST(SpanUnion, CountsCoveredOpsOfAGrowingUnion) {
+TEST(TransferLoad, SpreadsTransferTimeOverComputeLikeBruteForce) {
   std::mt19937_64 rng(3);
   for (int round = 0; round < 30; ++round) {
-    const std::size_t n = 1 + rng() % 100;
-    SpanUnion spans(n);
-    std::vector<bool> covered(n, false);
+    const std::size_t n = 1 + rng() % 40;
+    std::vector<double> duration(n);
+    for (double& d : duration) d = static_cast<double>(rng() % 4);  // zeros included
+    std::vector<double> before(n + 1, 0.0);
+    for (std::size_t i = 0; i < n; ++i) before[i + 1] = before[i] + duration[i];
+    TransferLoad load(before);
+    std::vector<double> per_op(n, 0.0);  // brute force: load on each op
     for (int step = 0; step < 60; ++step) {
       std::size_t a = rng() % n, b = rng() % n;
       if (a > b) std::swap(a, b);
       if (rng() % 2 == 0) {
-        spans.add(a, b);
-        for (std::size_t i = a; i <= b; ++i) covered[i] = true;
+        const double transfer = static_cast<double>(1 + rng() % 9);
+        load.add(a, b, transfer);
+        const double compute = before[b + 1] - before[a];
+        if (compute > 0) {
+          for (std::size_t i = a; i <= b; ++i) per_op[i] += transfer * duration[i] / compute;
+        }
       } else {
-        ASSERT_EQ(spans.covered(a, b),
-                  static_cast<std::size_t>(std::count(covered.begin() + a, covered.begin() + b + 1, true)));
+        double expected = 0.0;
+        for (std::size_t i = a; i <= b; ++i) expected += per_op[i];
+        ASSERT_NEAR(load.load(a, b), expected, 1e-9);
       }
     }
   }
+}
+
+TEST(StallEstimate, FollowsTheSimulatorsTimingRules) {
+  // 100 bytes per ms; ops 1 ms each. s1 (200 B = 2 ms per copy) is written by
+  // op 0, copied after it (1..3 ms), released, and prefetched before op 2,
+  // which starts at 2 ms but the copy back can only start at 3 ms (after the
+  // copy to host): it ends at 5 ms, so op 3 (reading s1) waits from 3 to 5 ms.
+  //   compute:  [op0 0-1][op1 1-2][op2 2-3]......[op3 5-6]
+  //   D2H:              [s1 1-3]
+  //   H2D:                       [s1 3-5]
+  const Trace trace = ::hyperoffload::testing::TraceDsl()
+                          .storage(1, 200)
+                          .bandwidth(100.0 * 1000.0 / static_cast<double>(kBytesPerGiB))
+                          .op("a", "W1", 1)
+                          .op("b", "", 1)
+                          .op("c", "", 1)
+                          .op("d", "R1", 1)
+                          .build();
+  const std::vector<Action> actions =
+      ::hyperoffload::testing::actions("post 0 copy_d2h 1; post 0 release_device 1; pre 2 copy_h2d 1");
+  EXPECT_NEAR(estimate_stall_ms(trace, actions), 2.0, 1e-9);
+  EXPECT_NEAR(estimate_stall_ms(trace, {}), 0.0, 1e-12);
 }
 
 }  // namespace

@@ -429,48 +429,62 @@ TEST(PeakPlannerSelection, FixesEachPeakSeparatelyWithoutTheCoverageTerm) {
                     "post 4 release_host 5"));
 }
 
-// Peak op 1 is fixed first by s1 (0,2), whose span is ops 0..2. Peak op 5 can
-// then take s2 (2,6), whose span touches op 2, or s3 (4,6), which touches
-// nothing selected. Sizes 100 except s4 160 (op 1) and s5 60 (op 5).
-//   op:    0    1    2    3    4    5    6
-//   res:  100  260  200  100  200  260  200     budget 200
-Trace peaks_with_overlapping_spans() {
+// Bandwidth for tests with durations: 100 bytes per ms, so a 100-byte storage
+// takes 1 ms each way.
+constexpr double kHundredBytesPerMs = 100.0 * 1000.0 / static_cast<double>(kBytesPerGiB);
+
+// Every op runs 1 ms. Peak op 1 is fixed first by X = s1 (copied after op 0,
+// interior ops 1..3). Peak op 5 can then take Y = s2 (copied after op 2,
+// interior 3..6), whose interior shares op 3 with X's, or Z = s3 (copied after
+// op 4, interior 5..6). Sizes 100 except fillers s4 250 (op 1), s5 150 (op 5).
+//   op:    0    1    2    3    4    5    6    7
+//   res:  100  350  200  200  300  350  200  200     budget 300
+Trace peaks_with_overlapping_gaps() {
   return TraceDsl()
       .storage(1, 100)
       .storage(2, 100)
       .storage(3, 100)
-      .storage(4, 160)
-      .storage(5, 60)
-      .op("a", "W1")
-      .op("b", "W4")
-      .op("c", "R1 W2")
-      .op("d", "")
-      .op("e", "W3")
-      .op("f", "W5")
-      .op("g", "R2 R3")
+      .storage(4, 250)
+      .storage(5, 150)
+      .bandwidth(kHundredBytesPerMs)
+      .op("a", "W1", 1)
+      .op("b", "W4", 1)
+      .op("c", "W2", 1)
+      .op("d", "", 1)
+      .op("e", "R1 W3", 1)
+      .op("f", "W5", 1)
+      .op("g", "", 1)
+      .op("h", "R2 R3", 1)
       .build();
 }
 
-TEST(PeakPlannerSelection, PenalizesOverlapWithTheSpansOfSelectedCandidates) {
-  // Neighbour impact at op 5: s2 has 1 of its 5 span ops (op 2) inside s1's
-  // span → factor 0.8; s3 none → 1.0 → s3.
-  const PlanResult plan = plan_peak(peaks_with_overlapping_spans(), 200);
+TEST(PeakPlannerSelection, PenalizesGapsWhoseCopyEngineTimeIsAlreadyTaken) {
+  // Op 1 (E 50): only X covers it. Op 5 (E 50): Y and Z both remove 50, both
+  // hide (Y: 4 ms of compute after its copy op for 2 ms of copies, Z: 2 for 2)
+  // and cover no other over-budget op. X's 2 ms of copies are spread over its
+  // 3 ms interior; Y's interior holds 1 of those ms (op 3), against its own 4 ms
+  // of compute: neighbour impact (2/3) / (2/3 + 4) = 1/7 → factor 1 + 1 - 1/7 for
+  // Y, 2 for Z → Z.
+  // Placement, budget 300: X returns before op 2 (op 1 holds 250), leaves after
+  // op 0; Z returns before op 6 (op 5 holds 250), leaves after op 4.
+  const PlanResult plan = plan_peak(peaks_with_overlapping_gaps(), 300);
   EXPECT_EQ(plan.schedule.actions,
             actions("post 0 copy_d2h 1; post 0 release_device 1; post 1 release_device 4; pre 2 copy_h2d 1;"
-                    "post 2 release_device 1; post 2 release_host 1; post 4 copy_d2h 3; post 4 release_device 3;"
-                    "post 5 release_device 5; pre 6 copy_h2d 3; post 6 release_device 2; post 6 release_device 3;"
-                    "post 6 release_host 3"));
+                    "post 4 copy_d2h 3; post 4 release_device 1; post 4 release_device 3; post 4 release_host 1;"
+                    "post 5 release_device 5; pre 6 copy_h2d 3; post 7 release_device 2; post 7 release_device 3;"
+                    "post 7 release_host 3"));
 }
 
-TEST(PeakPlannerSelection, IgnoresOverlapWhenNeighbourImpactHasNoWeight) {
-  // neighbor_impact=0: tie at op 5 → s2 (generated before s3). Copied after its
-  // write at op 2; ops 3..4 hold it again, op 5 does not.
-  const PlanResult plan = plan_peak(peaks_with_overlapping_spans(), 200, PeakScoreWeights{1, 1, 1, 0});
+TEST(PeakPlannerSelection, IgnoresCopyEngineContentionWhenNeighbourImpactHasNoWeight) {
+  // neighbor_impact=0: Y and Z tie at factor 2; Y was generated first. Y is
+  // copied after its write at op 2; ops 3..4 can hold it again (at most 200),
+  // op 5 cannot: it leaves after op 4 and returns before op 6.
+  const PlanResult plan = plan_peak(peaks_with_overlapping_gaps(), 300, PeakScoreWeights{1, 1, 1, 0});
   EXPECT_EQ(plan.schedule.actions,
             actions("post 0 copy_d2h 1; post 0 release_device 1; post 1 release_device 4; pre 2 copy_h2d 1;"
-                    "post 2 copy_d2h 2; post 2 release_device 1; post 2 release_host 1; post 4 release_device 2;"
-                    "post 5 release_device 5; pre 6 copy_h2d 2; post 6 release_device 2; post 6 release_device 3;"
-                    "post 6 release_host 2"));
+                    "post 2 copy_d2h 2; post 4 release_device 1; post 4 release_device 2; post 4 release_host 1;"
+                    "post 5 release_device 5; pre 6 copy_h2d 2; post 7 release_device 2; post 7 release_device 3;"
+                    "post 7 release_host 2"));
 }
 
 TEST(PeakPlannerSelection, StopsWhenNothingCoversThePeak) {
@@ -559,14 +573,49 @@ TEST(PeakPlannerPlacement, DropsACandidateThatLaterSelectionsMadeRedundant) {
                     "post 3 release_device 4; pre 4 copy_h2d 2; post 4 release_device 2; post 4 release_host 2"));
 }
 
-TEST(PeakPlannerPlacement, IssuesSimultaneousPrefetchesInOrderOfNeed) {
-  // s1 100: W@0 R@9; s2 100: W@0 R@6; s3 200 at op 3. Budget 200.
+TEST(PeakPlannerPlacement, IssuesSimultaneousPrefetchesSoonestNeededFirst) {
+  // s2 100: W@0 R@6; s1 100: W@1 R@9; s3 200 at op 3. Budget 200. Zero compute.
+  //   op:    0    1    2    3    4    5    6    7    8    9
+  //   res:  100  200  200  400  200  200  200  100  100  100
+  // E = 200 at op 3: s2 (generated first) then s1 leave. After both, ops 1..8
+  // hold 100 0 200 0 0 100 0 0; with each prefetch placed as early as the budget
+  // allows, soonest needed first, both come back before op 4 and both leave
+  // after op 2. In pre 4, s2 (needed at op 6) is copied before s1 (op 9)
+  // although its id is higher; its data is on the host first, too (copied
+  // after op 0, s1 after op 1).
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 100)
+                          .storage(3, 200)
+                          .op("a", "W2")
+                          .op("b", "W1")
+                          .op("c", "")
+                          .op("d", "W3")
+                          .op("e", "")
+                          .op("f", "")
+                          .op("g", "R2")
+                          .op("h", "")
+                          .op("i", "")
+                          .op("j", "R1")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 200);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 2; post 1 copy_d2h 1; post 2 release_device 1; post 2 release_device 2;"
+                    "post 3 release_device 3; pre 4 copy_h2d 2; pre 4 copy_h2d 1; post 6 release_device 2;"
+                    "post 6 release_host 2; post 9 release_device 1; post 9 release_host 1"));
+}
+
+TEST(PeakPlannerPlacement, RunsALaterPrefetchWhileTheSoonerOneWaitsForItsData) {
+  // s1 100: W@0 R@9; s2 100: W@0 R@6; s3 200 at op 3. Budget 200. Zero compute;
+  // copies take d each.
   //   op:    0    1    2    3    4    5    6    7    8    9
   //   res:  200  200  200  400  200  200  200  100  100  100
-  // E = 200 at op 3: s1 and s2 both leave. Placing s1: ops 1..2 and 4..8 are at
-  // 0..100 without both → hold s1 again; op 3 (200) not → after op 2 / before
-  // op 4. s2 the same → after op 2 / before op 4. In pre 4, s2 (needed at op
-  // 6) is copied before s1 (needed at op 9), although s1 has the lower id.
+  // Both leave after op 2 and may return before op 4. Both are copied to host
+  // after op 0, s1 first (lower id): its data is on the host at d, s2's at 2d.
+  // Soonest-needed order would run s2 first and idle until 2d; running s1 in
+  // that idle time finishes by 2d without delaying s2, and the stall estimate
+  // (op 6 waits for s2 until 3d in both orders, op 9 for s1 until 4d or 2d)
+  // prefers it: pre 4 copies s1 first.
   const Trace trace = TraceDsl()
                           .storage(1, 100)
                           .storage(2, 100)
@@ -585,7 +634,7 @@ TEST(PeakPlannerPlacement, IssuesSimultaneousPrefetchesInOrderOfNeed) {
   const PlanResult plan = plan_peak(trace, 200);
   EXPECT_EQ(plan.schedule.actions,
             actions("post 0 copy_d2h 1; post 0 copy_d2h 2; post 2 release_device 1; post 2 release_device 2;"
-                    "post 3 release_device 3; pre 4 copy_h2d 2; pre 4 copy_h2d 1; post 6 release_device 2;"
+                    "post 3 release_device 3; pre 4 copy_h2d 1; pre 4 copy_h2d 2; post 6 release_device 2;"
                     "post 6 release_host 2; post 9 release_device 1; post 9 release_host 1"));
 }
 

@@ -10,7 +10,9 @@
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/internal/stall_estimate.h"
 #include "hyperoffload/plan/peak_planner.h"
+#include "hyperoffload/sim/simulator.h"
 
 namespace hyperoffload {
 namespace {
@@ -105,6 +107,21 @@ TEST(PeakPlannerProperty, LargerTracesStayWithinBudget) {
     ASSERT_TRUE(report.valid()) << report.problems.front();
     EXPECT_TRUE(report.faults.empty());
     EXPECT_LE(report.peak_bytes, std::max(*trace.memory_limit_bytes(), plan->floor->bytes));
+  }
+}
+
+TEST(PeakPlannerProperty, StallEstimateMatchesTheSimulatorOnPeakSchedules) {
+  // The planner picks its prefetch order by this estimate, so it must agree
+  // with the simulator (two copy engines) on the schedules it produces.
+  for (std::uint64_t seed = 1; seed <= 150; ++seed) {
+    const Case c = random_case(seed);
+    const Trace trace = generate_random_trace(c.trace);
+    const auto budget = static_cast<std::int64_t>(c.budget_fraction * static_cast<double>(unplanned_peak(trace).bytes));
+    Result<PlanResult> plan = PeakPlanner().plan(trace, budget);
+    ASSERT_TRUE(plan.has_value());
+    const SimulationResult sim = simulate(trace, plan->schedule);
+    const double estimate = internal::estimate_stall_ms(trace, plan->schedule.actions);
+    ASSERT_NEAR(estimate, sim.stall_ms, 1e-6 * std::max(1.0, sim.stall_ms)) << "seed " << seed;
   }
 }
 
