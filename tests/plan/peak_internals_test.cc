@@ -96,6 +96,30 @@ TEST(CoveringIndex, ReturnsTheBestActiveIntervalContainingEachOp) {
   }
 }
 
+TEST(CoveringIndex, BulkActivationMatchesOneByOne) {
+  std::mt19937_64 rng(17);
+  for (int round = 0; round < 20; ++round) {
+    const auto ops = static_cast<OpIndex>(1 + rng() % 200);
+    std::vector<OpInterval> intervals(rng() % 300);
+    std::vector<double> keys(intervals.size());
+    for (std::size_t e = 0; e < intervals.size(); ++e) {
+      OpIndex a = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      OpIndex b = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      intervals[e] = {std::min(a, b), std::max(a, b)};
+      keys[e] = static_cast<double>(rng() % 20);
+    }
+    CoveringIndex bulk(ops, intervals), single(ops, intervals);
+    bulk.activate_all(IndexGroup::kLarge, keys);
+    for (std::size_t e = 0; e < intervals.size(); ++e) {
+      single.set(static_cast<std::int32_t>(e), IndexGroup::kLarge, keys[e]);
+    }
+    for (OpIndex op = 0; op < ops; ++op) {
+      ASSERT_EQ(bulk.query(op).large, single.query(op).large);
+      ASSERT_EQ(bulk.query(op).small, CoveringIndex::kNoEntry);
+    }
+  }
+}
+
 TEST(TransferLoad, SpreadsTransferTimeOverComputeLikeBruteForce) {
   std::mt19937_64 rng(3);
   for (int round = 0; round < 30; ++round) {

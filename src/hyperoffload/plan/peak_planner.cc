@@ -107,8 +107,10 @@ class Selection {
       // The peak op is always among the covered over-budget ops, hence the -1;
       // the bound uses the initial count, which can only shrink.
       factor_[k] = combine(hiding_[k], coverage_fraction(over_before[end] - over_before[first]), 0.0);
-      index_.set(static_cast<std::int32_t>(k), IndexGroup::kSmall, key(k, IndexGroup::kSmall));
     }
+    std::vector<double> keys(count);
+    for (std::size_t k = 0; k < count; ++k) keys[k] = key(k, IndexGroup::kSmall);
+    index_.activate_all(IndexGroup::kSmall, keys);
     by_size_.resize(count);
     std::iota(by_size_.begin(), by_size_.end(), 0);
     std::stable_sort(by_size_.begin(), by_size_.end(), [&](std::int32_t a, std::int32_t b) {

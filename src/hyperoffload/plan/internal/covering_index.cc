@@ -115,6 +115,27 @@ void CoveringIndex::set(std::int32_t entry, IndexGroup group, double key) {
   }
 }
 
+void CoveringIndex::activate_all(IndexGroup group, std::span<const double> keys) {
+  std::copy(keys.begin(), keys.end(), key_.begin());
+  std::fill(group_.begin(), group_.end(), group);
+  auto& by_first_tree = group == IndexGroup::kSmall ? small_by_first_ : large_by_first_;
+  auto& by_last_tree = group == IndexGroup::kSmall ? small_by_last_ : large_by_last_;
+  for (std::size_t node = 0; node + 1 < offsets_.size(); ++node) {
+    const std::size_t begin = offsets_[node];
+    const std::size_t count = offsets_[node + 1] - begin;
+    if (count == 0) continue;
+    const std::size_t base = 2 * begin;
+    for (std::size_t i = 0; i < count; ++i) {
+      by_first_tree[base + count + i] = by_first_[begin + i];
+      by_last_tree[base + count + i] = by_last_[begin + i];
+    }
+    for (std::size_t j = count - 1; j >= 1; --j) {
+      by_first_tree[base + j] = best_of(by_first_tree[base + 2 * j], by_first_tree[base + 2 * j + 1]);
+      by_last_tree[base + j] = best_of(by_last_tree[base + 2 * j], by_last_tree[base + 2 * j + 1]);
+    }
+  }
+}
+
 CoveringIndex::Best CoveringIndex::query(OpIndex op) const {
   Best best;
   const auto p = static_cast<std::uint32_t>(op);

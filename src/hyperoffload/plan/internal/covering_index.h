@@ -47,6 +47,11 @@ class CoveringIndex {
   // Moves `entry` to `group` with `key` (kNone deactivates it). O(log n).
   void set(std::int32_t entry, IndexGroup group, double key);
 
+  // Activates every entry in `group` with keys[entry], in O(entries): the bulk
+  // form of set(). Precondition: every entry is inactive; keys.size() equals
+  // the number of entries; group is not kNone.
+  void activate_all(IndexGroup group, std::span<const double> keys);
+
   IndexGroup group(std::int32_t entry) const { return group_[static_cast<std::size_t>(entry)]; }
   double key(std::int32_t entry) const { return key_[static_cast<std::size_t>(entry)]; }
 
