@@ -75,7 +75,7 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
                      grouped(comparison.op_count), grouped(comparison.storage_count), comparison.compute_ms);
   out += fmt::format("unplanned  {} op-granular peak (op {})\n", format_bytes(comparison.unplanned_peak_bytes),
                      comparison.unplanned_peak_op);
-  out += fmt::format("copies     {} engine{}, D2H {:.2f} GiB/s, H2D {:.2f} GiB/s\n",
+  out += fmt::format("copies     {} engine{}, D2H {:.4g} GiB/s, H2D {:.4g} GiB/s\n",
                      static_cast<int>(comparison.copy_engines),
                      comparison.copy_engines == CopyEngines::kOne ? " shared by both directions" : "s, one per direction",
                      comparison.d2h_bandwidth_gib_per_s, comparison.h2d_bandwidth_gib_per_s);

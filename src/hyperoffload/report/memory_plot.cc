@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -189,8 +190,9 @@ std::string comparison_plot_svg(const Comparison& comparison, std::string_view t
   for (std::size_t b = 0; b < comparison.budgets_bytes.size(); ++b) {
     PlotPanel panel;
     const std::int64_t budget = comparison.budgets_bytes[b];
-    panel.title = fmt::format("{}: device memory over time at budget {} ({:.1f}% of the unplanned peak)",
-                              trace_label, format_bytes(budget), comparison.budget_percent(budget));
+    panel.title = fmt::format("{}: budget {} ({:.1f}% of the unplanned peak)",
+                              std::filesystem::path(trace_label).filename().string(), format_bytes(budget),
+                              comparison.budget_percent(budget));
     panel.budget_bytes = budget;
     for (std::size_t p = 0; p < planners; ++p) {
       const ComparisonRow& row = comparison.rows[b * planners + p];
