@@ -243,6 +243,21 @@ TEST(PeakPlannerCandidates, TakesTheLargestBoundaryCandidateWhileNoneClearsTheEx
                     "post 1 release_device 3; post 1 release_host 1; post 1 release_host 3"));
 }
 
+TEST(PeakPlannerCandidates, LeavesAnEdgeItsBoundaryCandidatesCannotBringWithinTheLimit) {
+  // As above plus s4 (50, retained) written at op 0: edge 0->1 holds 240 and
+  // only 190 can leave it. At budget 40 the excess is 200 > 190: moving them all
+  // would still leave the edge over, so none moves. At budget 60 (excess 180)
+  // they can: s1, then s3 (excess 80), then s2 (excess 20, 30 clears it).
+  TraceDsl dsl;
+  dsl.storage(1, 100).storage(2, 30).storage(3, 60).storage(4, 50, Retention::kRetained);
+  dsl.op("a", "W1 W2 W3 W4").op("b", "R1 R2 R3");
+  const Trace trace = dsl.build();
+  EXPECT_EQ(plan_peak(trace, 40).schedule.actions,
+            actions("post 1 release_device 1; post 1 release_device 2; post 1 release_device 3"));
+  const PlanResult fixable = plan_peak(trace, 60);
+  EXPECT_EQ(validate_schedule(trace, fixable.schedule).d2h_count, 3);
+}
+
 TEST(PeakPlannerCandidates, LeavesBoundaryCandidatesAloneWhenTheBudgetIsReachable) {
   const Trace trace = TraceDsl()
                           .storage(1, 100)
@@ -459,12 +474,13 @@ Trace peaks_with_overlapping_gaps() {
 }
 
 TEST(PeakPlannerSelection, PenalizesGapsWhoseCopyEngineTimeIsAlreadyTaken) {
-  // Op 1 (E 50): only X covers it. Op 5 (E 50): Y and Z both remove 50, both
-  // hide (Y: 4 ms of compute after its copy op for 2 ms of copies, Z: 2 for 2)
-  // and cover no other over-budget op. X's 2 ms of copies are spread over its
-  // 3 ms interior; Y's interior holds 1 of those ms (op 3), against its own 4 ms
-  // of compute: neighbour impact (2/3) / (2/3 + 4) = 1/7 → factor 1 + 1 - 1/7 for
-  // Y, 2 for Z → Z.
+  // Op 1 (E 50): only X covers it. Op 5 (E 50): Y and Z both remove 50 and
+  // cover no other over-budget op. Both hide: Y's data is on the host at 4 ms
+  // (copy after op 2 ends at 3 ms, 1 ms long, behind X's 1 ms copy from 1 ms)
+  // and is needed at 7 ms; Z's at 6 ms (after op 4 ends at 5 ms), needed at 7
+  // ms — 1 ms of slack covers the 1 ms copy back. X's 2 ms of copies are spread
+  // over its window (ops 1..3, 3 ms); Y's window (ops 3..6, 4 ms) holds 2/3 ms
+  // of them: neighbour impact 1/6 → factor 2 - 1/6 for Y, 2 for Z → Z.
   // Placement, budget 300: X returns before op 2 (op 1 holds 250), leaves after
   // op 0; Z returns before op 6 (op 5 holds 250), leaves after op 4.
   const PlanResult plan = plan_peak(peaks_with_overlapping_gaps(), 300);

@@ -77,17 +77,18 @@ class Selection {
         profile_(profile),
         index_(trace.op_count(), intervals(model)),
         compute_before_(compute_prefix(trace)),
-        load_(compute_before_) {
+        load_(compute_before_),
+        d2h_queue_(static_cast<std::size_t>(trace.op_count()) + 1, 0.0) {
     const std::size_t count = model.interior.size();
     factor_.resize(count);
-    hiding_.resize(count);
-    transfer_ms_.resize(count);
+    d2h_ms_.resize(count);
+    h2d_ms_.resize(count);
     fresh_at_.assign(count, -1);
+    version_queued_.assign(model.versions.size(), false);
 
-    // Prefix sums make "compute inside the gap" and "ops over budget inside the
-    // gap" O(1) for the initial bounds.
+    // Prefix sums make "ops over budget inside the gap" O(1) for the initial
+    // bounds.
     const auto ops = static_cast<std::size_t>(trace.op_count());
-    const std::vector<double>& compute_before = compute_before_;
     std::vector<std::int32_t> over_before(ops + 1, 0);
     for (std::size_t op = 0; op < ops; ++op) {
       over_before[op + 1] = over_before[op] + (model.resident_bytes[op] > limit ? 1 : 0);
@@ -95,18 +96,14 @@ class Selection {
     initial_over_ = over_before[ops];
     for (std::size_t k = 0; k < count; ++k) {
       const PeakCandidate& c = model.interior[k];
+      d2h_ms_[k] = trace.d2h_ms(c.size_bytes);
+      h2d_ms_[k] = trace.h2d_ms(c.size_bytes);
+      // Nothing is selected yet: no queue, no contention. The peak op is always
+      // among the covered over-budget ops, hence the -1 in the coverage; the
+      // bound uses the initial count, which can only shrink.
       const auto first = static_cast<std::size_t>(c.interior_first());
       const auto end = static_cast<std::size_t>(c.end_op);
-      // The copy to host can start right after the version's copy op, so the
-      // compute that can hide the round trip runs from there to the gap's end.
-      const auto copied_after = static_cast<std::size_t>(model.versions[static_cast<std::size_t>(c.version)].copy_op) + 1;
-      const double inside_ms = compute_before[end] - compute_before[copied_after];
-      const double transfer_ms = trace.d2h_ms(c.size_bytes) + trace.h2d_ms(c.size_bytes);
-      transfer_ms_[k] = transfer_ms;
-      hiding_[k] = transfer_ms > 0.0 ? std::min(1.0, inside_ms / transfer_ms) : 1.0;
-      // The peak op is always among the covered over-budget ops, hence the -1;
-      // the bound uses the initial count, which can only shrink.
-      factor_[k] = combine(hiding_[k], coverage_fraction(over_before[end] - over_before[first]), 0.0);
+      factor_[k] = combine(hiding(k), coverage_fraction(over_before[end] - over_before[first]), 0.0);
     }
     std::vector<double> keys(count);
     for (std::size_t k = 0; k < count; ++k) keys[k] = key(k, IndexGroup::kSmall);
@@ -133,8 +130,12 @@ class Selection {
       const PeakCandidate& c = model_.interior[static_cast<std::size_t>(pick)];
       profile_.add(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last()),
                    -c.size_bytes);
-      load_.add(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last()),
-                transfer_ms_[static_cast<std::size_t>(pick)]);
+      const auto [first, last] = window(c);
+      load_.add(first, last, d2h_ms_[static_cast<std::size_t>(pick)] + h2d_ms_[static_cast<std::size_t>(pick)]);
+      if (!version_queued_[static_cast<std::size_t>(c.version)]) {
+        version_queued_[static_cast<std::size_t>(c.version)] = true;
+        queue_d2h(model_.versions[static_cast<std::size_t>(c.version)].copy_op, d2h_ms_[static_cast<std::size_t>(pick)]);
+      }
       index_.set(pick, IndexGroup::kNone, 0.0);
       selected.push_back(pick);
     }
@@ -155,6 +156,41 @@ class Selection {
     out.reserve(model.interior.size());
     for (const PeakCandidate& c : model.interior) out.push_back({c.interior_first(), c.interior_last()});
     return out;
+  }
+
+  // The ops whose compute can hide a candidate's round trip: from after its
+  // version's copy op (when the copy to host can start) to before its end op.
+  std::pair<std::size_t, std::size_t> window(const PeakCandidate& c) const {
+    return {static_cast<std::size_t>(model_.versions[static_cast<std::size_t>(c.version)].copy_op) + 1,
+            static_cast<std::size_t>(c.interior_last())};
+  }
+
+  // Hiding: how much of the copy back fits between the data reaching the host
+  // and its use. The copy to host starts after the version's copy op, behind
+  // the copies of selected candidates issued no later (the engine is FIFO; the
+  // queue is estimated as busy from time 0); the fraction of the copy back that
+  // fits before the end op starts is clamped to [0, 1]. With nothing selected
+  // this is (window - D2H) / H2D: 1 when the compute from the copy op to the
+  // use covers both transfers.
+  double hiding(std::size_t k) const {
+    const PeakCandidate& c = model_.interior[k];
+    const OpIndex copy_op = model_.versions[static_cast<std::size_t>(c.version)].copy_op;
+    const double own_ms = version_queued_[static_cast<std::size_t>(c.version)] ? 0.0 : d2h_ms_[k];
+    const double on_host_ms = std::max(compute_before_[static_cast<std::size_t>(copy_op) + 1] + d2h_ms_[k],
+                                       queued_d2h_ms(copy_op) + own_ms);
+    const double slack_ms = compute_before_[static_cast<std::size_t>(c.end_op)] - on_host_ms;
+    if (h2d_ms_[k] <= 0.0) return slack_ms >= 0.0 ? 1.0 : 0.0;
+    return std::clamp(slack_ms / h2d_ms_[k], 0.0, 1.0);
+  }
+
+  // D2H ms of the selected versions copied after ops [0, op] (a Fenwick tree).
+  double queued_d2h_ms(OpIndex op) const {
+    double total = 0.0;
+    for (std::size_t i = static_cast<std::size_t>(op) + 1; i > 0; i -= i & (~i + 1)) total += d2h_queue_[i];
+    return total;
+  }
+  void queue_d2h(OpIndex op, double ms) {
+    for (std::size_t i = static_cast<std::size_t>(op) + 1; i < d2h_queue_.size(); i += i & (~i + 1)) d2h_queue_[i] += ms;
   }
 
   double coverage_fraction(std::int64_t over_inside) const {
@@ -215,14 +251,15 @@ class Selection {
     const PeakCandidate& c = model_.interior[index];
     const auto over_inside = static_cast<std::int64_t>(profile_.count_over(
         static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last())));
-    // Neighbour impact: the share of the copy engines' time inside the gap that
-    // selected candidates already claim, against the compute that could hide it.
-    const auto first = static_cast<std::size_t>(c.interior_first());
-    const auto last = static_cast<std::size_t>(c.interior_last());
+    // Neighbour impact: the copy-engine time that selected candidates already
+    // claim inside this candidate's window, as a share of the compute there.
+    const auto [first, last] = window(c);
     const double committed_ms = load_.load(first, last);
-    const double inside_ms = compute_before_[last + 1] - compute_before_[first];
-    const double neighbor = committed_ms > 0.0 ? committed_ms / (committed_ms + inside_ms) : 0.0;
-    factor_[index] = combine(hiding_[index], coverage_fraction(over_inside), neighbor);
+    const double window_ms = compute_before_[last + 1] - compute_before_[first];
+    const double neighbor =
+        window_ms > 0.0 ? std::min(1.0, committed_ms / window_ms) : (committed_ms > 0.0 ? 1.0 : 0.0);
+    const double hiding = this->hiding(index);
+    factor_[index] = combine(hiding, coverage_fraction(over_inside), neighbor);
     const IndexGroup group = index_.group(k);
     index_.set(k, group, key(index, group));
   }
@@ -236,8 +273,10 @@ class Selection {
   internal::TransferLoad load_;
   std::int64_t initial_over_ = 0;
   std::vector<double> factor_;  // cached F: an upper bound of the current one
-  std::vector<double> hiding_;
-  std::vector<double> transfer_ms_;  // D2H + H2D of each candidate
+  std::vector<double> d2h_ms_;  // per candidate
+  std::vector<double> h2d_ms_;
+  std::vector<bool> version_queued_;  // a selected candidate already copies this version
+  std::vector<double> d2h_queue_;     // Fenwick tree over copy ops, see queued_d2h_ms
   std::vector<std::int32_t> fresh_at_;  // step at which factor_ was last made exact
   std::vector<std::int32_t> by_size_;   // candidates, largest first
   std::size_t next_large_ = 0;
@@ -441,9 +480,10 @@ std::vector<Placement> place(const Trace& trace, const PeakModel& model, std::sp
 }
 
 // Boundary candidates (docs/PEAK_PLANNER.md, "Boundaries"): for each boundary
-// whose edge memory is still over the limit after placement, take boundary
-// candidates by the edge reduction max(0, before - max(after, limit)) — the
-// smallest candidate that clears the excess, else the largest — until it fits.
+// whose edge memory is still over the limit after placement, and whose boundary
+// candidates together can bring it within the limit, take them by the edge
+// reduction max(0, before - max(after, limit)) — the smallest candidate that
+// clears the excess, else the largest — until it fits.
 std::vector<std::int32_t> select_boundaries(const PeakModel& model, std::span<const Placement> placements,
                                             std::int64_t limit) {
   std::vector<std::int32_t> chosen;
@@ -473,6 +513,14 @@ std::vector<std::int32_t> select_boundaries(const PeakModel& model, std::span<co
       ++group_end;
     }
     std::int64_t edge = model.edge_bytes[boundary] - freed;
+    // Only when the boundary candidates here can bring the edge within the
+    // limit: a partial reduction would add round trips and leave it over.
+    std::int64_t available = 0;
+    for (std::size_t i = at; i < group_end; ++i) available += model.boundary[static_cast<std::size_t>(order[i])].size_bytes;
+    if (edge - available > limit) {
+      at = group_end;
+      continue;
+    }
     std::size_t remaining_end = group_end;  // candidates [at, remaining_end) are unused
     while (edge > limit && remaining_end > at) {
       const std::int64_t excess = edge - limit;
