@@ -10,6 +10,7 @@
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/internal/stall_estimate.h"
 #include "hyperoffload/plan/peak_planner.h"
 #include "hyperoffload/sim/simulator.h"
@@ -120,7 +121,7 @@ TEST(PeakPlannerProperty, StallEstimateMatchesTheSimulatorOnPeakSchedules) {
     Result<PlanResult> plan = PeakPlanner().plan(trace, budget);
     ASSERT_TRUE(plan.has_value());
     const SimulationResult sim = simulate(trace, plan->schedule);
-    const double estimate = internal::estimate_stall_ms(trace, plan->schedule.actions);
+    const double estimate = internal::estimate_stall_ms(trace, StorageAccesses(trace), plan->schedule.actions);
     ASSERT_NEAR(estimate, sim.stall_ms, 1e-6 * std::max(1.0, sim.stall_ms)) << "seed " << seed;
   }
 }

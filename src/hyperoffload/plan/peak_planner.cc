@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <numeric>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -58,15 +59,17 @@ using internal::ProfileTree;
 constexpr std::int32_t kNone = CoveringIndex::kNoEntry;
 
 // Peak-driven selection (docs/PEAK_PLANNER.md, "Selection"). Candidates sit in
-// a CoveringIndex keyed by an upper bound of their score; because the coverage
-// term only shrinks and the neighbour penalty only grows while the profile
-// only goes down, a cached bound stays an upper bound, and re-evaluating just
-// the current leader until it is fresh gives the exact best (lazy evaluation).
+// a CoveringIndex keyed by an upper bound of their score. Every selection only
+// lowers the profile (coverage shrinks), queues another copy to host (hiding
+// shrinks) and commits more copy-engine time (the neighbour penalty grows), so
+// a cached factor stays an upper bound; re-evaluating the current leader until
+// it is fresh gives the exact best (lazy evaluation).
 //
-// Scores scale with min(size, E): candidates at least as large as the excess E
-// (the "large" group) all remove E and are keyed by their factor F alone;
-// smaller ones are keyed by size * F. E only decreases, so a candidate moves
-// from the small to the large group at most once.
+// Scores scale with min(size, E): candidates known to be at least as large as
+// the excess E (the "large" group) all remove E and are keyed by their factor F
+// alone; the others are keyed by size * F, an upper bound of their value once E
+// drops below their size. Such a candidate is moved to the large group when it
+// leads a query; E only decreases, so it moves at most once.
 class Selection {
  public:
   Selection(const Trace& trace, const PeakModel& model, const PeakScoreWeights& weights, std::int64_t limit,
@@ -108,12 +111,6 @@ class Selection {
     std::vector<double> keys(count);
     for (std::size_t k = 0; k < count; ++k) keys[k] = key(k, IndexGroup::kSmall);
     index_.activate_all(IndexGroup::kSmall, keys);
-    by_size_.resize(count);
-    std::iota(by_size_.begin(), by_size_.end(), 0);
-    std::stable_sort(by_size_.begin(), by_size_.end(), [&](std::int32_t a, std::int32_t b) {
-      return model.interior[static_cast<std::size_t>(a)].size_bytes >
-             model.interior[static_cast<std::size_t>(b)].size_bytes;
-    });
   }
 
   // Runs to completion; returns the selected interior candidates in order.
@@ -124,7 +121,6 @@ class Selection {
       if (peak <= limit_) break;
       const auto peak_op = static_cast<OpIndex>(profile_.argmax());
       const std::int64_t excess = peak - limit_;
-      promote_large(excess);
       const std::int32_t pick = best_at(peak_op, excess, step);
       if (pick == kNone) break;  // nothing covers the peak: it sits at the floor
       const PeakCandidate& c = model_.interior[static_cast<std::size_t>(pick)];
@@ -208,16 +204,6 @@ class Selection {
                                        : static_cast<double>(model_.interior[k].size_bytes) * factor_[k];
   }
 
-  void promote_large(std::int64_t excess) {
-    for (; next_large_ < by_size_.size(); ++next_large_) {
-      const std::int32_t k = by_size_[next_large_];
-      if (model_.interior[static_cast<std::size_t>(k)].size_bytes < excess) break;
-      if (index_.group(k) == IndexGroup::kSmall) {
-        index_.set(k, IndexGroup::kLarge, key(static_cast<std::size_t>(k), IndexGroup::kLarge));
-      }
-    }
-  }
-
   // The value a candidate's key stands for at excess E: what it removes times
   // its factor (the score without the common 1/E).
   double value(std::int32_t k, std::int64_t excess) const {
@@ -240,7 +226,15 @@ class Selection {
           }
         }
       }
-      if (pick == kNone || fresh_at_[static_cast<std::size_t>(pick)] == step) return pick;
+      if (pick == kNone) return pick;
+      const auto index = static_cast<std::size_t>(pick);
+      if (index_.group(pick) == IndexGroup::kSmall && model_.interior[index].size_bytes >= excess) {
+        // Its key size * F overstates what it can remove now: move it to the
+        // large group, keyed by F, and look again.
+        index_.set(pick, IndexGroup::kLarge, key(index, IndexGroup::kLarge));
+        continue;
+      }
+      if (fresh_at_[index] == step) return pick;
       refresh(pick);
       fresh_at_[static_cast<std::size_t>(pick)] = step;
     }
@@ -278,8 +272,6 @@ class Selection {
   std::vector<bool> version_queued_;  // a selected candidate already copies this version
   std::vector<double> d2h_queue_;     // Fenwick tree over copy ops, see queued_d2h_ms
   std::vector<std::int32_t> fresh_at_;  // step at which factor_ was last made exact
-  std::vector<std::int32_t> by_size_;   // candidates, largest first
-  std::size_t next_large_ = 0;
 };
 
 // Where a selected interior candidate's transfers go: release_device after op
@@ -617,10 +609,26 @@ std::vector<Action> emit_actions(const Trace& trace, const PeakModel& model, std
     pending.push_back({Action{last_use, Phase::kPost, ActionKind::kReleaseDevice, info.id}, 0});
   }
 
-  std::sort(pending.begin(), pending.end(), [](const PendingAction& a, const PendingAction& b) {
-    return std::make_tuple(a.action.op, a.action.phase, kind_rank(a.action.kind), a.order_key, a.action.storage) <
-           std::make_tuple(b.action.op, b.action.phase, kind_rank(b.action.kind), b.order_key, b.action.storage);
-  });
+  // Execution order: a counting sort by (op, phase), then the fixed order
+  // within each (op, phase), which holds few actions.
+  std::vector<std::uint32_t> slot_start(2 * static_cast<std::size_t>(trace.op_count()) + 1, 0);
+  auto slot = [](const Action& a) { return 2 * static_cast<std::size_t>(a.op) + (a.phase == Phase::kPost ? 1 : 0); };
+  for (const PendingAction& p : pending) ++slot_start[slot(p.action) + 1];
+  std::partial_sum(slot_start.begin(), slot_start.end(), slot_start.begin());
+  std::vector<PendingAction> ordered(pending.size());
+  {
+    std::vector<std::uint32_t> cursor(slot_start.begin(), slot_start.end() - 1);
+    for (const PendingAction& p : pending) ordered[cursor[slot(p.action)]++] = p;
+  }
+  for (std::size_t s = 0; s + 1 < slot_start.size(); ++s) {
+    if (slot_start[s + 1] - slot_start[s] < 2) continue;
+    std::sort(ordered.begin() + slot_start[s], ordered.begin() + slot_start[s + 1],
+              [](const PendingAction& a, const PendingAction& b) {
+                return std::make_tuple(kind_rank(a.action.kind), a.order_key, a.action.storage) <
+                       std::make_tuple(kind_rank(b.action.kind), b.order_key, b.action.storage);
+              });
+  }
+  pending = std::move(ordered);
   // An action repeated by two sources has the same order key too, so duplicates
   // end up adjacent.
   std::vector<Action> actions;
@@ -666,13 +674,20 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
     const std::vector<Placement> placements = place(trace, model, selected, placement_limit, tree, rule);
     const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit);
     Variant variant{emit_actions(trace, model, placements, boundary_picks), boundary_picks.size(), tree.max(), 0.0};
-    variant.stall_ms = internal::estimate_stall_ms(trace, variant.actions);
+    variant.stall_ms = internal::estimate_stall_ms(trace, accesses, variant.actions);
     return variant;
   };
-  ProfileTree fill_profile = profile;
-  Variant chosen = build(PrefetchOrder::kSoonestNeeded, profile);
-  if (!selected.empty()) {
-    Variant fill = build(PrefetchOrder::kFillIdleEngine, fill_profile);
+  // The two orders are independent: the idle-filling one runs on a second
+  // thread, on its own copy of the profile.
+  Variant chosen;
+  if (selected.empty()) {
+    chosen = build(PrefetchOrder::kSoonestNeeded, profile);
+  } else {
+    ProfileTree fill_profile = profile;
+    Variant fill;
+    std::thread worker([&] { fill = build(PrefetchOrder::kFillIdleEngine, fill_profile); });
+    chosen = build(PrefetchOrder::kSoonestNeeded, profile);
+    worker.join();
     if (fill.stall_ms < chosen.stall_ms) chosen = std::move(fill);
   }
   if (chosen.boundary_picks > 0) {

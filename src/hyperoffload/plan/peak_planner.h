@@ -16,28 +16,37 @@
 //  3. Candidates: gaps between consecutive accesses. Interior candidates (at
 //     least one op strictly inside) free the ops inside; boundary candidates
 //     (adjacent ops) free only the boundary between them and are used only
-//     while edge memory is over the budget.
+//     where edge memory is over the budget and they can bring it within.
 //  4. Floor: per op, resident bytes minus what candidates could evict there. Its
 //     maximum is the lowest reachable peak; a budget below it is reported in
 //     PlanResult::notes, and the planner still gets as close as it can.
 //  5. Selection: while the global peak exceeds the budget, pick the best
 //     candidate whose interior covers the peak op (score below) and subtract it.
 //  6. Placement: copy_d2h right after the version's last write; release_device
-//     at the latest op the budget allows; copy_h2d at the earliest; release_host
-//     after the host copy's last use. Actions of one (op, phase) run in a fixed
-//     order: copy_d2h, copy_h2d, release_device, release_host; copies needed
-//     sooner first; duplicates removed.
+//     at the latest op the budget allows; copy_h2d at the earliest op the budget
+//     allows, in the order the copy engine should run them; release_host after
+//     the host copy's last use. Actions of one (op, phase) run in a fixed order:
+//     copy_d2h, copy_h2d, release_device, release_host; copies in engine order;
+//     duplicates removed. Two engine orders are tried (soonest needed first, or
+//     filling idle engine time) and the one with the smaller stall under the
+//     simulator's timing rules is kept.
 //
 // Score of candidate k at peak op p, with excess E = resident(p) - budget:
 //
 //   score = min(size_k, E) / E * max(0, peak_reduction + hiding * H
 //                                       + coverage * C - neighbor_impact * N)
 //
-//   H = min(1, compute ms strictly inside the gap / (D2H ms + H2D ms))
+//   H = how much of the copy back fits between the data reaching the host and
+//       its use: clamp((start of the end op - time the copy to host ends) /
+//       H2D ms, 0, 1), where the copy to host starts after the version's copy
+//       op, behind the copies of selected candidates issued no later (FIFO).
+//       With nothing selected, 1 exactly when the compute from the copy op to
+//       the use covers D2H + H2D.
 //   C = over-budget ops inside the gap other than p / (ops over budget before
-//       planning - 1): how much of the rest of the problem it also solves
-//   N = fraction of the gap's ops [start, end] already inside the span of a
-//       selected candidate: copy-engine contention
+//       planning - 1): how much of the rest of the problem it also solves.
+//   N = copy-engine contention: the copy time of selected candidates (spread
+//       over the compute of their windows) falling inside this candidate's
+//       window (copy op to use), as a share of the compute there, capped at 1.
 //
 // Every term is credited per byte removed from the current peak, so a small
 // candidate with perfect hiding cannot outrank one that actually resolves the
@@ -47,8 +56,8 @@
 // Guarantees: the schedule passes the validator with zero faults; its
 // op-granular peak is within the budget whenever the budget is at or above the
 // floor. Cost: O((ops + accesses + candidates) log ops) to build, then
-// O(log² ops) per selection step (lazy re-evaluation of cached score bounds;
-// no rescans), O(log ops) per placement.
+// O(log² ops) per score evaluation and O(log ops) per selection (lazy
+// re-evaluation of cached score bounds; no rescans), O(log ops) per placement.
 //
 // Thread-safety: plan() is const and may run concurrently.
 #pragma once

@@ -63,26 +63,40 @@ class CoveringIndex {
   Best query(OpIndex op) const;
 
  private:
+  // One of the two orders of every node's entries: the entries, their sort key
+  // (first or last op), their score keys (copied here so that the per-node
+  // segment trees compare neighbouring memory) and, per group, the trees. Tree
+  // values are positions in this order (kNoEntry: none).
+  struct Order {
+    std::vector<std::int32_t> entries;
+    std::vector<OpIndex> ops;
+    std::vector<double> keys;
+    std::vector<std::int32_t> small_tree, large_tree;  // per node: [2 * offset, 2 * (offset + count))
+    std::vector<std::int32_t>& tree(IndexGroup group) { return group == IndexGroup::kSmall ? small_tree : large_tree; }
+    const std::vector<std::int32_t>& tree(IndexGroup group) const {
+      return group == IndexGroup::kSmall ? small_tree : large_tree;
+    }
+  };
+
   // Heap-style ids over the trie: internal nodes [1, 2^levels), leaves
   // [2^levels, 2^(levels+1)).
   std::size_t node_of(OpInterval interval) const;
-  bool better(std::int32_t a, std::int32_t b) const;  // a ranks above b
-  std::int32_t best_of(std::int32_t a, std::int32_t b) const { return better(a, b) ? a : b; }
-  void update(std::vector<std::int32_t>& tree, std::size_t node, std::size_t index, std::int32_t value);
-  std::int32_t prefix_best(const std::vector<std::int32_t>& tree, std::size_t node, std::size_t count) const;
+  // Whether entry a ranks above entry b (either may be kNoEntry).
+  bool better(std::int32_t a, std::int32_t b) const;
+  // The same for positions a, b of one order.
+  static bool better_at(const Order& order, std::int32_t a, std::int32_t b);
+  void update(Order& order, IndexGroup group, std::size_t node, std::size_t position, bool present);
+  // The best position among the first `count` of `node` in `order`.
+  std::int32_t prefix_best(const Order& order, IndexGroup group, std::size_t node, std::size_t count) const;
+  void place(std::int32_t entry, IndexGroup group, bool present);
 
   int levels_ = 1;
-  std::vector<std::uint32_t> offsets_;  // per node: first slot of its entries
-  std::vector<std::int32_t> by_first_;  // entries, per node sorted by first ascending
-  std::vector<OpIndex> first_sorted_;   // their firsts
-  std::vector<std::int32_t> by_last_;   // entries, per node sorted by last descending
-  std::vector<OpIndex> last_sorted_;    // their lasts
-  // Per-node segment trees over the two orders, one per group: slots
-  // [2 * offset, 2 * (offset + count)).
-  std::vector<std::int32_t> small_by_first_, large_by_first_, small_by_last_, large_by_last_;
-  std::vector<std::uint32_t> node_;           // per entry
-  std::vector<std::uint32_t> slot_in_first_;  // per entry, index within its node's first order
-  std::vector<std::uint32_t> slot_in_last_;
+  std::vector<std::uint32_t> offsets_;  // per node: first position of its entries in each order
+  Order by_first_;                      // per node sorted by first ascending
+  Order by_last_;                       // per node sorted by last descending
+  std::vector<std::uint32_t> node_;               // per entry
+  std::vector<std::uint32_t> position_in_first_;  // per entry, global position in by_first_
+  std::vector<std::uint32_t> position_in_last_;
   std::vector<IndexGroup> group_;
   std::vector<double> key_;
 };

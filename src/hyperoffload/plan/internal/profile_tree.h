@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -26,7 +27,9 @@ class ProfileTree {
 
   // Precondition: values is non-empty.
   ProfileTree(std::span<const std::int64_t> values, std::int64_t limit) : size_(values.size()), limit_(limit) {
-    const std::size_t nodes = 4 * std::max<std::size_t>(size_, 1);
+    // Node ids of a mid-split tree over n positions stay below twice the next
+    // power of two.
+    const std::size_t nodes = 2 * std::bit_ceil(std::max<std::size_t>(size_, 1));
     max_.assign(nodes, kLow);
     add_.assign(nodes, 0);
     min_over_.assign(nodes, kHigh);

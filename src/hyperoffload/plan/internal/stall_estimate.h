@@ -6,17 +6,18 @@
 // between two prefetch orders for its own (fault-free) schedules, and the
 // planning layer cannot call the simulator.
 //
-// Thread-safety: a pure function. O(ops + accesses + actions).
+// Thread-safety: a pure function. O(ops + actions log accesses).
 #pragma once
 
 #include <span>
 
 #include "hyperoffload/ir/schedule.h"
+#include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/ir/trace.h"
 
 namespace hyperoffload::internal {
 
-// Precondition: `actions` are in execution order, on storages of `trace`.
-double estimate_stall_ms(const Trace& trace, std::span<const Action> actions);
+// Precondition: `actions` are in execution order; `accesses` is of `trace`.
+double estimate_stall_ms(const Trace& trace, const StorageAccesses& accesses, std::span<const Action> actions);
 
 }  // namespace hyperoffload::internal
