@@ -4,12 +4,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hyperoffload/check/residency_rules.h"
+
 namespace hyperoffload {
 namespace {
 
 // Note [Residency state]: the simulator decides which copies are effective,
-// which accesses fault and which are first accesses with the validator's own
-// rules (check/validator.cc), so the two never disagree about what happens, only
+// which accesses fault and which are first accesses with the validator's rules
+// (check/residency_rules.h), so the two never disagree about what happens, only
 // the simulator adds when. The property test in tests/sim/ holds them together.
 //
 // The size is kept here rather than read from the trace so that an access
@@ -17,13 +19,9 @@ namespace {
 // mostly cache misses on storages accessed in random order.
 struct StorageState {
   std::int64_t size_bytes = 0;
-  double d2h_end_ms = 0.0;         // completion of the last effective D2H
-  double h2d_end_ms = 0.0;         // completion of the last H2D copy (not faults)
-  std::int32_t version = 0;        // number of writes so far
-  std::int32_t host_version = -1;  // version held by the host copy
-  bool seen = false;               // first access happened
-  bool resident = false;
-  bool host_present = false;
+  double d2h_end_ms = 0.0;  // completion of the last effective D2H
+  double h2d_end_ms = 0.0;  // completion of the last H2D copy (not faults)
+  ResidencyState residency;
 };
 
 // One change of allocated device bytes. `seq` is the program-order position of
@@ -36,37 +34,6 @@ struct MemoryEvent {
 
 bool event_before(const MemoryEvent& a, const MemoryEvent& b) {
   return a.time_ms < b.time_ms || (a.time_ms == b.time_ms && a.seq < b.seq);
-}
-
-struct ResolvedAction {
-  Action action;
-  StorageIndex storage;
-};
-
-std::size_t slot(const Action& action) {
-  return 2 * static_cast<std::size_t>(action.op) + (action.phase == Phase::kPost ? 1 : 0);
-}
-
-// The actions the validator executes, in the order it executes them: those on
-// unknown storages or ops out of range dropped, the rest stably put in
-// execution order.
-std::vector<ResolvedAction> resolve(const Trace& trace, const Schedule& schedule) {
-  std::vector<ResolvedAction> resolved;
-  resolved.reserve(schedule.actions.size());
-  bool ordered = true;
-  for (const Action& action : schedule.actions) {
-    if (action.op < 0 || action.op >= trace.op_count()) continue;
-    const std::optional<StorageIndex> storage = trace.find_storage(action.storage);
-    if (!storage) continue;
-    if (!resolved.empty() && slot(action) < slot(resolved.back().action)) ordered = false;
-    resolved.push_back({action, *storage});
-  }
-  if (!ordered) {
-    std::stable_sort(resolved.begin(), resolved.end(), [](const ResolvedAction& a, const ResolvedAction& b) {
-      return slot(a.action) < slot(b.action);
-    });
-  }
-  return resolved;
 }
 
 class Simulation {
@@ -84,7 +51,7 @@ class Simulation {
     result_.budget_bytes = options_.budget_bytes ? *options_.budget_bytes : trace_.memory_limit_bytes().value_or(-1);
     if (record_) result_.timeline.budget_bytes = result_.budget_bytes;
 
-    const std::vector<ResolvedAction> actions = resolve(trace_, schedule);
+    const std::vector<ResolvedAction> actions = resolve_actions(trace_, schedule, {});
     compute_events_.reserve(trace_.access_count() / 2 + actions.size() / 2 + 16);
     if (record_) result_.timeline.spans.reserve(static_cast<std::size_t>(trace_.op_count()) + actions.size());
 
@@ -158,14 +125,16 @@ class Simulation {
     for (const Access& access : trace_.accesses(op)) {
       StorageState& state = state_of(access.storage);
       const std::int64_t size = state.size_bytes;
-      if (!state.seen) {
-        state.seen = true;
-        state.resident = true;
-        first_access_bytes += size;
-      } else if (!state.resident) {
-        state.resident = true;
-        if (state.host_present && state.host_version == state.version) {
-          // A fault: a synchronous demand page on the compute stream.
+      switch (classify_access(state.residency)) {
+        case AccessOutcome::kResident: break;
+        case AccessOutcome::kFirstAccess:
+        case AccessOutcome::kDataLoss:
+          // Data loss (the validator reports it) takes the storage as a first
+          // access does, with nothing to copy.
+          first_access_bytes += size;
+          break;
+        case AccessOutcome::kFault: {
+          // A synchronous demand page on the compute stream.
           const double start_ms = std::max(cursor_ms, state.d2h_end_ms);
           const double end_ms = start_ms + trace_.h2d_ms(size);
           if (start_ms > cursor_ms) add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, cursor_ms, start_ms);
@@ -174,13 +143,10 @@ class Simulation {
           result_.fault_ms += end_ms - start_ms;
           result_.h2d_bytes += size;
           cursor_ms = end_ms;
-        } else {
-          // Data loss (the validator reports it): the storage is taken as the
-          // validator takes it, with nothing to copy.
-          first_access_bytes += size;
+          break;
         }
       }
-      if (access.kind == AccessKind::kWrite) ++state.version;
+      apply_access(state.residency, access.kind);
     }
     double start_ms = cursor_ms;
     for (const Access& access : trace_.accesses(op)) start_ms = std::max(start_ms, state_of(access.storage).h2d_end_ms);
@@ -202,34 +168,33 @@ class Simulation {
     const Action& action = resolved.action;
     const StorageIndex s = resolved.storage;
     StorageState& state = state_of(s);
+    ResidencyState& residency = state.residency;
     const std::int64_t size = state.size_bytes;
     switch (action.kind) {
       case ActionKind::kCopyD2H: {
-        if (state.host_present && state.host_version == state.version) return;  // already current
-        if (!state.resident) return;                                            // an error; no copy
+        if (classify_d2h(residency) != CopyOutcome::kCopies) return;  // a no-op, or an error with no copy
         double& engine = engine_free_ms(action.kind);
         const double start_ms = std::max(issue_ms, engine);
         const double end_ms = start_ms + trace_.d2h_ms(size);
         engine = end_ms;
         copies_end_ms_ = std::max(copies_end_ms_, end_ms);
         state.d2h_end_ms = end_ms;
-        state.host_present = true;
-        state.host_version = state.version;
+        residency.host_present = true;
+        residency.host_version = residency.version;
         result_.d2h_bytes += size;
         ++result_.d2h_count;
         add_span(SpanKind::kCopyD2H, engine_lane(action.kind), action.op, s, size, start_ms, end_ms);
         return;
       }
       case ActionKind::kCopyH2D: {
-        if (state.resident) return;
-        if (!state.host_present || state.host_version != state.version) return;  // an error; no copy
+        if (classify_h2d(residency) != CopyOutcome::kCopies) return;  // a no-op, or an error with no copy
         double& engine = engine_free_ms(action.kind);
         const double start_ms = std::max({issue_ms, engine, state.d2h_end_ms});
         const double end_ms = start_ms + trace_.h2d_ms(size);
         engine = end_ms;
         copies_end_ms_ = std::max(copies_end_ms_, end_ms);
         state.h2d_end_ms = end_ms;
-        state.resident = true;
+        residency.resident = true;
         add_event(copy_events_, start_ms, size);
         result_.h2d_bytes += size;
         ++result_.h2d_count;
@@ -237,14 +202,14 @@ class Simulation {
         return;
       }
       case ActionKind::kReleaseDevice: {
-        if (!state.resident) return;
-        state.resident = false;
+        if (!residency.resident) return;
+        residency.resident = false;
         const double free_ms = std::max({issue_ms, state.d2h_end_ms, state.h2d_end_ms});
         add_event(free_ms > issue_ms ? delayed_events_ : compute_events_, free_ms, -size);
         return;
       }
       case ActionKind::kReleaseHost:
-        state.host_present = false;
+        residency.host_present = false;
         return;
     }
   }
