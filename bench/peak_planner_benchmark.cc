@@ -13,8 +13,8 @@
 #include <memory>
 
 #include "hyperoffload/gen/random_trace.h"
-#include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/ir/status.h"
+#include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/planner.h"
 

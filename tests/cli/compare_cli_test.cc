@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "testing/cli_runner.h"
@@ -64,8 +63,8 @@ TEST(CompareCli, SweepsBudgetsGivenAsAList) {
 
 TEST(CompareCli, PrintsJsonWithOneResultPerPlannerAndBudget) {
   ScratchDir dir;
-  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budgets", "200,250",
-                                       "--planners", "peak", "--copy-engines", "1", "--json"});
+  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budgets", "200,250", "--planners",
+                                       "peak", "--copy-engines", "1", "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json json = nlohmann::json::parse(run.out);
   EXPECT_EQ(json["copy_engines"], 1);
@@ -87,15 +86,15 @@ TEST(CompareCli, PassesScoreWeightsToThePeakPlanner) {
 TEST(CompareCli, WritesAnSvgPlotWithAPanelPerBudget) {
   ScratchDir dir;
   const std::string plot = (dir / "memory.svg").string();
-  const testing::CliRun run =
-      run_cli({"compare", dir.write("t.json", kTrace), "--budgets", "200,250", "--plot", plot});
+  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budgets", "200,250", "--plot", plot});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("plot written to " + plot));
   const std::string svg = testing::read_text(plot);
   EXPECT_EQ(svg.rfind("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0U);
   EXPECT_TRUE(svg.ends_with("</svg>\n"));
   std::size_t panels = 0;
-  for (std::size_t at = svg.find("<g class=\"panel\">"); at != std::string::npos; at = svg.find("<g class=\"panel\">", at + 1)) {
+  for (std::size_t at = svg.find("<g class=\"panel\">"); at != std::string::npos;
+       at = svg.find("<g class=\"panel\">", at + 1)) {
     ++panels;
   }
   EXPECT_EQ(panels, 2U);
@@ -148,7 +147,7 @@ TEST(CompareCli, ExitsTwoWhenThePlotCannotBeWritten) {
 TEST(ScoreWeightCli, UnknownNamesListTheValidOnes) {
   ScratchDir dir;
   const std::string trace = dir.write("t.json", kTrace);
-  for (const std::string& command : {"plan", "compare"}) {
+  for (const std::string command : {"plan", "compare"}) {
     std::vector<std::string> args = {command, trace, "--budget", "200", "--score-weight", "speed=1"};
     if (command == "plan") args.insert(args.end(), {"--planner", "peak"});
     const testing::CliRun run = run_cli(args);

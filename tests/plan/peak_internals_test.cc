@@ -40,8 +40,8 @@ TEST(ProfileTree, MatchesBruteForceUnderRandomAdds) {
       ASSERT_EQ(tree.count_over(c, d),
                 static_cast<std::size_t>(std::count_if(values.begin() + c, values.begin() + d + 1,
                                                        [&](std::int64_t v) { return v > limit; })));
-      ASSERT_EQ(tree.count_over(), static_cast<std::size_t>(std::count_if(
-                                       values.begin(), values.end(), [&](std::int64_t v) { return v > limit; })));
+      ASSERT_EQ(tree.count_over(), static_cast<std::size_t>(std::count_if(values.begin(), values.end(),
+                                                                          [&](std::int64_t v) { return v > limit; })));
       const std::int64_t threshold = static_cast<std::int64_t>(rng() % 240) - 20;
       std::size_t first = ProfileTree::kNotFound, last = ProfileTree::kNotFound;
       for (std::size_t i = c; i <= d; ++i) {

@@ -4,13 +4,14 @@
 // Conventions in the derivations: sN is storage id N; "res" lists resident
 // bytes per op before planning; durations are 0 unless given, so the hiding
 // term is 0 unless a test sets durations; the excess E is peak - budget.
+#include "hyperoffload/plan/peak_planner.h"
+
 #include <gtest/gtest.h>
 
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/greedy_planner.h"
 #include "hyperoffload/plan/internal/peak_model.h"
-#include "hyperoffload/plan/peak_planner.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload {
@@ -30,9 +31,7 @@ PlanResult plan_peak(const Trace& trace, std::int64_t budget, PeakScoreWeights w
   return std::move(*plan);
 }
 
-internal::PeakModel model_of(const Trace& trace) {
-  return internal::build_peak_model(trace, StorageAccesses(trace));
-}
+internal::PeakModel model_of(const Trace& trace) { return internal::build_peak_model(trace, StorageAccesses(trace)); }
 
 // ---- 1. Lifetimes ---------------------------------------------------------
 
@@ -212,13 +211,8 @@ TEST(PeakPlannerCandidates, UsesTheSmallestBoundaryCandidateThatClearsTheEdgeExc
   // s1 100, s2 30, s3 60: all W@0 R@1. No interior gaps, so the floor is the
   // whole 190 and the budget 140 is below it. Edge 0->1 holds 190: excess 50.
   // Reductions: s1 50, s2 30, s3 50 → s3, the smallest of the best.
-  const Trace trace = TraceDsl()
-                          .storage(1, 100)
-                          .storage(2, 30)
-                          .storage(3, 60)
-                          .op("a", "W1 W2 W3")
-                          .op("b", "R1 R2 R3")
-                          .build();
+  const Trace trace =
+      TraceDsl().storage(1, 100).storage(2, 30).storage(3, 60).op("a", "W1 W2 W3").op("b", "R1 R2 R3").build();
   const PlanResult plan = plan_peak(trace, 140);
   EXPECT_EQ(plan.schedule.actions,
             actions("post 0 copy_d2h 3; post 0 release_device 3; pre 1 copy_h2d 3; post 1 release_device 1;"
@@ -229,13 +223,8 @@ TEST(PeakPlannerCandidates, UsesTheSmallestBoundaryCandidateThatClearsTheEdgeExc
 TEST(PeakPlannerCandidates, TakesTheLargestBoundaryCandidateWhileNoneClearsTheExcess) {
   // Same trace, budget 40: excess 150. Nothing clears it → s1 (100), leaving 90,
   // excess 50 → s3 (60) clears it, leaving 30.
-  const Trace trace = TraceDsl()
-                          .storage(1, 100)
-                          .storage(2, 30)
-                          .storage(3, 60)
-                          .op("a", "W1 W2 W3")
-                          .op("b", "R1 R2 R3")
-                          .build();
+  const Trace trace =
+      TraceDsl().storage(1, 100).storage(2, 30).storage(3, 60).op("a", "W1 W2 W3").op("b", "R1 R2 R3").build();
   const PlanResult plan = plan_peak(trace, 40);
   EXPECT_EQ(plan.schedule.actions,
             actions("post 0 copy_d2h 1; post 0 copy_d2h 3; post 0 release_device 1; post 0 release_device 3;"
@@ -259,12 +248,7 @@ TEST(PeakPlannerCandidates, LeavesAnEdgeItsBoundaryCandidatesCannotBringWithinTh
 }
 
 TEST(PeakPlannerCandidates, LeavesBoundaryCandidatesAloneWhenTheBudgetIsReachable) {
-  const Trace trace = TraceDsl()
-                          .storage(1, 100)
-                          .storage(2, 30)
-                          .op("a", "W1 W2")
-                          .op("b", "R1 R2")
-                          .build();
+  const Trace trace = TraceDsl().storage(1, 100).storage(2, 30).op("a", "W1 W2").op("b", "R1 R2").build();
   const PlanResult plan = plan_peak(trace, 130);
   EXPECT_EQ(plan.schedule.actions, actions("post 1 release_device 1; post 1 release_device 2"));
 }
@@ -277,13 +261,7 @@ TEST(PeakPlannerFloor, ReportsABudgetBelowTheFloorAndStillReducesToIt) {
   //   res:    100  180  100
   //   floor:  100   80  100    (s1 can leave op 1) → 100 at op 0 ("fwd")
   // Budget 90 < 100: the plan still evicts s1 over op 1 and reaches 100.
-  const Trace trace = TraceDsl()
-                          .storage(1, 100)
-                          .storage(2, 80)
-                          .op("fwd", "W1")
-                          .op("mid", "W2")
-                          .op("bwd", "R1")
-                          .build();
+  const Trace trace = TraceDsl().storage(1, 100).storage(2, 80).op("fwd", "W1").op("mid", "W2").op("bwd", "R1").build();
   const PlanResult plan = plan_peak(trace, 90);
   ASSERT_TRUE(plan.floor.has_value());
   EXPECT_EQ(plan.floor->op, 0);
@@ -300,8 +278,7 @@ TEST(PeakPlannerFloor, ReportsABudgetBelowTheFloorAndStillReducesToIt) {
 }
 
 TEST(PeakPlannerFloor, IsReportedWithoutANoteWhenTheBudgetIsReachable) {
-  const Trace trace =
-      TraceDsl().storage(1, 100).storage(2, 80).op("fwd", "W1").op("mid", "W2").op("bwd", "R1").build();
+  const Trace trace = TraceDsl().storage(1, 100).storage(2, 80).op("fwd", "W1").op("mid", "W2").op("bwd", "R1").build();
   const PlanResult plan = plan_peak(trace, 100);
   ASSERT_TRUE(plan.floor.has_value());
   EXPECT_EQ(plan.floor->bytes, 100);

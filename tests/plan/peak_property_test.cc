@@ -49,9 +49,8 @@ void check_case(std::uint64_t seed, const PeakPlannerOptions& options) {
   const Trace trace = generate_random_trace(c.trace);
   const PeakBytes unplanned = unplanned_peak(trace);
   const auto budget = static_cast<std::int64_t>(c.budget_fraction * static_cast<double>(unplanned.bytes));
-  SCOPED_TRACE(::testing::Message() << "seed " << seed << ", " << trace.op_count() << " ops, "
-                                    << trace.storage_count() << " storages, budget " << budget << " of "
-                                    << unplanned.bytes);
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << ", " << trace.op_count() << " ops, " << trace.storage_count()
+                                    << " storages, budget " << budget << " of " << unplanned.bytes);
 
   Result<PlanResult> plan = PeakPlanner(options).plan(trace, budget);
   ASSERT_TRUE(plan.has_value()) << plan.error().message;
@@ -84,8 +83,8 @@ TEST(PeakPlannerProperty, RandomTracesGiveValidFaultFreeSchedulesWithinBudgetDow
 
 TEST(PeakPlannerProperty, HoldsForEveryWeightSetting) {
   // Weights change which candidates are chosen, never the guarantees.
-  const PeakScoreWeights settings[] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0},
-                                       {0, 0, 0, 5}, {3, 0.5, 2, 0.25}};
+  const PeakScoreWeights settings[] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {0, 1, 0, 0},
+                                       {0, 0, 1, 0}, {0, 0, 0, 5}, {3, 0.5, 2, 0.25}};
   for (const PeakScoreWeights& weights : settings) {
     for (std::uint64_t seed = 1000; seed < 1060; ++seed) {
       check_case(seed, PeakPlannerOptions{weights});

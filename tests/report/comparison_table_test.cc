@@ -1,9 +1,9 @@
 // Text and JSON renderings of a hand-made comparison.
+#include "hyperoffload/report/comparison_table.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-
-#include "hyperoffload/report/comparison_table.h"
 
 namespace hyperoffload {
 namespace {

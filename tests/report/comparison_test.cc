@@ -1,9 +1,10 @@
 // The comparison runner: every planner at every budget, validated and
 // simulated, on a hand-built trace whose results are derived below.
+#include "hyperoffload/report/comparison.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "hyperoffload/report/comparison.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload {

@@ -1,11 +1,11 @@
 // SVG memory plots: a well-formed document with axes, units, legend, budget
 // line, and curves that keep their peaks when reduced to pixel columns.
+#include "hyperoffload/report/memory_plot.h"
+
 #include <gtest/gtest.h>
 
 #include <regex>
 #include <vector>
-
-#include "hyperoffload/report/memory_plot.h"
 
 namespace hyperoffload {
 namespace {
@@ -55,7 +55,7 @@ TEST(MemoryPlot, DrawsAxesLegendBudgetLineAndKeepsPeaks) {
   EXPECT_NE(svg.find(">budget 100 B</text>"), std::string::npos);
   EXPECT_NE(svg.find("y1=\"196.0\" x2=\"936.0\" y2=\"196.0\" stroke=\"#d62728\""), std::string::npos) << svg;
   EXPECT_EQ(count(svg, "<polyline"), 2U);
-  EXPECT_NE(svg.find(",104.0 "), std::string::npos);  // the 1 µs spike survives
+  EXPECT_NE(svg.find(",104.0 "), std::string::npos);      // the 1 µs spike survives
   EXPECT_NE(svg.find(">250</text>"), std::string::npos);  // top y tick
   EXPECT_NE(svg.find(">10</text>"), std::string::npos);   // last x tick
 }

@@ -1,13 +1,13 @@
 #include "hyperoffload/plan/peak_planner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <numeric>
 #include <thread>
 #include <tuple>
-
-#include <fmt/format.h>
 
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/budget.h"
@@ -20,8 +20,7 @@
 namespace hyperoffload {
 
 std::span<const std::string_view> peak_score_weight_names() {
-  static constexpr std::array<std::string_view, 4> kNames = {"peak_reduction", "hiding", "coverage",
-                                                             "neighbor_impact"};
+  static constexpr std::array<std::string_view, 4> kNames = {"peak_reduction", "hiding", "coverage", "neighbor_impact"};
   return kNames;
 }
 
@@ -35,9 +34,8 @@ Result<PeakPlannerOptions> peak_planner_options(std::span<const std::pair<std::s
                     : name == "neighbor_impact" ? &w.neighbor_impact
                                                 : nullptr;
     if (field == nullptr) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        fmt::format("unknown score weight \"{}\" (valid: {})", name,
-                                    fmt::join(peak_score_weight_names(), ", ")));
+      return make_error(ErrorCode::kInvalidArgument, fmt::format("unknown score weight \"{}\" (valid: {})", name,
+                                                                 fmt::join(peak_score_weight_names(), ", ")));
     }
     if (!std::isfinite(value) || value < 0.0) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -130,7 +128,8 @@ class Selection {
       load_.add(first, last, d2h_ms_[static_cast<std::size_t>(pick)] + h2d_ms_[static_cast<std::size_t>(pick)]);
       if (!version_queued_[static_cast<std::size_t>(c.version)]) {
         version_queued_[static_cast<std::size_t>(c.version)] = true;
-        queue_d2h(model_.versions[static_cast<std::size_t>(c.version)].copy_op, d2h_ms_[static_cast<std::size_t>(pick)]);
+        queue_d2h(model_.versions[static_cast<std::size_t>(c.version)].copy_op,
+                  d2h_ms_[static_cast<std::size_t>(pick)]);
       }
       index_.set(pick, IndexGroup::kNone, 0.0);
       selected.push_back(pick);
@@ -172,8 +171,8 @@ class Selection {
     const PeakCandidate& c = model_.interior[k];
     const OpIndex copy_op = model_.versions[static_cast<std::size_t>(c.version)].copy_op;
     const double own_ms = version_queued_[static_cast<std::size_t>(c.version)] ? 0.0 : d2h_ms_[k];
-    const double on_host_ms = std::max(compute_before_[static_cast<std::size_t>(copy_op) + 1] + d2h_ms_[k],
-                                       queued_d2h_ms(copy_op) + own_ms);
+    const double on_host_ms =
+        std::max(compute_before_[static_cast<std::size_t>(copy_op) + 1] + d2h_ms_[k], queued_d2h_ms(copy_op) + own_ms);
     const double slack_ms = compute_before_[static_cast<std::size_t>(c.end_op)] - on_host_ms;
     if (h2d_ms_[k] <= 0.0) return slack_ms >= 0.0 ? 1.0 : 0.0;
     return std::clamp(slack_ms / h2d_ms_[k], 0.0, 1.0);
@@ -186,7 +185,8 @@ class Selection {
     return total;
   }
   void queue_d2h(OpIndex op, double ms) {
-    for (std::size_t i = static_cast<std::size_t>(op) + 1; i < d2h_queue_.size(); i += i & (~i + 1)) d2h_queue_[i] += ms;
+    for (std::size_t i = static_cast<std::size_t>(op) + 1; i < d2h_queue_.size(); i += i & (~i + 1))
+      d2h_queue_[i] += ms;
   }
 
   double coverage_fraction(std::int64_t over_inside) const {
@@ -200,8 +200,7 @@ class Selection {
   }
 
   double key(std::size_t k, IndexGroup group) const {
-    return group == IndexGroup::kLarge ? factor_[k]
-                                       : static_cast<double>(model_.interior[k].size_bytes) * factor_[k];
+    return group == IndexGroup::kLarge ? factor_[k] : static_cast<double>(model_.interior[k].size_bytes) * factor_[k];
   }
 
   // The value a candidate's key stands for at excess E: what it removes times
@@ -243,8 +242,8 @@ class Selection {
   void refresh(std::int32_t k) {
     const auto index = static_cast<std::size_t>(k);
     const PeakCandidate& c = model_.interior[index];
-    const auto over_inside = static_cast<std::int64_t>(profile_.count_over(
-        static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last())));
+    const auto over_inside = static_cast<std::int64_t>(
+        profile_.count_over(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last())));
     // Neighbour impact: the copy-engine time that selected candidates already
     // claim inside this candidate's window, as a share of the compute there.
     const auto [first, last] = window(c);
@@ -269,8 +268,8 @@ class Selection {
   std::vector<double> factor_;  // cached F: an upper bound of the current one
   std::vector<double> d2h_ms_;  // per candidate
   std::vector<double> h2d_ms_;
-  std::vector<bool> version_queued_;  // a selected candidate already copies this version
-  std::vector<double> d2h_queue_;     // Fenwick tree over copy ops, see queued_d2h_ms
+  std::vector<bool> version_queued_;    // a selected candidate already copies this version
+  std::vector<double> d2h_queue_;       // Fenwick tree over copy ops, see queued_d2h_ms
   std::vector<std::int32_t> fresh_at_;  // step at which factor_ was last made exact
 };
 
@@ -339,8 +338,9 @@ enum class PrefetchOrder : std::uint8_t {
 
 // The order in which the copy engine should run the prefetches, from a
 // simulation of the engine over estimated times.
-std::vector<std::int32_t> engine_order(const Trace& trace, const PeakModel& model, std::span<const std::int32_t> selected,
-                                       std::int64_t limit, const ProfileTree& profile, PrefetchOrder rule) {
+std::vector<std::int32_t> engine_order(const Trace& trace, const PeakModel& model,
+                                       std::span<const std::int32_t> selected, std::int64_t limit,
+                                       const ProfileTree& profile, PrefetchOrder rule) {
   const std::vector<PrefetchTiming> timing = estimate_timing(trace, model, selected);
   std::vector<double> start_ms(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
   for (OpIndex op = 0; op < trace.op_count(); ++op) {
@@ -360,8 +360,8 @@ std::vector<std::int32_t> engine_order(const Trace& trace, const PeakModel& mode
     const std::size_t blocked_last =
         profile.find_last_above(static_cast<std::size_t>(c.interior_first()),
                                 static_cast<std::size_t>(c.interior_last()), limit - c.size_bytes);
-    const OpIndex room_from = blocked_last == ProfileTree::kNotFound ? c.interior_first()
-                                                                      : static_cast<OpIndex>(blocked_last) + 1;
+    const OpIndex room_from =
+        blocked_last == ProfileTree::kNotFound ? c.interior_first() : static_cast<OpIndex>(blocked_last) + 1;
     const PrefetchTiming& t = timing[static_cast<std::size_t>(k)];
     jobs.push_back({k, std::max(t.ready_ms, start_ms[static_cast<std::size_t>(room_from)]), t.deadline_ms, c.end_op,
                     trace.h2d_ms(c.size_bytes)});
@@ -398,8 +398,8 @@ std::vector<std::int32_t> engine_order(const Trace& trace, const PeakModel& mode
         std::pop_heap(startable.begin(), startable.end(), later);
         startable.pop_back();
       }
-      const bool fills_gap = !startable.empty() &&
-                             now_ms + jobs[startable.front()].duration_ms <= jobs[due].available_ms;
+      const bool fills_gap =
+          !startable.empty() && now_ms + jobs[startable.front()].duration_ms <= jobs[due].available_ms;
       if (!fills_gap) {
         // Idle until the due copy, or an earlier one that might fill the gap,
         // can start.
@@ -433,7 +433,8 @@ std::vector<Placement> place(const Trace& trace, const PeakModel& model, std::sp
   auto interior = [&](std::int32_t k) -> const PeakCandidate& { return model.interior[static_cast<std::size_t>(k)]; };
   const std::vector<std::int32_t> by_need = engine_order(trace, model, selected, limit, profile, rule);
   std::vector<std::int32_t> engine_rank(model.interior.size(), 0);
-  for (std::size_t i = 0; i < by_need.size(); ++i) engine_rank[static_cast<std::size_t>(by_need[i])] = static_cast<std::int32_t>(i);
+  for (std::size_t i = 0; i < by_need.size(); ++i)
+    engine_rank[static_cast<std::size_t>(by_need[i])] = static_cast<std::int32_t>(i);
   std::vector<OpIndex> prefetch_op(model.interior.size(), -1);
   OpIndex issued_up_to = 0;
   for (const std::int32_t k : by_need) {
@@ -508,7 +509,8 @@ std::vector<std::int32_t> select_boundaries(const PeakModel& model, std::span<co
     // Only when the boundary candidates here can bring the edge within the
     // limit: a partial reduction would add round trips and leave it over.
     std::int64_t available = 0;
-    for (std::size_t i = at; i < group_end; ++i) available += model.boundary[static_cast<std::size_t>(order[i])].size_bytes;
+    for (std::size_t i = at; i < group_end; ++i)
+      available += model.boundary[static_cast<std::size_t>(order[i])].size_bytes;
     if (edge - available > limit) {
       at = group_end;
       continue;
@@ -533,7 +535,8 @@ std::vector<std::int32_t> select_boundaries(const PeakModel& model, std::span<co
       }
       chosen.push_back(order[pick]);
       edge -= size_of(pick);
-      std::rotate(order.begin() + static_cast<std::ptrdiff_t>(pick), order.begin() + static_cast<std::ptrdiff_t>(pick) + 1,
+      std::rotate(order.begin() + static_cast<std::ptrdiff_t>(pick),
+                  order.begin() + static_cast<std::ptrdiff_t>(pick) + 1,
                   order.begin() + static_cast<std::ptrdiff_t>(remaining_end));
       --remaining_end;
     }
@@ -552,10 +555,14 @@ struct PendingAction {
 
 int kind_rank(ActionKind kind) {
   switch (kind) {
-    case ActionKind::kCopyD2H: return 0;
-    case ActionKind::kCopyH2D: return 1;
-    case ActionKind::kReleaseDevice: return 2;
-    case ActionKind::kReleaseHost: return 3;
+    case ActionKind::kCopyD2H:
+      return 0;
+    case ActionKind::kCopyH2D:
+      return 1;
+    case ActionKind::kReleaseDevice:
+      return 2;
+    case ActionKind::kReleaseHost:
+      return 3;
   }
   return 4;
 }
@@ -598,9 +605,8 @@ std::vector<Action> emit_actions(const Trace& trace, const PeakModel& model, std
     // The host copy is last used by the prefetch before op last_end. When that
     // op writes the storage, the next version's copy may be taken right after
     // it, so the stale copy goes before the op.
-    pending.push_back({Action{use.last_end, use.last_end_writes ? Phase::kPre : Phase::kPost,
-                              ActionKind::kReleaseHost, id},
-                       0});
+    pending.push_back(
+        {Action{use.last_end, use.last_end_writes ? Phase::kPre : Phase::kPost, ActionKind::kReleaseHost, id}, 0});
   }
   for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
     const OpIndex last_use = model.last_use[static_cast<std::size_t>(s)];
@@ -685,14 +691,14 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   } else {
     ProfileTree fill_profile = profile;
     Variant fill;
-    std::thread worker([&] { fill = build(PrefetchOrder::kFillIdleEngine, fill_profile); });
+    std::jthread worker([&] { fill = build(PrefetchOrder::kFillIdleEngine, fill_profile); });
     chosen = build(PrefetchOrder::kSoonestNeeded, profile);
     worker.join();
     if (fill.stall_ms < chosen.stall_ms) chosen = std::move(fill);
   }
   if (chosen.boundary_picks > 0) {
-    result.notes.push_back(fmt::format("{} boundary candidate(s) used to lower edge memory between ops",
-                                       chosen.boundary_picks));
+    result.notes.push_back(
+        fmt::format("{} boundary candidate(s) used to lower edge memory between ops", chosen.boundary_picks));
   }
   result.planned_peak_bytes = chosen.peak_bytes;
   result.schedule.actions = std::move(chosen.actions);

@@ -1,9 +1,9 @@
 #include "hyperoffload/report/comparison.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "hyperoffload/ir/memory_profile.h"
 

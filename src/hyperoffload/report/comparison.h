@@ -42,17 +42,17 @@ struct ComparisonOptions {
 struct ComparisonRow {
   std::string planner;
   std::int64_t budget_bytes = 0;
-  bool valid = false;                   // the validator found no problem
+  bool valid = false;  // the validator found no problem
   std::size_t problem_count = 0;
-  std::string first_problem;            // empty when valid
+  std::string first_problem;  // empty when valid
   std::size_t faults = 0;
-  std::int64_t op_peak_bytes = 0;       // validator, op-granular
-  std::int64_t timed_peak_bytes = 0;    // simulator, over time
+  std::int64_t op_peak_bytes = 0;     // validator, op-granular
+  std::int64_t timed_peak_bytes = 0;  // simulator, over time
   double stall_ms = 0.0;
-  double overhead_percent = 0.0;        // stall as a percentage of compute
+  double overhead_percent = 0.0;  // stall as a percentage of compute
   double makespan_ms = 0.0;
   std::int64_t d2h_bytes = 0;
-  std::int64_t h2d_bytes = 0;           // includes faults
+  std::int64_t h2d_bytes = 0;  // includes faults
   double planning_ms = 0.0;
   std::optional<UnavoidableFloor> floor;  // when the planner computes one
   std::vector<std::string> notes;         // the planner's
@@ -81,8 +81,9 @@ struct Comparison {
   std::size_t planner_count = 0;
 
   double budget_percent(std::int64_t budget_bytes) const {
-    return unplanned_peak_bytes > 0 ? 100.0 * static_cast<double>(budget_bytes) / static_cast<double>(unplanned_peak_bytes)
-                                    : 0.0;
+    return unplanned_peak_bytes > 0
+               ? 100.0 * static_cast<double>(budget_bytes) / static_cast<double>(unplanned_peak_bytes)
+               : 0.0;
   }
 };
 

@@ -1,9 +1,9 @@
 #include "hyperoffload/report/comparison_table.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace hyperoffload {
@@ -25,13 +25,13 @@ struct Column {
 };
 
 constexpr std::array<Column, 8> kColumns = {{{"planner", false},
-                                              {"feasible", false},
-                                              {"op peak", true},
-                                              {"timed peak", true},
-                                              {"stall ms", true},
-                                              {"overhead %", true},
-                                              {"bytes moved", true},
-                                              {"planning ms", true}}};
+                                             {"feasible", false},
+                                             {"op peak", true},
+                                             {"timed peak", true},
+                                             {"stall ms", true},
+                                             {"overhead %", true},
+                                             {"bytes moved", true},
+                                             {"planning ms", true}}};
 
 std::array<std::string, kColumns.size()> cells(const ComparisonRow& row) {
   return {row.planner,
@@ -75,10 +75,10 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
                      grouped(comparison.op_count), grouped(comparison.storage_count), comparison.compute_ms);
   out += fmt::format("unplanned  {} op-granular peak (op {})\n", format_bytes(comparison.unplanned_peak_bytes),
                      comparison.unplanned_peak_op);
-  out += fmt::format("copies     {} engine{}, D2H {:.4g} GiB/s, H2D {:.4g} GiB/s\n",
-                     static_cast<int>(comparison.copy_engines),
-                     comparison.copy_engines == CopyEngines::kOne ? " shared by both directions" : "s, one per direction",
-                     comparison.d2h_bandwidth_gib_per_s, comparison.h2d_bandwidth_gib_per_s);
+  out += fmt::format(
+      "copies     {} engine{}, D2H {:.4g} GiB/s, H2D {:.4g} GiB/s\n", static_cast<int>(comparison.copy_engines),
+      comparison.copy_engines == CopyEngines::kOne ? " shared by both directions" : "s, one per direction",
+      comparison.d2h_bandwidth_gib_per_s, comparison.h2d_bandwidth_gib_per_s);
   const std::size_t planners = comparison.planner_count;
   for (std::size_t b = 0; b < comparison.budgets_bytes.size(); ++b) {
     const std::int64_t budget = comparison.budgets_bytes[b];
@@ -94,13 +94,15 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
                        comparison.budget_percent(budget), floor);
     append_table(out, rows);
     for (const ComparisonRow& row : rows) {
-      if (!row.valid) out += fmt::format("problem ({}): {} problem(s); first: {}\n", row.planner, row.problem_count,
-                                         row.first_problem);
+      if (!row.valid)
+        out +=
+            fmt::format("problem ({}): {} problem(s); first: {}\n", row.planner, row.problem_count, row.first_problem);
       for (const std::string& note : row.notes) out += fmt::format("note ({}): {}\n", row.planner, note);
     }
   }
-  out += "\nfeasible: valid, no faults and op-granular peak within the budget; ! marks a timed peak above the "
-         "budget; overhead is stall as a percentage of compute\n";
+  out +=
+      "\nfeasible: valid, no faults and op-granular peak within the budget; ! marks a timed peak above the "
+      "budget; overhead is stall as a percentage of compute\n";
   return out;
 }
 

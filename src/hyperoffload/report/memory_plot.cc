@@ -1,19 +1,18 @@
 #include "hyperoffload/report/memory_plot.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "hyperoffload/plan/budget.h"
 
 namespace hyperoffload {
 namespace {
 
-constexpr std::array<std::string_view, 6> kColors = {"#1f77b4", "#ff7f0e", "#2ca02c",
-                                                     "#9467bd", "#8c564b", "#e377c2"};
+constexpr std::array<std::string_view, 6> kColors = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"};
 constexpr std::string_view kBudgetColor = "#d62728";
 constexpr double kMarginLeft = 78, kMarginRight = 24, kMarginTop = 58, kMarginBottom = 52;
 
@@ -21,11 +20,20 @@ std::string escape(std::string_view text) {
   std::string out;
   for (const char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
@@ -96,31 +104,33 @@ void append_panel(std::string& svg, const PlotPanel& panel, double top, const Me
   auto x_of = [&](double time_ms) { return plot_left + time_ms / end_ms * plot_width; };
   auto y_of = [&](double bytes) { return plot_bottom - bytes / unit.bytes / y_max * plot_height; };
 
-  svg += fmt::format("<g class=\"panel\">\n<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
-                     plot_left, top + 22, escape(panel.title));
+  svg += fmt::format(
+      "<g class=\"panel\">\n<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
+      plot_left, top + 22, escape(panel.title));
   // Grid, ticks and tick labels.
   for (double v = 0.0; v <= y_max + y_step / 2; v += y_step) {
     const double y = plot_bottom - v / y_max * plot_height;
-    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e0e0e0\"/>\n", plot_left, y,
-                       plot_right, y);
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e0e0e0\"/>\n",
+                       plot_left, y, plot_right, y);
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:g}</text>\n", plot_left - 6, y + 4, v);
   }
   for (double t = 0.0; t <= end_ms + x_step / 2; t += x_step) {
     const double x = x_of(std::min(t, end_ms));
     if (t > end_ms) break;
-    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e0e0e0\"/>\n", x, plot_top,
-                       x, plot_bottom);
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e0e0e0\"/>\n", x,
+                       plot_top, x, plot_bottom);
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{:g}</text>\n", x, plot_bottom + 16, t);
   }
   // Axes and their titles, with units.
-  svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"black\"/>\n", plot_left,
-                     plot_top, plot_bottom);
-  svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"black\"/>\n", plot_left,
-                     plot_bottom, plot_right);
+  svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"black\"/>\n",
+                     plot_left, plot_top, plot_bottom);
+  svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"black\"/>\n",
+                     plot_left, plot_bottom, plot_right);
   svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">time (ms)</text>\n",
                      plot_left + plot_width / 2, plot_bottom + 38);
   svg += fmt::format(
-      "<text x=\"{0:.1f}\" y=\"{1:.1f}\" text-anchor=\"middle\" transform=\"rotate(-90 {0:.1f} {1:.1f})\">device memory "
+      "<text x=\"{0:.1f}\" y=\"{1:.1f}\" text-anchor=\"middle\" transform=\"rotate(-90 {0:.1f} {1:.1f})\">device "
+      "memory "
       "({2})</text>\n",
       plot_left - 56, plot_top + plot_height / 2, unit.name);
 
@@ -196,9 +206,8 @@ std::string comparison_plot_svg(const Comparison& comparison, std::string_view t
     panel.budget_bytes = budget;
     for (std::size_t p = 0; p < planners; ++p) {
       const ComparisonRow& row = comparison.rows[b * planners + p];
-      panel.series.push_back(
-          PlotSeries{fmt::format("{} (timed peak {})", row.planner, format_bytes(row.timed_peak_bytes)), row.memory,
-                     row.end_ms});
+      panel.series.push_back(PlotSeries{
+          fmt::format("{} (timed peak {})", row.planner, format_bytes(row.timed_peak_bytes)), row.memory, row.end_ms});
     }
     panels.push_back(std::move(panel));
   }

@@ -22,9 +22,9 @@
 namespace hyperoffload {
 
 struct PlotSeries {
-  std::string label;                    // legend text
+  std::string label;                     // legend text
   std::span<const MemorySample> memory;  // ordered by time
-  double end_ms = 0.0;                  // the curve holds its last value until here
+  double end_ms = 0.0;                   // the curve holds its last value until here
 };
 
 struct PlotPanel {
@@ -34,8 +34,8 @@ struct PlotPanel {
 };
 
 struct MemoryPlotOptions {
-  int width_px = 960;          // whole image
-  int panel_height_px = 340;   // each panel, axes and labels included
+  int width_px = 960;         // whole image
+  int panel_height_px = 340;  // each panel, axes and labels included
 };
 
 // A standalone SVG document (UTF-8, ends with a newline).

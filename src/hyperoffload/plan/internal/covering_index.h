@@ -91,9 +91,9 @@ class CoveringIndex {
   void place(std::int32_t entry, IndexGroup group, bool present);
 
   int levels_ = 1;
-  std::vector<std::uint32_t> offsets_;  // per node: first position of its entries in each order
-  Order by_first_;                      // per node sorted by first ascending
-  Order by_last_;                       // per node sorted by last descending
+  std::vector<std::uint32_t> offsets_;            // per node: first position of its entries in each order
+  Order by_first_;                                // per node sorted by first ascending
+  Order by_last_;                                 // per node sorted by last descending
   std::vector<std::uint32_t> node_;               // per entry
   std::vector<std::uint32_t> position_in_first_;  // per entry, global position in by_first_
   std::vector<std::uint32_t> position_in_last_;

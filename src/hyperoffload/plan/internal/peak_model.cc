@@ -112,7 +112,8 @@ PeakModel build_peak_model(const Trace& trace, const StorageAccesses& accesses) 
   for (std::size_t op = 0; op < ops; ++op) {
     reducible += reducible_delta[op];
     const std::int64_t floor = model.resident_bytes[op] - reducible;
-    if (model.floor.op < 0 || floor > model.floor.bytes) model.floor = UnavoidableFloor{static_cast<OpIndex>(op), floor};
+    if (model.floor.op < 0 || floor > model.floor.bytes)
+      model.floor = UnavoidableFloor{static_cast<OpIndex>(op), floor};
   }
   return model;
 }

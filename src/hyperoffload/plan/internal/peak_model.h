@@ -43,9 +43,9 @@ struct PeakVersion {
 struct PeakCandidate {
   StorageIndex storage = 0;
   std::int64_t size_bytes = 0;
-  std::int32_t version = 0;  // index into PeakModel::versions
-  OpIndex start_op = 0;      // access before the gap: release no earlier than after it
-  OpIndex end_op = 0;        // access after the gap: copy_h2d no later than before it
+  std::int32_t version = 0;    // index into PeakModel::versions
+  OpIndex start_op = 0;        // access before the gap: release no earlier than after it
+  OpIndex end_op = 0;          // access after the gap: copy_h2d no later than before it
   bool end_op_writes = false;  // whether op end_op writes the storage
 
   OpIndex interior_first() const { return start_op + 1; }

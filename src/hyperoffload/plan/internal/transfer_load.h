@@ -19,7 +19,8 @@ class TransferLoad {
  public:
   // compute_before[x] = compute ms of ops [0, x), for x in [0, ops].
   explicit TransferLoad(std::span<const double> compute_before)
-      : compute_before_(compute_before), density_(compute_before.size() + 1, 0.0),
+      : compute_before_(compute_before),
+        density_(compute_before.size() + 1, 0.0),
         weighted_(compute_before.size() + 1, 0.0) {}
 
   // Spreads `transfer_ms` over the compute of ops [first, last]. No effect when
@@ -33,9 +34,7 @@ class TransferLoad {
   }
 
   // Committed transfer ms inside ops [first, last].
-  double load(std::size_t first, std::size_t last) const {
-    return prefix(last + 1) - prefix(first);
-  }
+  double load(std::size_t first, std::size_t last) const { return prefix(last + 1) - prefix(first); }
 
  private:
   // Load of ops [0, count).
