@@ -60,20 +60,24 @@ Result<Trace> build_from_document(simdjson::dom::element document) {
 
   std::size_t index = 0;
   for (simdjson::dom::element storage_value : storages) {
-    const std::string path = fmt::format("storages[{}]", index);
-    simdjson::dom::object storage;
-    HO_ASSIGN_OR_RETURN(storage, as_object(storage_value, path));
+    // Paths are formatted only on the error path: these loops run a million times.
+    auto path = [&index](std::string_view suffix) { return fmt::format("storages[{}]{}", index, suffix); };
+    if (!storage_value.is_object()) return std::unexpected(as_object(storage_value, path("")).error());
+    const simdjson::dom::object storage(storage_value);
     std::optional<simdjson::dom::element> id_value = member(storage, "id");
-    if (!id_value) return make_error(ErrorCode::kInvalidInput, path + ".id: missing");
+    if (!id_value) return make_error(ErrorCode::kInvalidInput, path(".id: missing"));
     std::int64_t id;
-    HO_ASSIGN_OR_RETURN(id, as_int64(*id_value, path + ".id"));
+    HO_ASSIGN_OR_RETURN(id, id_value->is_int64() ? Result<std::int64_t>(std::int64_t(*id_value))
+                                                 : as_int64(*id_value, path(".id")));
     std::optional<simdjson::dom::element> size_value = member(storage, "size_bytes");
-    if (!size_value) return make_error(ErrorCode::kInvalidInput, path + ".size_bytes: missing");
+    if (!size_value) return make_error(ErrorCode::kInvalidInput, path(".size_bytes: missing"));
     std::int64_t size_bytes;
-    HO_ASSIGN_OR_RETURN(size_bytes, as_int64(*size_value, path + ".size_bytes"));
+    HO_ASSIGN_OR_RETURN(size_bytes, size_value->is_int64() ? Result<std::int64_t>(std::int64_t(*size_value))
+                                                           : as_int64(*size_value, path(".size_bytes")));
     bool retained = false;
     if (std::optional<simdjson::dom::element> retained_value = member(storage, "retained")) {
-      HO_ASSIGN_OR_RETURN(retained, as_bool(*retained_value, path + ".retained"));
+      if (!retained_value->is_bool()) return std::unexpected(as_bool(*retained_value, path(".retained")).error());
+      retained = bool(*retained_value);
     }
     HO_RETURN_IF_ERROR(builder.add_storage(id, size_bytes, retained ? Retention::kRetained : Retention::kReleasable));
     ++index;
@@ -81,22 +85,25 @@ Result<Trace> build_from_document(simdjson::dom::element document) {
 
   index = 0;
   for (simdjson::dom::element op_value : ops) {
-    // Paths are formatted only on the error path: this loop runs a million times.
     auto path = [&index](std::string_view suffix) { return fmt::format("ops[{}]{}", index, suffix); };
     if (!op_value.is_object()) return std::unexpected(as_object(op_value, path("")).error());
     const simdjson::dom::object op(op_value);
     std::string_view name;
     if (std::optional<simdjson::dom::element> name_value = member(op, "name")) {
-      HO_ASSIGN_OR_RETURN(name, as_string(*name_value, path(".name")));
+      if (!name_value->is_string()) return std::unexpected(as_string(*name_value, path(".name")).error());
+      name = std::string_view(*name_value);
     }
     double duration_ms = 0.0;
     if (std::optional<simdjson::dom::element> duration_value = member(op, "duration_ms")) {
-      HO_ASSIGN_OR_RETURN(duration_ms, as_number(*duration_value, path(".duration_ms")));
+      if (!duration_value->is_number()) {
+        return std::unexpected(as_number(*duration_value, path(".duration_ms")).error());
+      }
+      duration_ms = *as_number(*duration_value, "");
     }
     HO_RETURN_IF_ERROR(builder.add_op(name, duration_ms));
     if (std::optional<simdjson::dom::element> accesses_value = member(op, "accesses")) {
-      simdjson::dom::array accesses;
-      HO_ASSIGN_OR_RETURN(accesses, as_array(*accesses_value, path(".accesses")));
+      if (!accesses_value->is_array()) return std::unexpected(as_array(*accesses_value, path(".accesses")).error());
+      const simdjson::dom::array accesses(*accesses_value);
       std::size_t access_index = 0;
       for (simdjson::dom::element access_value : accesses) {
         auto access_path = [&](std::string_view suffix) {
@@ -112,8 +119,8 @@ Result<Trace> build_from_document(simdjson::dom::element document) {
         const std::int64_t storage_id = std::int64_t(*storage_value);
         std::optional<simdjson::dom::element> kind_value = member(access, "kind");
         if (!kind_value) return make_error(ErrorCode::kInvalidInput, access_path(".kind: missing"));
-        std::string_view kind_text;
-        HO_ASSIGN_OR_RETURN(kind_text, as_string(*kind_value, access_path(".kind")));
+        if (!kind_value->is_string()) return std::unexpected(as_string(*kind_value, access_path(".kind")).error());
+        const std::string_view kind_text(*kind_value);
         AccessKind kind;
         if (kind_text == "read") {
           kind = AccessKind::kRead;

@@ -21,16 +21,10 @@ std::string describe(const Action& action) {
                      to_string(action.kind), action.storage);
 }
 
-namespace {
-std::size_t slot_of(const Action& action) {
-  return 2 * static_cast<std::size_t>(action.op) + (action.phase == Phase::kPost ? 1 : 0);
-}
-}  // namespace
-
 Status check_execution_order(std::span<const Action> actions) {
   for (std::size_t i = 1; i < actions.size(); ++i) {
     if (actions[i].op < 0) continue;  // reported by the validator as out of range
-    if (actions[i - 1].op >= 0 && slot_of(actions[i]) < slot_of(actions[i - 1])) {
+    if (actions[i - 1].op >= 0 && execution_slot(actions[i]) < execution_slot(actions[i - 1])) {
       return make_error(ErrorCode::kInvalidInput,
                         fmt::format("actions[{}]: out of execution order ({} after {}); actions must be "
                                     "sorted by op, pre before post",
@@ -43,7 +37,7 @@ Status check_execution_order(std::span<const Action> actions) {
 ActionsByOp::ActionsByOp(std::span<const Action> actions, OpIndex op_count)
     : actions_(actions), offsets_(2 * static_cast<std::size_t>(op_count) + 1, 0) {
   // Counting pass, then prefix sums: offsets_[s] = first action of slot s.
-  for (const Action& action : actions) ++offsets_[slot_of(action) + 1];
+  for (const Action& action : actions) ++offsets_[execution_slot(action) + 1];
   for (std::size_t s = 1; s < offsets_.size(); ++s) offsets_[s] += offsets_[s - 1];
 }
 

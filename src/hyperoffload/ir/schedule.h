@@ -38,6 +38,12 @@ struct Action {
 // "op 3 post copy_d2h storage 7" — for messages and test output.
 std::string describe(const Action& action);
 
+// Position of an action's (op, phase) in execution order: 2*op for pre, 2*op+1
+// for post. Precondition: action.op >= 0.
+inline std::size_t execution_slot(const Action& action) {
+  return 2 * static_cast<std::size_t>(action.op) + (action.phase == Phase::kPost ? 1 : 0);
+}
+
 struct Schedule {
   std::string planner;  // which planner made it ("greedy", "peak", or a file's value)
   std::vector<Action> actions;

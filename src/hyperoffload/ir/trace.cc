@@ -94,7 +94,7 @@ Status TraceBuilder::add_op(std::string_view name, double duration_ms) {
     return make_error(ErrorCode::kInvalidInput, "ops: too many ops");
   }
   std::uint32_t name_index;
-  auto it = name_to_index_.find(std::string(name));
+  auto it = name_to_index_.find(name);
   if (it != name_to_index_.end()) {
     name_index = it->second;
   } else {

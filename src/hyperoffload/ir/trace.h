@@ -158,7 +158,13 @@ class TraceBuilder {
  private:
   Trace trace_;
   std::vector<StorageId> pending_ids_;  // external id per access, resolved in build()
-  std::unordered_map<std::string, std::uint32_t> name_to_index_;
+  // Transparent hashing: interning looks names up by string_view, allocating
+  // only for a name not seen before.
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
+  };
+  std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> name_to_index_;
   std::optional<std::int64_t> limit_;
   double d2h_ = kDefaultBandwidthGiBPerS;
   double h2d_ = kDefaultBandwidthGiBPerS;

@@ -5,11 +5,12 @@
 #include <fmt/format.h>
 
 #include "hyperoffload/plan/greedy_planner.h"
+#include "hyperoffload/plan/peak_planner.h"
 
 namespace hyperoffload {
 
 std::span<const std::string_view> planner_names() {
-  static constexpr std::array<std::string_view, 1> kNames = {"greedy"};
+  static constexpr std::array<std::string_view, 2> kNames = {"greedy", "peak"};
   return kNames;
 }
 
@@ -19,6 +20,10 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
       return make_error(ErrorCode::kInvalidArgument, "--score-weight applies to the peak planner only");
     }
     return std::unique_ptr<Planner>(std::make_unique<GreedyPlanner>());
+  }
+  if (name == "peak") {
+    HO_ASSIGN_OR_RETURN(PeakPlannerOptions peak_options, peak_planner_options(options.score_weights));
+    return std::unique_ptr<Planner>(std::make_unique<PeakPlanner>(peak_options));
   }
   return make_error(ErrorCode::kInvalidArgument,
                     fmt::format("unknown planner \"{}\" (available: {})", name, fmt::join(planner_names(), ", ")));

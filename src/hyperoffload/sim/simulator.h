@@ -1,34 +1,51 @@
 // Event simulator: plays a schedule against a trace in time, with one compute
 // stream and one or two copy engines, and reports stalls and the memory curve.
 //
-// Model (docs/FORMATS.md, "Simulator"):
+// Model (docs/FORMATS.md, "Simulator"; docs/SIMULATOR.md has a worked example):
 //  - The compute stream runs ops in order for their duration_ms.
 //  - Copy engines are FIFO queues: with 2 (default), one for D2H and one for H2D;
 //    with 1, both directions share one queue, in program order. Transfer time =
-//    size / bandwidth (the trace's GiB/s).
-//  - A post-op copy_d2h starts when its op ends and its engine is free (a pre-op
-//    one when the previous op has ended).
-//  - A pre-op copy_h2d starts when the previous op has ended, its engine is free
-//    and the storage's last D2H has completed; its device memory is taken when
-//    the copy starts.
-//  - An op starts when the previous op has ended and every in-flight H2D of a
-//    storage it accesses has completed; the wait is stall.
-//  - A storage's memory is taken when the op that first accesses it starts.
-//  - release_device frees memory when its action is issued (its op ends; for a
-//    pre action, when the previous op ends) or, if later, when the storage's last
-//    D2H (and any in-flight H2D) completes.
-//  - A fault is a synchronous H2D on the compute stream after the storage's last
-//    D2H has completed, before the op starts; its time counts as stall.
-//  - Memory events at equal times apply in program order: pre actions, the op's
-//    own allocations, post actions.
-//  - Copies that the validator deems no-ops take no time.
+//    size / bandwidth (the trace's GiB/s, 2^30 bytes per second).
+//  - An action is issued when its op ends (post) or when the previous op ends
+//    (pre; time 0 for op 0).
+//  - A copy_d2h starts when it is issued and its engine is free.
+//  - A copy_h2d starts when it is issued, its engine is free and the storage's
+//    last D2H has completed; its device memory is taken when the copy starts.
+//  - An op starts when the previous op has ended, its faults are done and every
+//    in-flight H2D of a storage it accesses has completed; the wait is stall.
+//  - A fault (an access the validator counts as one) is a synchronous H2D on the
+//    compute stream before the op starts, after the storage's last D2H has
+//    completed; its memory is taken when it starts and its time counts as stall.
+//    Faults run in access order before the wait for in-flight H2Ds, so they
+//    overlap with prefetches still on the copy engine.
+//  - A storage's memory is taken when the op that first accesses it starts. An
+//    access the validator reports as data loss takes memory the same way (there
+//    is nothing to copy) and no time.
+//  - release_device frees memory when it is issued or, if later, when the
+//    storage's last D2H and any in-flight H2D complete.
+//  - Memory events at equal times apply in program order: an op's pre actions,
+//    its own allocations (faults, first accesses), its post actions; a delayed
+//    free keeps the place of the release_device that issued it.
+//  - Copies that the validator deems no-ops (or errors) take no time and move no
+//    bytes; actions the validator drops (unknown storage, op out of range) are
+//    ignored, and actions out of execution order run in execution order, as in
+//    the validator.
+//  - Ops do not wait for an in-flight D2H of a storage they write. Schedules
+//    from the planners never need it (the D2H is issued after the storage's last
+//    write before its gap), so the model leaves write-after-read hazards to the
+//    validator's version rules.
 // makespan_ms is when the last op or copy ends; stall_ms is the compute stream's
-// total waiting (including faults), so compute_ms + stall_ms is when the last op ends.
+// total waiting (including faults), so compute_ms + stall_ms is when the last op
+// ends. The timed peak is never below the validator's op-granular peak: memory
+// is taken no later and freed no earlier than the validator assumes.
 //
+// Cost: O((ops + actions + accesses) + d log d) time for d delayed frees, and
+// O(storages + actions) memory (plus the timeline when recorded).
 // Thread-safety: a pure function of its inputs.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,17 +63,26 @@ enum class RecordTimeline : std::uint8_t { kNo, kYes };
 struct SimulatorOptions {
   CopyEngines copy_engines = CopyEngines::kTwo;
   RecordTimeline record_timeline = RecordTimeline::kNo;
+  // Budget reported and drawn as a line on the timeline, in bytes; nullopt = the
+  // trace's memory_limit_bytes (none when that is unlimited too). It does not
+  // change the simulation.
+  std::optional<std::int64_t> budget_bytes;
 };
 
 struct SimulationResult {
   ValidationReport validation;   // the validator's verdict on the same schedule
+  CopyEngines copy_engines = CopyEngines::kTwo;
+  std::int64_t budget_bytes = -1;     // the options' or the trace's budget; -1 when unknown
   std::int64_t peak_bytes_timed = 0;  // maximum over time of allocated device bytes
   double peak_time_ms = 0.0;          // when it is first reached
   double compute_ms = 0.0;            // sum of op durations
   double makespan_ms = 0.0;
-  double stall_ms = 0.0;
-  std::int64_t d2h_bytes = 0;
+  double stall_ms = 0.0;              // includes fault_ms
+  double fault_ms = 0.0;              // time the compute stream spent in faults
+  std::int64_t d2h_bytes = 0;         // bytes of the copies simulated
   std::int64_t h2d_bytes = 0;         // includes faults
+  std::int64_t d2h_count = 0;
+  std::int64_t h2d_count = 0;         // excludes faults
   Timeline timeline;                  // only with RecordTimeline::kYes
 
   bool valid() const { return validation.valid(); }
@@ -66,10 +92,15 @@ struct SimulationResult {
   double overhead_percent() const { return compute_ms > 0 ? 100.0 * stall_ms / compute_ms : 0.0; }
 };
 
+// Simulates `schedule` on `trace`. Never fails: an invalid schedule is reported in
+// result.validation (as validate_schedule would) and simulated as the validator
+// executes it.
 SimulationResult simulate(const Trace& trace, const Schedule& schedule, const SimulatorOptions& options = {});
 
-// The --json object: valid, faults, peak_bytes, peak_bytes_timed, compute_ms,
-// makespan_ms, stall_ms, d2h_bytes, h2d_bytes, and more (docs/FORMATS.md).
+// The --json object: valid, faults, peak_bytes, peak_op, peak_bytes_timed,
+// peak_time_ms, compute_ms, makespan_ms, stall_ms, fault_ms, overhead_percent,
+// d2h_bytes, h2d_bytes, d2h_count, h2d_count, copy_engines, budget_bytes (when
+// known), problem_count, problems (docs/FORMATS.md).
 std::string simulation_to_json(const SimulationResult& result);
 
 }  // namespace hyperoffload

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Planner comparison benchmark: greedy vs peak on GPT-style training steps from
+# `hyperoffload generate transformer` (the gpt2-small, gpt2-medium and gpt2-large
+# presets: seq 1024, batch 8, fp16, A100 timing, 16 GiB/s each way) at budgets of
+# 30%, 50% and 70% of the unplanned peak with two copy engines. Prints each
+# `hyperoffload compare` table, then a summary that checks the targets: peak is
+# feasible wherever greedy is, and its stall is at most half of greedy's
+# wherever greedy stalls.
+#
+#   scripts/compare-benchmarks.sh            GPT presets
+#   scripts/compare-benchmarks.sh --g10      also the real G10 traces in examples/traces/g10
+#
+# Needs build/bin/hyperoffload (built here if missing) and python3 for the summary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cli=build/bin/hyperoffload
+if [[ ! -x "$cli" ]]; then
+  cmake --preset release >/dev/null
+  cmake --build --preset release --target hyperoffload_cli
+fi
+with_g10=0
+for arg in "$@"; do
+  case "$arg" in
+    --g10) with_g10=1 ;;
+    *) echo "usage: $0 [--g10]" >&2; exit 2 ;;
+  esac
+done
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+traces=()
+for preset in gpt2-small gpt2-medium gpt2-large; do
+  "$cli" generate transformer --preset "$preset" -o "$scratch/$preset.json" >/dev/null
+  traces+=("$scratch/$preset.json")
+done
+if ((with_g10)); then
+  for trace in examples/traces/g10/g10_*_[0-9]*.json; do traces+=("$trace"); done
+fi
+
+budgets=30%,50%,70%
+for trace in "${traces[@]}"; do
+  echo "== $(basename "$trace" .json)"
+  "$cli" compare "$trace" --budgets "$budgets" --copy-engines 2
+  "$cli" compare "$trace" --budgets "$budgets" --copy-engines 2 --json >"$scratch/$(basename "$trace" .json).result.json"
+  echo
+done
+
+if ! command -v python3 >/dev/null; then
+  echo "(python3 not found: no summary)"
+  exit 0
+fi
+echo "== summary: stall ratio = peak / greedy; targets: peak feasible where greedy is, ratio <= 0.5 where greedy stalls"
+python3 - "$scratch"/*.result.json <<'EOF'
+import json, os, sys
+print(f"{'trace':24s} {'budget':>6s}  {'greedy':>8s} {'stall ms':>10s}  {'peak':>8s} {'stall ms':>10s}  {'ratio':>6s}  targets")
+met = total = 0
+for path in sys.argv[1:]:
+    results = json.load(open(path))["results"]
+    name = os.path.basename(path).removesuffix(".result.json")
+    rows = {}
+    for r in results:
+        rows.setdefault(r["budget_bytes"], {})[r["planner"]] = r
+    for budget, pair in rows.items():
+        g, p = pair["greedy"], pair["peak"]
+        feasible_ok = p["feasible"] or not g["feasible"]
+        stall_ok = g["stall_ms"] <= 0 or p["stall_ms"] <= 0.5 * g["stall_ms"]
+        ratio = p["stall_ms"] / g["stall_ms"] if g["stall_ms"] > 0 else 0.0
+        total += 1
+        met += feasible_ok and stall_ok
+        flag = "ok" if feasible_ok and stall_ok else ("stall" if feasible_ok else "FEASIBILITY")
+        print(f"{name:24s} {g['budget_percent']:5.0f}%  {'yes' if g['feasible'] else 'no':>8s} {g['stall_ms']:10.2f}  "
+              f"{'yes' if p['feasible'] else 'no':>8s} {p['stall_ms']:10.2f}  {ratio:6.2f}  {flag}")
+print(f"targets met in {met} of {total} cases")
+EOF

@@ -1,0 +1,100 @@
+// hyperoffload compare TRACE [--budget B | --budgets B1,B2,...] [--planners greedy,peak]
+//                    [--copy-engines 1|2] [--score-weight N=V]... [--plot FILE.svg] [--json]
+#include <fmt/format.h>
+
+#include "hyperoffload/cli/command.h"
+#include "hyperoffload/cli/common.h"
+#include "hyperoffload/io/file.h"
+#include "hyperoffload/report/comparison.h"
+#include "hyperoffload/report/comparison_table.h"
+#include "hyperoffload/report/memory_plot.h"
+
+namespace hyperoffload::cli {
+namespace {
+
+struct CompareArgs {
+  std::string trace_path;
+  std::string budget;
+  std::string budgets;
+  std::string planners = "greedy,peak";
+  int copy_engines = 2;
+  std::vector<std::string> score_weights;
+  std::string plot;
+  bool json = false;
+};
+
+// "a,b,c" → {"a", "b", "c"}; an empty item is an error naming the option.
+std::vector<std::string> split_list(const std::string& text, std::string_view option) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.empty()) {
+      throw HyperoffloadError({ErrorCode::kInvalidArgument,
+                               fmt::format("{} \"{}\": empty item in the comma-separated list", option, text)});
+    }
+    items.push_back(std::move(item));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
+int run_compare(const CompareArgs& args) {
+  if (!args.budget.empty() && !args.budgets.empty()) {
+    throw HyperoffloadError({ErrorCode::kInvalidArgument, "give either --budget or --budgets, not both"});
+  }
+  ComparisonOptions options;
+  options.planners = split_list(args.planners, "--planners");
+  options.score_weights = parse_score_weights(args.score_weights);
+  options.copy_engines = args.copy_engines == 1 ? CopyEngines::kOne : CopyEngines::kTwo;
+  options.record_timeline = args.plot.empty() ? RecordTimeline::kNo : RecordTimeline::kYes;
+  const std::string& budget_text = args.budget.empty() ? args.budgets : args.budget;
+  if (!budget_text.empty()) {
+    for (const std::string& item : split_list(budget_text, args.budget.empty() ? "--budgets" : "--budget")) {
+      options.budgets.push_back(value_or_throw(parse_budget(item)));
+    }
+  }
+
+  const Trace trace = load_trace(args.trace_path);
+  const Comparison comparison = value_or_throw(run_comparison(trace, options));
+  if (!args.plot.empty()) {
+    value_or_throw(write_file_atomically(args.plot, comparison_plot_svg(comparison, args.trace_path)));
+  }
+  if (args.json) {
+    fmt::print("{}", comparison_to_json(comparison, args.trace_path));
+  } else {
+    fmt::print("{}", format_comparison_table(comparison, args.trace_path));
+    if (!args.plot.empty()) fmt::print("plot written to {}\n", args.plot);
+  }
+  for (const ComparisonRow& row : comparison.rows) {
+    if (!row.valid) return kExitFailed;  // a planner produced an unsafe schedule: a bug worth failing on
+  }
+  return kExitOk;
+}
+
+Command register_compare(CLI::App& root) {
+  auto args = std::make_shared<CompareArgs>();
+  CLI::App* app = root.add_subcommand(
+      "compare", "Plan a trace with several planners, validate and simulate each, and compare them in one table");
+  app->add_option("trace", args->trace_path, "Trace file (hyperoffload.trace JSON; - for stdin)")->required();
+  app->add_option("--budget,-b", args->budget,
+                  "Device-memory budget: bytes, a size (2GiB) or a percentage of the unplanned op-granular peak "
+                  "(40%); default: the trace's memory_limit_bytes");
+  app->add_option("--budgets", args->budgets, "Compare at several budgets, comma-separated (30%,50%,70%)");
+  app->add_option("--planners", args->planners, "Planners to compare, comma-separated")->capture_default_str();
+  app->add_option("--copy-engines", args->copy_engines,
+                  "Copy engines in the simulation: 2 (one per direction) or 1 (shared)")
+      ->check(CLI::IsMember({1, 2}))
+      ->capture_default_str();
+  app->add_option("--score-weight", args->score_weights, "Peak planner score weight NAME=VALUE (repeatable)");
+  app->add_option("--plot", args->plot, "Write an SVG plot of device memory over time per planner and budget");
+  app->add_flag("--json", args->json, "Print the results as JSON instead of a table");
+  return {app, [args] { return run_compare(*args); }};
+}
+
+const CommandRegistration kRegistration{"compare", &register_compare};
+
+}  // namespace
+}  // namespace hyperoffload::cli

@@ -1,0 +1,121 @@
+#include "hyperoffload/plan/internal/peak_model.h"
+
+#include <algorithm>
+
+namespace hyperoffload::internal {
+
+bool is_alias_forward(const Trace& trace, OpIndex op, StorageIndex storage) {
+  bool reads = false;
+  bool writes = false;
+  for (const Access& access : trace.accesses(op)) {
+    if (access.storage != storage) return false;
+    (access.kind == AccessKind::kRead ? reads : writes) = true;
+  }
+  return reads && writes;
+}
+
+namespace {
+
+// The last alias-forward op of every storage (-1 when it has none), in one pass
+// over the ops.
+std::vector<OpIndex> last_alias_forward_ops(const Trace& trace) {
+  std::vector<OpIndex> last(static_cast<std::size_t>(trace.storage_count()), -1);
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    std::span<const Access> list = trace.accesses(op);
+    if (list.empty()) continue;
+    const StorageIndex storage = list.front().storage;
+    if (is_alias_forward(trace, op, storage)) last[static_cast<std::size_t>(storage)] = op;
+  }
+  return last;
+}
+
+// Appends the versions and candidates of one storage. Accesses are ordered by
+// op, then by their order within the op.
+void add_versions_and_candidates(StorageIndex storage, std::int64_t size_bytes, std::span<const StorageAccess> list,
+                                 PeakModel& model) {
+  const auto first_version = static_cast<std::int32_t>(model.versions.size());
+  // Pass 1: version boundaries and each version's copy op (its last write, or
+  // its first access when it has none).
+  std::int32_t version = first_version;
+  model.versions.push_back(PeakVersion{storage, list.front().op});
+  for (std::size_t j = 0; j < list.size(); ++j) {
+    const bool write = list[j].kind == AccessKind::kWrite;
+    if (j > 0 && write && list[j - 1].kind == AccessKind::kRead) {
+      model.versions.push_back(PeakVersion{storage, list[j].op});
+      ++version;
+    }
+    if (write) model.versions[static_cast<std::size_t>(version)].copy_op = list[j].op;
+  }
+
+  // Pass 2: gaps. The gap after access j belongs to access j's version; it is a
+  // candidate only when that version's copy op is not after the gap's start
+  // (a gap inside a leading run of writes would need a second copy).
+  version = first_version;
+  for (std::size_t j = 0; j + 1 < list.size(); ++j) {
+    if (j > 0 && list[j].kind == AccessKind::kWrite && list[j - 1].kind == AccessKind::kRead) ++version;
+    const OpIndex start = list[j].op;
+    const OpIndex end = list[j + 1].op;
+    if (end == start) continue;
+    if (model.versions[static_cast<std::size_t>(version)].copy_op > start) continue;
+    bool end_writes = false;
+    for (std::size_t k = j + 1; k < list.size() && list[k].op == end; ++k) {
+      end_writes = end_writes || list[k].kind == AccessKind::kWrite;
+    }
+    const PeakCandidate candidate{storage, size_bytes, version, start, end, end_writes};
+    (end - start >= 2 ? model.interior : model.boundary).push_back(candidate);
+  }
+}
+
+}  // namespace
+
+PeakModel build_peak_model(const Trace& trace, const StorageAccesses& accesses) {
+  PeakModel model;
+  const auto ops = static_cast<std::size_t>(trace.op_count());
+  model.last_use.assign(static_cast<std::size_t>(trace.storage_count()), -1);
+  if (ops == 0) return model;
+
+  const std::vector<OpIndex> alias_last = last_alias_forward_ops(trace);
+  std::vector<std::int64_t> resident_delta(ops + 1, 0);
+  std::vector<std::int64_t> edge_delta(ops, 0);
+  for (StorageIndex s : accesses.by_first_appearance()) {
+    const StorageInfo& info = trace.storage(s);
+    if (info.size_bytes <= 0) continue;
+    const OpIndex first = accesses.first_op(s);
+    const OpIndex last_use = std::max(accesses.last_op(s), alias_last[static_cast<std::size_t>(s)]);
+    model.last_use[static_cast<std::size_t>(s)] = last_use;
+    const OpIndex last = info.retained() ? trace.op_count() - 1 : last_use;
+    resident_delta[static_cast<std::size_t>(first)] += info.size_bytes;
+    resident_delta[static_cast<std::size_t>(last) + 1] -= info.size_bytes;
+    if (last > first) {
+      edge_delta[static_cast<std::size_t>(first)] += info.size_bytes;
+      edge_delta[static_cast<std::size_t>(last)] -= info.size_bytes;
+    }
+    add_versions_and_candidates(s, info.size_bytes, accesses.of(s), model);
+  }
+
+  model.resident_bytes.resize(ops);
+  std::int64_t running = 0;
+  for (std::size_t op = 0; op < ops; ++op) model.resident_bytes[op] = running += resident_delta[op];
+  model.edge_bytes.resize(ops - 1);
+  running = 0;
+  for (std::size_t i = 0; i + 1 < ops; ++i) model.edge_bytes[i] = running += edge_delta[i];
+
+  // Floor: subtract, per op, every storage an interior candidate covers there.
+  // A storage's gaps are disjoint, so each storage is counted at most once.
+  std::vector<std::int64_t> reducible_delta(ops + 1, 0);
+  for (const PeakCandidate& candidate : model.interior) {
+    reducible_delta[static_cast<std::size_t>(candidate.interior_first())] += candidate.size_bytes;
+    reducible_delta[static_cast<std::size_t>(candidate.end_op)] -= candidate.size_bytes;
+  }
+  std::int64_t reducible = 0;
+  model.floor = UnavoidableFloor{-1, 0};
+  for (std::size_t op = 0; op < ops; ++op) {
+    reducible += reducible_delta[op];
+    const std::int64_t floor = model.resident_bytes[op] - reducible;
+    if (model.floor.op < 0 || floor > model.floor.bytes)
+      model.floor = UnavoidableFloor{static_cast<OpIndex>(op), floor};
+  }
+  return model;
+}
+
+}  // namespace hyperoffload::internal

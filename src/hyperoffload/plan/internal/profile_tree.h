@@ -1,0 +1,220 @@
+// Internal: the peak planner's per-op memory profile — a segment tree with range
+// add, maximum and leftmost argmax, "first/last position above a threshold"
+// searches, and an exact count of positions above a fixed limit. Every
+// operation is O(log n) except add(), which is O(log n) plus O(log n) per
+// position whose side of the limit it changes.
+//
+// Like RangeMaxTree, adds are kept lazily at the nodes and never pushed down: a
+// node's aggregates describe its range *excluding* its ancestors' adds.
+//
+// The above-limit count serves the coverage score term ("how many over-budget
+// ops does this gap cover"); the threshold searches serve placement (latest
+// safe release, earliest safe prefetch).
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+namespace hyperoffload::internal {
+
+class ProfileTree {
+ public:
+  static constexpr std::size_t kNotFound = std::numeric_limits<std::size_t>::max();
+
+  // Precondition: values is non-empty.
+  ProfileTree(std::span<const std::int64_t> values, std::int64_t limit) : size_(values.size()), limit_(limit) {
+    // Node ids of a mid-split tree over n positions stay below twice the next
+    // power of two.
+    const std::size_t nodes = 2 * std::bit_ceil(std::max<std::size_t>(size_, 1));
+    max_.assign(nodes, kLow);
+    add_.assign(nodes, 0);
+    min_over_.assign(nodes, kHigh);
+    max_under_.assign(nodes, kLow);
+    count_over_.assign(nodes, 0);
+    build(1, 0, size_ - 1, values);
+  }
+
+  std::size_t size() const { return size_; }
+  std::int64_t limit() const { return limit_; }
+
+  // Adds `delta` to positions [first, last]. Precondition: first <= last < size().
+  void add(std::size_t first, std::size_t last, std::int64_t delta) {
+    if (delta != 0) add(1, 0, size_ - 1, first, last, delta, 0);
+  }
+
+  std::int64_t max() const { return max_[1]; }
+  std::int64_t max(std::size_t first, std::size_t last) const { return max(1, 0, size_ - 1, first, last); }
+  std::int64_t at(std::size_t position) const { return max(position, position); }
+
+  // Leftmost position holding the overall maximum.
+  std::size_t argmax() const {
+    std::size_t node = 1, lo = 0, hi = size_ - 1;
+    std::int64_t pending = 0;
+    const std::int64_t target = max_[1];
+    while (lo < hi) {
+      pending += add_[node];
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (max_[2 * node] + pending == target) {
+        node = 2 * node;
+        hi = mid;
+      } else {
+        node = 2 * node + 1;
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  }
+
+  // Positions in [first, last] whose value is above limit().
+  std::size_t count_over(std::size_t first, std::size_t last) const { return count(1, 0, size_ - 1, first, last); }
+  std::size_t count_over() const { return static_cast<std::size_t>(count_over_[1]); }
+
+  // First (last) position in [first, last] whose value is above `threshold`, or
+  // kNotFound.
+  std::size_t find_first_above(std::size_t first, std::size_t last, std::int64_t threshold) const {
+    return find_first(1, 0, size_ - 1, first, last, threshold, 0);
+  }
+  std::size_t find_last_above(std::size_t first, std::size_t last, std::int64_t threshold) const {
+    return find_last(1, 0, size_ - 1, first, last, threshold, 0);
+  }
+
+ private:
+  // Sentinels far from any byte count, so adding deltas to them stays harmless.
+  static constexpr std::int64_t kHigh = std::numeric_limits<std::int64_t>::max() / 4;
+  static constexpr std::int64_t kLow = std::numeric_limits<std::int64_t>::min() / 4;
+
+  void set_leaf(std::size_t node, std::int64_t value) {
+    max_[node] = value;
+    const bool over = value > limit_;
+    min_over_[node] = over ? value : kHigh;
+    max_under_[node] = over ? kLow : value;
+    count_over_[node] = over ? 1 : 0;
+  }
+
+  void pull(std::size_t node) {
+    const std::size_t l = 2 * node, r = 2 * node + 1;
+    const std::int64_t a = add_[node];
+    max_[node] = std::max(max_[l], max_[r]) + a;
+    const std::int64_t min_over = std::min(min_over_[l], min_over_[r]);
+    min_over_[node] = min_over >= kHigh / 2 ? kHigh : min_over + a;
+    const std::int64_t max_under = std::max(max_under_[l], max_under_[r]);
+    max_under_[node] = max_under <= kLow / 2 ? kLow : max_under + a;
+    count_over_[node] = count_over_[l] + count_over_[r];
+  }
+
+  void build(std::size_t node, std::size_t lo, std::size_t hi, std::span<const std::int64_t> values) {
+    if (lo == hi) {
+      set_leaf(node, values[lo]);
+      return;
+    }
+    const std::size_t mid = lo + (hi - lo) / 2;
+    build(2 * node, lo, mid, values);
+    build(2 * node + 1, mid + 1, hi, values);
+    pull(node);
+  }
+
+  // Whether some position below `node` is on the wrong side of the limit, given
+  // the adds of its strict ancestors.
+  bool needs_fix(std::size_t node, std::int64_t pending) const {
+    return (min_over_[node] < kHigh / 2 && min_over_[node] + pending <= limit_) ||
+           (max_under_[node] > kLow / 2 && max_under_[node] + pending > limit_);
+  }
+
+  void fix(std::size_t node, std::size_t lo, std::size_t hi, std::int64_t pending) {
+    if (lo == hi) {
+      set_leaf_shifted(node, 0, pending);
+      return;
+    }
+    const std::int64_t below = pending + add_[node];
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (needs_fix(2 * node, below)) fix(2 * node, lo, mid, below);
+    if (needs_fix(2 * node + 1, below)) fix(2 * node + 1, mid + 1, hi, below);
+    pull(node);
+  }
+
+  // Leaves store their value in max_ with add_ folded in; `pending` is the sum
+  // of the strict ancestors' adds, so a leaf's true value is max_ + pending.
+  void add(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last, std::int64_t delta,
+           std::int64_t pending) {
+    if (first <= lo && hi <= last) {
+      if (lo == hi) {
+        set_leaf_shifted(node, delta, pending);
+        return;
+      }
+      add_[node] += delta;
+      max_[node] += delta;
+      if (min_over_[node] < kHigh / 2) min_over_[node] += delta;
+      if (max_under_[node] > kLow / 2) max_under_[node] += delta;
+      if (needs_fix(node, pending)) fix(node, lo, hi, pending);
+      return;
+    }
+    const std::int64_t below = pending + add_[node];
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (first <= mid) add(2 * node, lo, mid, first, last, delta, below);
+    if (last > mid) add(2 * node + 1, mid + 1, hi, first, last, delta, below);
+    pull(node);
+  }
+
+  void set_leaf_shifted(std::size_t node, std::int64_t delta, std::int64_t pending) {
+    const std::int64_t stored = max_[node] + delta;
+    max_[node] = stored;
+    const bool over = stored + pending > limit_;
+    min_over_[node] = over ? stored : kHigh;
+    max_under_[node] = over ? kLow : stored;
+    count_over_[node] = over ? 1 : 0;
+  }
+
+  std::int64_t max(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last) const {
+    if (first <= lo && hi <= last) return max_[node];
+    const std::size_t mid = lo + (hi - lo) / 2;
+    std::int64_t best = kLow;
+    if (first <= mid) best = std::max(best, max(2 * node, lo, mid, first, last));
+    if (last > mid) best = std::max(best, max(2 * node + 1, mid + 1, hi, first, last));
+    return best + add_[node];
+  }
+
+  std::size_t count(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last) const {
+    if (first <= lo && hi <= last) return static_cast<std::size_t>(count_over_[node]);
+    const std::size_t mid = lo + (hi - lo) / 2;
+    std::size_t total = 0;
+    if (first <= mid) total += count(2 * node, lo, mid, first, last);
+    if (last > mid) total += count(2 * node + 1, mid + 1, hi, first, last);
+    return total;
+  }
+
+  std::size_t find_first(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
+                         std::int64_t threshold, std::int64_t pending) const {
+    if (hi < first || last < lo || max_[node] + pending <= threshold) return kNotFound;
+    if (lo == hi) return lo;
+    const std::int64_t below = pending + add_[node];
+    const std::size_t mid = lo + (hi - lo) / 2;
+    const std::size_t left = find_first(2 * node, lo, mid, first, last, threshold, below);
+    if (left != kNotFound) return left;
+    return find_first(2 * node + 1, mid + 1, hi, first, last, threshold, below);
+  }
+
+  std::size_t find_last(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
+                        std::int64_t threshold, std::int64_t pending) const {
+    if (hi < first || last < lo || max_[node] + pending <= threshold) return kNotFound;
+    if (lo == hi) return lo;
+    const std::int64_t below = pending + add_[node];
+    const std::size_t mid = lo + (hi - lo) / 2;
+    const std::size_t right = find_last(2 * node + 1, mid + 1, hi, first, last, threshold, below);
+    if (right != kNotFound) return right;
+    return find_last(2 * node, lo, mid, first, last, threshold, below);
+  }
+
+  std::size_t size_ = 0;
+  std::int64_t limit_ = 0;
+  std::vector<std::int64_t> max_;        // range maximum (own add included)
+  std::vector<std::int64_t> add_;        // lazy add of internal nodes; leaves keep 0
+  std::vector<std::int64_t> min_over_;   // minimum over positions above the limit (kHigh: none)
+  std::vector<std::int64_t> max_under_;  // maximum over positions at or below it (kLow: none)
+  std::vector<std::int32_t> count_over_;
+};
+
+}  // namespace hyperoffload::internal

@@ -1,0 +1,62 @@
+// Internal: copy-engine time committed to stretches of compute — the peak
+// planner's neighbour-impact term. Each selected candidate spreads its transfer
+// time evenly over the compute inside its gap; load(first, last) is how much of
+// that committed time falls inside ops [first, last]. Two Fenwick trees give
+// O(log n) range adds and range queries.
+//
+// With p(x) the compute before op x, a candidate adding density d over ops
+// [a, b] contributes d * (p(min(x, b) + 1) - p(a)) to the load of ops [0, x]; the
+// trees keep the sums of d and of d * p at the range ends.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace hyperoffload::internal {
+
+class TransferLoad {
+ public:
+  // compute_before[x] = compute ms of ops [0, x), for x in [0, ops].
+  explicit TransferLoad(std::span<const double> compute_before)
+      : compute_before_(compute_before),
+        density_(compute_before.size() + 1, 0.0),
+        weighted_(compute_before.size() + 1, 0.0) {}
+
+  // Spreads `transfer_ms` over the compute of ops [first, last]. No effect when
+  // those ops have no compute (there is nothing to overlap with).
+  void add(std::size_t first, std::size_t last, double transfer_ms) {
+    const double compute = compute_before_[last + 1] - compute_before_[first];
+    if (compute <= 0.0 || transfer_ms <= 0.0) return;
+    const double density = transfer_ms / compute;
+    update(first, density, density * compute_before_[first]);
+    update(last + 1, -density, -density * compute_before_[last + 1]);
+  }
+
+  // Committed transfer ms inside ops [first, last].
+  double load(std::size_t first, std::size_t last) const { return prefix(last + 1) - prefix(first); }
+
+ private:
+  // Load of ops [0, count).
+  double prefix(std::size_t count) const {
+    if (count == 0) return 0.0;
+    double density = 0.0, weighted = 0.0;
+    for (std::size_t i = count; i > 0; i -= i & (~i + 1)) {  // entries at positions < count
+      density += density_[i];
+      weighted += weighted_[i];
+    }
+    return density * compute_before_[count] - weighted;
+  }
+  void update(std::size_t position, double density, double weighted) {
+    for (std::size_t i = position + 1; i < density_.size(); i += i & (~i + 1)) {
+      density_[i] += density;
+      weighted_[i] += weighted;
+    }
+  }
+
+  std::span<const double> compute_before_;
+  std::vector<double> density_;   // Fenwick over range starts/ends: sum of densities
+  std::vector<double> weighted_;  // same, each weighted by compute before its position
+};
+
+}  // namespace hyperoffload::internal

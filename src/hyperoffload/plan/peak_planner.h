@@ -1,0 +1,103 @@
+// PeakPlanner ("peak"): a peak-driven, bandwidth-aware residency planner.
+//
+// Where the greedy planner walks candidates in one fixed ranking and prefetches
+// at the last moment, this planner repeatedly attacks the current global peak
+// with the candidate that scores best there, then places every transfer as
+// early (prefetch) or as late (release) as the budget allows, so copies overlap
+// compute. docs/PEAK_PLANNER.md describes the algorithm in full; in short:
+//
+//  1. Model. A storage (size > 0) is resident from its first access through its
+//     last use (extended over later alias-forward ops); retained storages stay
+//     to the end. Bytes are profiled per op and per op boundary.
+//  2. Versions. A new version starts at a write that follows a read; a version
+//     is copied to host once, after its last write, and all its evictions reuse
+//     that copy. A host copy is released after its last use (before the op that
+//     writes the next version, when that op is where it was last used).
+//  3. Candidates: gaps between consecutive accesses. Interior candidates (at
+//     least one op strictly inside) free the ops inside; boundary candidates
+//     (adjacent ops) free only the boundary between them and are used only
+//     where edge memory is over the budget and they can bring it within.
+//  4. Floor: per op, resident bytes minus what candidates could evict there. Its
+//     maximum is the lowest reachable peak; a budget below it is reported in
+//     PlanResult::notes, and the planner still gets as close as it can.
+//  5. Selection: while the global peak exceeds the budget, pick the best
+//     candidate whose interior covers the peak op (score below) and subtract it.
+//  6. Placement: copy_d2h right after the version's last write; release_device
+//     at the latest op the budget allows; copy_h2d at the earliest op the budget
+//     allows, in the order the copy engine should run them; release_host after
+//     the host copy's last use. Actions of one (op, phase) run in a fixed order:
+//     copy_d2h, copy_h2d, release_device, release_host; copies in engine order;
+//     duplicates removed. Two engine orders are tried (soonest needed first, or
+//     filling idle engine time) and the one with the smaller stall under the
+//     simulator's timing rules is kept.
+//
+// Score of candidate k at peak op p, with excess E = resident(p) - budget:
+//
+//   score = min(size_k, E) / E * max(0, peak_reduction + hiding * H
+//                                       + coverage * C - neighbor_impact * N)
+//
+//   H = how much of the copy back fits between the data reaching the host and
+//       its use: clamp((start of the end op - time the copy to host ends) /
+//       H2D ms, 0, 1), where the copy to host starts after the version's copy
+//       op, behind the copies of selected candidates issued no later (FIFO).
+//       With nothing selected, 1 exactly when the compute from the copy op to
+//       the use covers D2H + H2D.
+//   C = over-budget ops inside the gap other than p / (ops over budget before
+//       planning - 1): how much of the rest of the problem it also solves.
+//   N = copy-engine contention: the copy time of selected candidates (spread
+//       over the compute of their windows) falling inside this candidate's
+//       window (copy op to use), as a share of the compute there, capped at 1.
+//
+// Every term is credited per byte removed from the current peak, so a small
+// candidate with perfect hiding cannot outrank one that actually resolves the
+// peak. Ties go to the candidate generated first (storage first appearance,
+// then gap position).
+//
+// Guarantees: the schedule passes the validator with zero faults; its
+// op-granular peak is within the budget whenever the budget is at or above the
+// floor. Cost: O((ops + accesses + candidates) log ops) to build, then
+// O(log² ops) per score evaluation and O(log ops) per selection (lazy
+// re-evaluation of cached score bounds; no rescans), O(log ops) per placement.
+//
+// Thread-safety: plan() is const and may run concurrently.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include "hyperoffload/plan/planner.h"
+
+namespace hyperoffload {
+
+// Weights of the selection score's terms (see above). Non-negative and finite;
+// every default is 1.0. Names as accepted by --score-weight NAME=VALUE.
+struct PeakScoreWeights {
+  double peak_reduction = 1.0;   // "peak_reduction": base credit for the bytes removed at the peak
+  double hiding = 1.0;           // "hiding": compute inside the gap covers the round trip
+  double coverage = 1.0;         // "coverage": the gap also covers other over-budget ops
+  double neighbor_impact = 1.0;  // "neighbor_impact": penalty for overlap with selected spans
+};
+
+struct PeakPlannerOptions {
+  PeakScoreWeights weights;
+};
+
+// The names accepted for score weights, in documentation order.
+std::span<const std::string_view> peak_score_weight_names();
+
+// Applies NAME=VALUE pairs (later pairs win). An unknown name is an
+// kInvalidArgument error that lists the valid names; so is a negative or
+// non-finite value.
+Result<PeakPlannerOptions> peak_planner_options(std::span<const std::pair<std::string, double>> score_weights);
+
+class PeakPlanner final : public Planner {
+ public:
+  explicit PeakPlanner(PeakPlannerOptions options = {}) : options_(options) {}
+  std::string_view name() const override { return "peak"; }
+  Result<PlanResult> plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const override;
+
+ private:
+  PeakPlannerOptions options_;
+};
+
+}  // namespace hyperoffload

@@ -1,0 +1,114 @@
+#include "hyperoffload/report/comparison.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <memory>
+
+#include "hyperoffload/ir/memory_profile.h"
+
+namespace hyperoffload {
+namespace {
+
+struct NamedPlanner {
+  std::string name;
+  std::unique_ptr<Planner> planner;
+};
+
+Result<std::vector<NamedPlanner>> make_planners(const ComparisonOptions& options) {
+  if (options.planners.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("no planner to compare (available: {})", fmt::join(planner_names(), ", ")));
+  }
+  std::vector<NamedPlanner> planners;
+  bool weights_used = false;
+  for (const std::string& name : options.planners) {
+    PlannerOptions planner_options;
+    // Only the peak planner has score weights; the others get none.
+    if (name == "peak") {
+      planner_options.score_weights = options.score_weights;
+      weights_used = true;
+    }
+    HO_ASSIGN_OR_RETURN(std::unique_ptr<Planner> planner, make_planner(name, planner_options));
+    planners.push_back({name, std::move(planner)});
+  }
+  if (!options.score_weights.empty() && !weights_used) {
+    return make_error(ErrorCode::kInvalidArgument, "score weights apply to the peak planner, which is not compared");
+  }
+  return planners;
+}
+
+Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, std::int64_t budget,
+                              const ComparisonOptions& options) {
+  ComparisonRow row;
+  row.planner = planner.name;
+  row.budget_bytes = budget;
+  const auto start = std::chrono::steady_clock::now();
+  Result<PlanResult> planned = planner.planner->plan(trace, budget);
+  row.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!planned) {
+    return make_error(planned.error().code, fmt::format("planner {} at budget {}: {}", planner.name,
+                                                        format_bytes(budget), planned.error().message));
+  }
+  const PlanResult& plan = *planned;
+  row.floor = plan.floor;
+  row.notes = plan.notes;
+
+  SimulatorOptions sim_options;
+  sim_options.copy_engines = options.copy_engines;
+  sim_options.record_timeline = options.record_timeline;
+  SimulationResult sim = simulate(trace, plan.schedule, sim_options);
+  row.valid = sim.valid();
+  row.problem_count = sim.validation.problem_count;
+  if (!sim.validation.problems.empty()) row.first_problem = sim.validation.problems.front();
+  row.faults = sim.faults();
+  row.op_peak_bytes = sim.peak_bytes();
+  row.timed_peak_bytes = sim.peak_bytes_timed;
+  row.stall_ms = sim.stall_ms;
+  row.overhead_percent = sim.overhead_percent();
+  row.makespan_ms = sim.makespan_ms;
+  row.d2h_bytes = sim.d2h_bytes;
+  row.h2d_bytes = sim.h2d_bytes;
+  row.end_ms = sim.makespan_ms;
+  if (options.record_timeline == RecordTimeline::kYes) row.memory = std::move(sim.timeline.memory);
+  return row;
+}
+
+}  // namespace
+
+Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& options) {
+  HO_ASSIGN_OR_RETURN(std::vector<NamedPlanner> planners, make_planners(options));
+
+  Comparison comparison;
+  comparison.op_count = trace.op_count();
+  comparison.storage_count = trace.storage_count();
+  comparison.compute_ms = trace.total_compute_ms();
+  const PeakBytes unplanned = unplanned_peak(trace);
+  comparison.unplanned_peak_bytes = unplanned.bytes;
+  comparison.unplanned_peak_op = unplanned.op;
+  comparison.d2h_bandwidth_gib_per_s = trace.d2h_bandwidth_gib_per_s();
+  comparison.h2d_bandwidth_gib_per_s = trace.h2d_bandwidth_gib_per_s();
+  comparison.copy_engines = options.copy_engines;
+  comparison.planner_count = planners.size();
+
+  if (options.budgets.empty()) {
+    if (!trace.memory_limit_bytes()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "no budget to compare at: the trace has no memory_limit_bytes; give one or more budgets");
+    }
+    comparison.budgets_bytes.push_back(*trace.memory_limit_bytes());
+  }
+  for (const BudgetSpec& spec : options.budgets) {
+    comparison.budgets_bytes.push_back(resolve_budget_bytes(spec, unplanned.bytes));
+  }
+
+  for (const std::int64_t budget : comparison.budgets_bytes) {
+    for (const NamedPlanner& planner : planners) {
+      HO_ASSIGN_OR_RETURN(ComparisonRow row, run_one(trace, planner, budget, options));
+      comparison.rows.push_back(std::move(row));
+    }
+  }
+  return comparison;
+}
+
+}  // namespace hyperoffload

@@ -1,0 +1,94 @@
+// Planner comparison: plan one trace with several planners at one or more
+// budgets, validate and simulate every schedule, and collect one row per
+// (budget, planner) — the data behind `hyperoffload compare`. Formatting lives in
+// comparison_table.h (text, JSON) and memory_plot.h (SVG).
+//
+//   ComparisonOptions options;
+//   options.budgets = {*parse_budget("30%"), *parse_budget("50%")};
+//   Result<Comparison> comparison = run_comparison(trace, options);
+//
+// Thread-safety: run_comparison is a pure function of its inputs (it reads the
+// clock for planning times).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hyperoffload/ir/timeline.h"
+#include "hyperoffload/ir/trace.h"
+#include "hyperoffload/plan/budget.h"
+#include "hyperoffload/plan/planner.h"
+#include "hyperoffload/sim/simulator.h"
+
+namespace hyperoffload {
+
+struct ComparisonOptions {
+  // Planner names (make_planner); rows follow this order within each budget.
+  std::vector<std::string> planners = {"greedy", "peak"};
+  // Budgets to compare at; percentages are of the unplanned op-granular peak.
+  // Empty: the trace's memory_limit_bytes (an error when it has none).
+  std::vector<BudgetSpec> budgets;
+  // Score weights NAME=VALUE for the peak planner (an error when no planner
+  // takes them).
+  std::vector<std::pair<std::string, double>> score_weights;
+  CopyEngines copy_engines = CopyEngines::kTwo;
+  // kYes keeps each row's memory curve (for memory_plot.h).
+  RecordTimeline record_timeline = RecordTimeline::kNo;
+};
+
+struct ComparisonRow {
+  std::string planner;
+  std::int64_t budget_bytes = 0;
+  bool valid = false;  // the validator found no problem
+  std::size_t problem_count = 0;
+  std::string first_problem;  // empty when valid
+  std::size_t faults = 0;
+  std::int64_t op_peak_bytes = 0;     // validator, op-granular
+  std::int64_t timed_peak_bytes = 0;  // simulator, over time
+  double stall_ms = 0.0;
+  double overhead_percent = 0.0;  // stall as a percentage of compute
+  double makespan_ms = 0.0;
+  std::int64_t d2h_bytes = 0;
+  std::int64_t h2d_bytes = 0;  // includes faults
+  double planning_ms = 0.0;
+  std::optional<UnavoidableFloor> floor;  // when the planner computes one
+  std::vector<std::string> notes;         // the planner's
+  std::vector<MemorySample> memory;       // only with RecordTimeline::kYes
+  double end_ms = 0.0;                    // when the memory curve ends (makespan)
+
+  std::int64_t bytes_moved() const { return d2h_bytes + h2d_bytes; }
+  // Valid, fault-free and within the budget at op granularity: what every
+  // planner promises. The timed peak is reported separately.
+  bool feasible() const { return valid && faults == 0 && op_peak_bytes <= budget_bytes; }
+  bool timed_within_budget() const { return timed_peak_bytes <= budget_bytes; }
+};
+
+struct Comparison {
+  OpIndex op_count = 0;
+  StorageIndex storage_count = 0;
+  double compute_ms = 0.0;
+  std::int64_t unplanned_peak_bytes = 0;
+  OpIndex unplanned_peak_op = -1;
+  double d2h_bandwidth_gib_per_s = 0.0;
+  double h2d_bandwidth_gib_per_s = 0.0;
+  CopyEngines copy_engines = CopyEngines::kTwo;
+  std::vector<std::int64_t> budgets_bytes;  // in the requested order
+  // Budget-major: rows[b * planners + p] is planner p at budgets_bytes[b].
+  std::vector<ComparisonRow> rows;
+  std::size_t planner_count = 0;
+
+  double budget_percent(std::int64_t budget_bytes) const {
+    return unplanned_peak_bytes > 0
+               ? 100.0 * static_cast<double>(budget_bytes) / static_cast<double>(unplanned_peak_bytes)
+               : 0.0;
+  }
+};
+
+// Errors (kInvalidArgument): an empty planner list, an unknown planner, a bad
+// score weight, no budget at all.
+Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& options);
+
+}  // namespace hyperoffload

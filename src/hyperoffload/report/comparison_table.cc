@@ -1,0 +1,148 @@
+#include "hyperoffload/report/comparison_table.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <nlohmann/json.hpp>
+
+namespace hyperoffload {
+namespace {
+
+std::string grouped(std::int64_t value) {
+  std::string digits = std::to_string(value < 0 ? -value : value);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+struct Column {
+  std::string_view header;
+  bool right_aligned;
+};
+
+constexpr std::array<Column, 8> kColumns = {{{"planner", false},
+                                             {"feasible", false},
+                                             {"op peak", true},
+                                             {"timed peak", true},
+                                             {"stall ms", true},
+                                             {"overhead %", true},
+                                             {"bytes moved", true},
+                                             {"planning ms", true}}};
+
+std::array<std::string, kColumns.size()> cells(const ComparisonRow& row) {
+  return {row.planner,
+          row.valid ? (row.feasible() ? "yes" : "no") : "INVALID",
+          format_bytes(row.op_peak_bytes),
+          format_bytes(row.timed_peak_bytes) + (row.timed_within_budget() ? "  " : " !"),
+          fmt::format("{:.3f}", row.stall_ms),
+          fmt::format("{:.2f}%", row.overhead_percent),
+          format_bytes(row.bytes_moved()),
+          fmt::format("{:.2f}", row.planning_ms)};
+}
+
+void append_table(std::string& out, std::span<const ComparisonRow> rows) {
+  std::vector<std::array<std::string, kColumns.size()>> body;
+  std::array<std::size_t, kColumns.size()> widths{};
+  for (std::size_t c = 0; c < kColumns.size(); ++c) widths[c] = kColumns[c].header.size();
+  for (const ComparisonRow& row : rows) {
+    body.push_back(cells(row));
+    for (std::size_t c = 0; c < kColumns.size(); ++c) widths[c] = std::max(widths[c], body.back()[c].size());
+  }
+  auto append_line = [&](auto cell_at) {
+    std::string line;
+    for (std::size_t c = 0; c < kColumns.size(); ++c) {
+      if (c > 0) line += "  ";
+      const std::string_view text = cell_at(c);
+      const std::string pad(widths[c] - text.size(), ' ');
+      line += kColumns[c].right_aligned ? pad + std::string(text) : std::string(text) + pad;
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  };
+  append_line([&](std::size_t c) { return kColumns[c].header; });
+  for (const auto& row : body) append_line([&](std::size_t c) { return std::string_view(row[c]); });
+}
+
+}  // namespace
+
+std::string format_comparison_table(const Comparison& comparison, std::string_view trace_label) {
+  std::string out;
+  out += fmt::format("trace      {}: {} ops, {} storages, {:.3f} ms of compute\n", trace_label,
+                     grouped(comparison.op_count), grouped(comparison.storage_count), comparison.compute_ms);
+  out += fmt::format("unplanned  {} op-granular peak (op {})\n", format_bytes(comparison.unplanned_peak_bytes),
+                     comparison.unplanned_peak_op);
+  out += fmt::format(
+      "copies     {} engine{}, D2H {:.4g} GiB/s, H2D {:.4g} GiB/s\n", static_cast<int>(comparison.copy_engines),
+      comparison.copy_engines == CopyEngines::kOne ? " shared by both directions" : "s, one per direction",
+      comparison.d2h_bandwidth_gib_per_s, comparison.h2d_bandwidth_gib_per_s);
+  const std::size_t planners = comparison.planner_count;
+  for (std::size_t b = 0; b < comparison.budgets_bytes.size(); ++b) {
+    const std::int64_t budget = comparison.budgets_bytes[b];
+    const std::span<const ComparisonRow> rows(comparison.rows.data() + b * planners, planners);
+    std::string floor;
+    for (const ComparisonRow& row : rows) {
+      if (row.floor) {
+        floor = fmt::format(", floor {} at op {}", format_bytes(row.floor->bytes), row.floor->op);
+        break;
+      }
+    }
+    out += fmt::format("\nbudget {} ({:.1f}% of the unplanned peak){}\n", format_bytes(budget),
+                       comparison.budget_percent(budget), floor);
+    append_table(out, rows);
+    for (const ComparisonRow& row : rows) {
+      if (!row.valid)
+        out +=
+            fmt::format("problem ({}): {} problem(s); first: {}\n", row.planner, row.problem_count, row.first_problem);
+      for (const std::string& note : row.notes) out += fmt::format("note ({}): {}\n", row.planner, note);
+    }
+  }
+  out +=
+      "\nfeasible: valid, no faults and op-granular peak within the budget; ! marks a timed peak above the "
+      "budget; overhead is stall as a percentage of compute\n";
+  return out;
+}
+
+std::string comparison_to_json(const Comparison& comparison, std::string_view trace_label) {
+  nlohmann::ordered_json root;
+  root["trace"] = {{"label", std::string(trace_label)},
+                   {"ops", comparison.op_count},
+                   {"storages", comparison.storage_count},
+                   {"compute_ms", comparison.compute_ms},
+                   {"unplanned_peak_bytes", comparison.unplanned_peak_bytes},
+                   {"unplanned_peak_op", comparison.unplanned_peak_op},
+                   {"d2h_bandwidth_gib_per_s", comparison.d2h_bandwidth_gib_per_s},
+                   {"h2d_bandwidth_gib_per_s", comparison.h2d_bandwidth_gib_per_s}};
+  root["copy_engines"] = static_cast<int>(comparison.copy_engines);
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
+  for (const ComparisonRow& row : comparison.rows) {
+    nlohmann::ordered_json item = {{"planner", row.planner},
+                                   {"budget_bytes", row.budget_bytes},
+                                   {"budget_percent", comparison.budget_percent(row.budget_bytes)},
+                                   {"feasible", row.feasible()},
+                                   {"valid", row.valid},
+                                   {"problem_count", row.problem_count},
+                                   {"faults", row.faults},
+                                   {"op_peak_bytes", row.op_peak_bytes},
+                                   {"timed_peak_bytes", row.timed_peak_bytes},
+                                   {"timed_within_budget", row.timed_within_budget()},
+                                   {"stall_ms", row.stall_ms},
+                                   {"overhead_percent", row.overhead_percent},
+                                   {"makespan_ms", row.makespan_ms},
+                                   {"bytes_moved", row.bytes_moved()},
+                                   {"d2h_bytes", row.d2h_bytes},
+                                   {"h2d_bytes", row.h2d_bytes},
+                                   {"planning_ms", row.planning_ms}};
+    if (row.floor) item["floor"] = {{"op", row.floor->op}, {"bytes", row.floor->bytes}};
+    if (!row.first_problem.empty()) item["first_problem"] = row.first_problem;
+    item["notes"] = row.notes;
+    results.push_back(std::move(item));
+  }
+  root["results"] = std::move(results);
+  return root.dump(2) + "\n";
+}
+
+}  // namespace hyperoffload

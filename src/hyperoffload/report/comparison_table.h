@@ -1,0 +1,30 @@
+// Text and JSON renderings of a planner Comparison (report/comparison.h).
+//
+// The text form is one block per budget:
+//
+//   budget 12.04 GiB (50.0% of the unplanned peak), floor 9.19 GiB at op 1331
+//   planner  feasible  op peak    timed peak   stall ms  overhead %  bytes moved  planning ms
+//   greedy   yes       12.02 GiB  12.61 GiB !   812.340      13.75%    24.30 GiB         0.25
+//   peak     yes       12.04 GiB  12.04 GiB       1.200       0.02%    24.26 GiB         1.86
+//
+// "feasible" means valid, fault-free and within the budget at op granularity;
+// "!" marks a timed peak above the budget.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "hyperoffload/report/comparison.h"
+
+namespace hyperoffload {
+
+// The trace summary and one table per budget; `trace_label` names the trace
+// (e.g. its path). Ends with a newline.
+std::string format_comparison_table(const Comparison& comparison, std::string_view trace_label);
+
+// {"trace": {...}, "copy_engines": 2, "results": [{"planner": ..., "budget_bytes": ...,
+// "feasible": ..., "op_peak_bytes": ..., "timed_peak_bytes": ..., "stall_ms": ...,
+// "overhead_percent": ..., "bytes_moved": ..., "planning_ms": ..., ...}, ...]}
+std::string comparison_to_json(const Comparison& comparison, std::string_view trace_label);
+
+}  // namespace hyperoffload

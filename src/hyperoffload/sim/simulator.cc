@@ -1,0 +1,303 @@
+#include "hyperoffload/sim/simulator.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "hyperoffload/check/residency_rules.h"
+
+namespace hyperoffload {
+namespace {
+
+// Note [Residency state]: the simulator decides which copies are effective,
+// which accesses fault and which are first accesses with the validator's rules
+// (check/residency_rules.h), so the two never disagree about what happens, only
+// the simulator adds when. The property test in tests/sim/ holds them together.
+//
+// The size is kept here rather than read from the trace so that an access
+// touches one cache line per storage: on large traces the simulator's time is
+// mostly cache misses on storages accessed in random order.
+struct StorageState {
+  std::int64_t size_bytes = 0;
+  double d2h_end_ms = 0.0;  // completion of the last effective D2H
+  double h2d_end_ms = 0.0;  // completion of the last H2D copy (not faults)
+  ResidencyState residency;
+};
+
+// One change of allocated device bytes. `seq` is the program-order position of
+// the action or op that caused it, which breaks ties between equal times.
+struct MemoryEvent {
+  double time_ms = 0.0;
+  std::uint64_t seq = 0;
+  std::int64_t delta_bytes = 0;
+};
+
+bool event_before(const MemoryEvent& a, const MemoryEvent& b) {
+  return a.time_ms < b.time_ms || (a.time_ms == b.time_ms && a.seq < b.seq);
+}
+
+class Simulation {
+ public:
+  Simulation(const Trace& trace, const SimulatorOptions& options)
+      : trace_(trace),
+        options_(options),
+        record_(options.record_timeline == RecordTimeline::kYes),
+        states_(static_cast<std::size_t>(trace.storage_count())) {
+    for (StorageIndex s = 0; s < trace.storage_count(); ++s) state_of(s).size_bytes = trace.storage(s).size_bytes;
+  }
+
+  SimulationResult run(const Schedule& schedule) {
+    result_.copy_engines = options_.copy_engines;
+    result_.budget_bytes = options_.budget_bytes ? *options_.budget_bytes : trace_.memory_limit_bytes().value_or(-1);
+    if (record_) result_.timeline.budget_bytes = result_.budget_bytes;
+
+    const std::vector<ResolvedAction> actions = resolve_actions(trace_, schedule, {});
+    compute_events_.reserve(trace_.access_count() / 2 + actions.size() / 2 + 16);
+    if (record_) result_.timeline.spans.reserve(static_cast<std::size_t>(trace_.op_count()) + actions.size());
+
+    double previous_end_ms = 0.0;
+    std::size_t next = 0;
+    for (OpIndex op = 0; op < trace_.op_count(); ++op) {
+      const double pre_issue_ms = previous_end_ms;
+      prefetch_action_states(actions, next);
+      for (; next < actions.size() && actions[next].action.op == op && actions[next].action.phase == Phase::kPre;
+           ++next) {
+        apply(actions[next], pre_issue_ms);
+      }
+      previous_end_ms = run_op(op, pre_issue_ms);
+      for (; next < actions.size() && actions[next].action.op == op; ++next) apply(actions[next], previous_end_ms);
+    }
+    result_.makespan_ms = std::max(previous_end_ms, copies_end_ms_);
+    sweep_memory();
+    return std::move(result_);
+  }
+
+ private:
+  StorageState& state_of(StorageIndex s) { return states_[static_cast<std::size_t>(s)]; }
+
+  void add_event(std::vector<MemoryEvent>& stream, double time_ms, std::int64_t delta_bytes) {
+    if (delta_bytes != 0) stream.push_back({time_ms, seq_, delta_bytes});
+  }
+
+  void add_span(SpanKind kind, Lane lane, OpIndex op, StorageIndex storage, std::int64_t bytes, double start_ms,
+                double end_ms) {
+    if (!record_) return;
+    result_.timeline.spans.push_back(
+        {kind, lane, op, storage < 0 ? StorageId{-1} : trace_.storage(storage).id, bytes, start_ms, end_ms});
+  }
+
+  // With one engine both directions share one FIFO queue (Lane::kCopy0); with
+  // two, D2H runs on kCopy0 and H2D on kCopy1.
+  double& engine_free_ms(ActionKind kind) {
+    return options_.copy_engines == CopyEngines::kOne || kind == ActionKind::kCopyD2H ? engine_free_ms_[0]
+                                                                                      : engine_free_ms_[1];
+  }
+  Lane engine_lane(ActionKind kind) const {
+    return options_.copy_engines == CopyEngines::kOne || kind == ActionKind::kCopyD2H ? Lane::kCopy0 : Lane::kCopy1;
+  }
+
+  // Note [Prefetching storage states]: ops touch storages in effectively random
+  // order, so on a large trace most accesses miss the cache on their
+  // StorageState. The accesses are one flat array, so the states a few ops ahead
+  // are known; touching them early overlaps those misses with this op's work.
+  // The same holds for the actions, which run() prefetches a few ops ahead.
+  static constexpr std::size_t kPrefetchDistance = 64;  // accesses or actions: a dozen ops ahead
+  void prefetch_state(StorageIndex s) { __builtin_prefetch(&states_[static_cast<std::size_t>(s)], 1); }
+  void prefetch_states(std::size_t from) {
+    const std::span<const Access> all = trace_.all_accesses();
+    const std::size_t end = std::min(all.size(), from + kPrefetchDistance);
+    for (std::size_t i = std::max(from, accesses_prefetched_); i < end; ++i) prefetch_state(all[i].storage);
+    accesses_prefetched_ = std::max(accesses_prefetched_, end);
+  }
+  void prefetch_action_states(std::span<const ResolvedAction> actions, std::size_t from) {
+    const std::size_t end = std::min(actions.size(), from + kPrefetchDistance);
+    for (std::size_t i = std::max(from, actions_prefetched_); i < end; ++i) prefetch_state(actions[i].storage);
+    actions_prefetched_ = std::max(actions_prefetched_, end);
+  }
+
+  // Runs one op whose pre actions were issued at `ready_ms` (the previous op's
+  // end); returns when it ends.
+  double run_op(OpIndex op, double ready_ms) {
+    ++seq_;
+    double cursor_ms = ready_ms;
+    std::int64_t first_access_bytes = 0;
+    prefetch_states(trace_.access_offset(op) + trace_.accesses(op).size());
+    for (const Access& access : trace_.accesses(op)) {
+      StorageState& state = state_of(access.storage);
+      const std::int64_t size = state.size_bytes;
+      switch (classify_access(state.residency)) {
+        case AccessOutcome::kResident: break;
+        case AccessOutcome::kFirstAccess:
+        case AccessOutcome::kDataLoss:
+          // Data loss (the validator reports it) takes the storage as a first
+          // access does, with nothing to copy.
+          first_access_bytes += size;
+          break;
+        case AccessOutcome::kFault: {
+          // A synchronous demand page on the compute stream.
+          const double start_ms = std::max(cursor_ms, state.d2h_end_ms);
+          const double end_ms = start_ms + trace_.h2d_ms(size);
+          if (start_ms > cursor_ms) add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, cursor_ms, start_ms);
+          add_span(SpanKind::kFault, Lane::kCompute, op, access.storage, size, start_ms, end_ms);
+          add_event(compute_events_, start_ms, size);
+          result_.fault_ms += end_ms - start_ms;
+          result_.h2d_bytes += size;
+          cursor_ms = end_ms;
+          break;
+        }
+      }
+      apply_access(state.residency, access.kind);
+    }
+    double start_ms = cursor_ms;
+    for (const Access& access : trace_.accesses(op)) start_ms = std::max(start_ms, state_of(access.storage).h2d_end_ms);
+    if (start_ms > cursor_ms) add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, cursor_ms, start_ms);
+    add_event(compute_events_, start_ms, first_access_bytes);
+
+    const double duration_ms = trace_.op_duration_ms(op);
+    const double end_ms = start_ms + duration_ms;
+    add_span(SpanKind::kOp, Lane::kCompute, op, -1, 0, start_ms, end_ms);
+    result_.compute_ms += duration_ms;
+    result_.stall_ms += start_ms - ready_ms;
+    return end_ms;
+  }
+
+  // Applies one action issued at `issue_ms`, with the validator's rules for
+  // what is effective (Note [Residency state]).
+  void apply(const ResolvedAction& resolved, double issue_ms) {
+    ++seq_;
+    const Action& action = resolved.action;
+    const StorageIndex s = resolved.storage;
+    StorageState& state = state_of(s);
+    ResidencyState& residency = state.residency;
+    const std::int64_t size = state.size_bytes;
+    switch (action.kind) {
+      case ActionKind::kCopyD2H: {
+        if (classify_d2h(residency) != CopyOutcome::kCopies) return;  // a no-op, or an error with no copy
+        double& engine = engine_free_ms(action.kind);
+        const double start_ms = std::max(issue_ms, engine);
+        const double end_ms = start_ms + trace_.d2h_ms(size);
+        engine = end_ms;
+        copies_end_ms_ = std::max(copies_end_ms_, end_ms);
+        state.d2h_end_ms = end_ms;
+        residency.host_present = true;
+        residency.host_version = residency.version;
+        result_.d2h_bytes += size;
+        ++result_.d2h_count;
+        add_span(SpanKind::kCopyD2H, engine_lane(action.kind), action.op, s, size, start_ms, end_ms);
+        return;
+      }
+      case ActionKind::kCopyH2D: {
+        if (classify_h2d(residency) != CopyOutcome::kCopies) return;  // a no-op, or an error with no copy
+        double& engine = engine_free_ms(action.kind);
+        const double start_ms = std::max({issue_ms, engine, state.d2h_end_ms});
+        const double end_ms = start_ms + trace_.h2d_ms(size);
+        engine = end_ms;
+        copies_end_ms_ = std::max(copies_end_ms_, end_ms);
+        state.h2d_end_ms = end_ms;
+        residency.resident = true;
+        add_event(copy_events_, start_ms, size);
+        result_.h2d_bytes += size;
+        ++result_.h2d_count;
+        add_span(SpanKind::kCopyH2D, engine_lane(action.kind), action.op, s, size, start_ms, end_ms);
+        return;
+      }
+      case ActionKind::kReleaseDevice: {
+        if (!residency.resident) return;
+        residency.resident = false;
+        const double free_ms = std::max({issue_ms, state.d2h_end_ms, state.h2d_end_ms});
+        add_event(free_ms > issue_ms ? delayed_events_ : compute_events_, free_ms, -size);
+        return;
+      }
+      case ActionKind::kReleaseHost:
+        residency.host_present = false;
+        return;
+    }
+  }
+
+  // Note [Three sorted streams]: events issued on the compute stream (first
+  // accesses, faults, undelayed frees) come in time order because issue times
+  // never decrease in program order; H2D allocations come in time order because
+  // each engine is FIFO. Only frees delayed by a copy need sorting, so the
+  // sweep merges three sorted streams instead of sorting everything.
+  void sweep_memory() {
+    for (std::vector<MemoryEvent>* stream : {&compute_events_, &copy_events_, &delayed_events_}) {
+      if (!std::is_sorted(stream->begin(), stream->end(), event_before)) {
+        std::sort(stream->begin(), stream->end(), event_before);
+      }
+    }
+    if (record_) {
+      result_.timeline.memory.reserve(compute_events_.size() + copy_events_.size() + delayed_events_.size());
+    }
+    std::size_t a = 0, b = 0, c = 0;
+    std::int64_t allocated_bytes = 0;
+    while (true) {
+      const MemoryEvent* best = nullptr;
+      std::size_t* advance = nullptr;
+      auto consider = [&](const std::vector<MemoryEvent>& stream, std::size_t& index) {
+        if (index < stream.size() && (best == nullptr || event_before(stream[index], *best))) {
+          best = &stream[index];
+          advance = &index;
+        }
+      };
+      consider(compute_events_, a);
+      consider(copy_events_, b);
+      consider(delayed_events_, c);
+      if (best == nullptr) break;
+      ++*advance;
+      allocated_bytes += best->delta_bytes;
+      if (allocated_bytes > result_.peak_bytes_timed) {
+        result_.peak_bytes_timed = allocated_bytes;
+        result_.peak_time_ms = best->time_ms;
+      }
+      if (record_) result_.timeline.memory.push_back({best->time_ms, allocated_bytes});
+    }
+  }
+
+  const Trace& trace_;
+  const SimulatorOptions& options_;
+  const bool record_;
+  std::vector<StorageState> states_;
+  SimulationResult result_;
+  std::uint64_t seq_ = 0;
+  std::size_t accesses_prefetched_ = 0;  // Note [Prefetching storage states]
+  std::size_t actions_prefetched_ = 0;
+  double engine_free_ms_[2] = {0.0, 0.0};
+  double copies_end_ms_ = 0.0;
+  std::vector<MemoryEvent> compute_events_;
+  std::vector<MemoryEvent> copy_events_;
+  std::vector<MemoryEvent> delayed_events_;
+};
+
+}  // namespace
+
+SimulationResult simulate(const Trace& trace, const Schedule& schedule, const SimulatorOptions& options) {
+  SimulationResult result = Simulation(trace, options).run(schedule);
+  result.validation = validate_schedule(trace, schedule);
+  return result;
+}
+
+std::string simulation_to_json(const SimulationResult& result) {
+  nlohmann::json out;
+  out["valid"] = result.valid();
+  out["faults"] = result.faults();
+  out["peak_bytes"] = result.peak_bytes();
+  out["peak_op"] = result.validation.peak_op;
+  out["peak_bytes_timed"] = result.peak_bytes_timed;
+  out["peak_time_ms"] = result.peak_time_ms;
+  out["compute_ms"] = result.compute_ms;
+  out["makespan_ms"] = result.makespan_ms;
+  out["stall_ms"] = result.stall_ms;
+  out["fault_ms"] = result.fault_ms;
+  out["overhead_percent"] = result.overhead_percent();
+  out["d2h_bytes"] = result.d2h_bytes;
+  out["h2d_bytes"] = result.h2d_bytes;
+  out["d2h_count"] = result.d2h_count;
+  out["h2d_count"] = result.h2d_count;
+  out["copy_engines"] = static_cast<int>(result.copy_engines);
+  if (result.budget_bytes >= 0) out["budget_bytes"] = result.budget_bytes;
+  out["problem_count"] = result.validation.problem_count;
+  out["problems"] = result.validation.problems;
+  return out.dump(1);
+}
+
+}  // namespace hyperoffload

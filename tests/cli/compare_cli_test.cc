@@ -1,0 +1,198 @@
+// End-to-end: `hyperoffload compare` (table, budget sweeps, JSON, SVG plot, bad
+// options), the peak planner's --score-weight errors and its floor report in
+// `hyperoffload plan`.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "testing/cli_runner.h"
+
+namespace hyperoffload {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::run_cli;
+using testing::ScratchDir;
+
+// 100 bytes per ms each way (9.313225746154785e-05 GiB/s); every op runs 1 ms.
+//   op:          0    1    2    3    4
+//   storage 1:   W    R    .    .    .     100 B, retained (stays to the end)
+//   storage 2:   .    .    W    .    R     100 B
+//   storage 3:   .    .    .    W    .     100 B
+//   resident:   100  100  200  300  200    unplanned peak 300 at op 3
+// Floor 200 at op 2 ("c"): only storage 2 can leave, and only over op 3.
+// At budget 200: greedy (which counts storage 1 only to op 1) plans nothing and
+// peaks at 300; peak evicts storage 2 over op 3 with 1 ms of stall (see
+// tests/report/comparison_test.cc for the timeline).
+constexpr const char* kTrace = R"({"format": "hyperoffload.trace", "version": 1,
+ "d2h_bandwidth_gbps": 9.313225746154785e-05, "h2d_bandwidth_gbps": 9.313225746154785e-05,
+ "storages": [{"id": 1, "size_bytes": 100, "retained": true}, {"id": 2, "size_bytes": 100},
+              {"id": 3, "size_bytes": 100}],
+ "ops": [{"name": "a", "duration_ms": 1, "accesses": [{"storage": 1, "kind": "write"}]},
+         {"name": "b", "duration_ms": 1, "accesses": [{"storage": 1, "kind": "read"}]},
+         {"name": "c", "duration_ms": 1, "accesses": [{"storage": 2, "kind": "write"}]},
+         {"name": "d", "duration_ms": 1, "accesses": [{"storage": 3, "kind": "write"}]},
+         {"name": "e", "duration_ms": 1, "accesses": [{"storage": 2, "kind": "read"}]}]})";
+
+TEST(CompareCli, PrintsOneTableRowPerPlanner) {
+  ScratchDir dir;
+  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("ops, 3 storages, 5.000 ms of compute"));
+  EXPECT_THAT(run.out, HasSubstr("unplanned  300 B op-granular peak (op 3)"));
+  EXPECT_THAT(run.out, HasSubstr("budget 200 B (66.7% of the unplanned peak), floor 200 B at op 2"));
+  EXPECT_THAT(run.out,
+              HasSubstr("planner  feasible  op peak  timed peak  stall ms  overhead %  bytes moved  planning ms"));
+  EXPECT_THAT(run.out, HasSubstr("copies     2 engines, one per direction, D2H 9.313e-05 GiB/s, H2D 9.313e-05 GiB/s"));
+  EXPECT_THAT(run.out, HasSubstr("greedy   no          300 B     300 B !     0.000       0.00%          0 B"));
+  EXPECT_THAT(run.out, HasSubstr("peak     yes         200 B     300 B !     1.000      20.00%        200 B"));
+}
+
+TEST(CompareCli, SweepsBudgetsGivenAsAList) {
+  ScratchDir dir;
+  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budgets", "250,50%"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("budget 250 B (83.3% of the unplanned peak)"));
+  EXPECT_THAT(run.out, HasSubstr("budget 150 B (50.0% of the unplanned peak)"));
+  EXPECT_THAT(run.out, HasSubstr("note (peak): budget 150 B (150 bytes) is below the unavoidable floor"));
+  EXPECT_LT(run.out.find("budget 250 B"), run.out.find("budget 150 B"));
+}
+
+TEST(CompareCli, PrintsJsonWithOneResultPerPlannerAndBudget) {
+  ScratchDir dir;
+  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budgets", "200,250", "--planners",
+                                       "peak", "--copy-engines", "1", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json json = nlohmann::json::parse(run.out);
+  EXPECT_EQ(json["copy_engines"], 1);
+  ASSERT_EQ(json["results"].size(), 2U);
+  EXPECT_EQ(json["results"][0]["planner"], "peak");
+  EXPECT_EQ(json["results"][0]["budget_bytes"], 200);
+  EXPECT_EQ(json["results"][0]["feasible"], true);
+  EXPECT_EQ(json["results"][1]["budget_bytes"], 250);
+}
+
+TEST(CompareCli, PassesScoreWeightsToThePeakPlanner) {
+  ScratchDir dir;
+  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200", "--score-weight",
+                                       "hiding=0", "--score-weight", "coverage=2"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("peak     yes"));
+}
+
+TEST(CompareCli, WritesAnSvgPlotWithAPanelPerBudget) {
+  ScratchDir dir;
+  const std::string plot = (dir / "memory.svg").string();
+  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budgets", "200,250", "--plot", plot});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("plot written to " + plot));
+  const std::string svg = testing::read_text(plot);
+  EXPECT_EQ(svg.rfind("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0U);
+  EXPECT_TRUE(svg.ends_with("</svg>\n"));
+  std::size_t panels = 0;
+  for (std::size_t at = svg.find("<g class=\"panel\">"); at != std::string::npos;
+       at = svg.find("<g class=\"panel\">", at + 1)) {
+    ++panels;
+  }
+  EXPECT_EQ(panels, 2U);
+  EXPECT_THAT(svg, HasSubstr("t.json: budget 200 B (66.7% of the unplanned peak)"));
+  EXPECT_THAT(svg, HasSubstr(">time (ms)</text>"));
+  EXPECT_THAT(svg, HasSubstr(">device memory (B)</text>"));
+  EXPECT_THAT(svg, HasSubstr(">greedy (timed peak 300 B)</text>"));
+  EXPECT_THAT(svg, HasSubstr(">peak (timed peak 300 B)</text>"));
+  EXPECT_THAT(svg, HasSubstr(">budget 200 B</text>"));
+}
+
+TEST(CompareCli, RejectsBadOptionsWithExitCode2AndWritesNoPlot) {
+  ScratchDir dir;
+  const std::string trace = dir.write("t.json", kTrace);
+  const std::string plot = (dir / "memory.svg").string();
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{"--budget", "200", "--budgets", "250"}, "give either --budget or --budgets, not both"},
+      {{"--budgets", "30%,,50%"}, "--budgets \"30%,,50%\": empty item"},
+      {{"--budget", "lots"}, "invalid budget \"lots\""},
+      {{"--budget", "200", "--planners", "greedy,best"}, "unknown planner \"best\" (available: greedy, peak)"},
+      {{"--budget", "200", "--copy-engines", "3"}, "--copy-engines"},
+      {{}, "no budget to compare at"},
+      {{"--budget", "200", "--planners", "greedy", "--score-weight", "hiding=2"},
+       "score weights apply to the peak planner"},
+      {{"--budget", "200", "--score-weight", "hiding"}, "--score-weight hiding: expected NAME=VALUE"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"compare", trace, "--plot", plot};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const testing::CliRun run = run_cli(args);
+    EXPECT_EQ(run.exit_code, 2) << c.message << "\n" << run.out;
+    EXPECT_THAT(run.err, HasSubstr(c.message));
+    EXPECT_FALSE(std::filesystem::exists(plot)) << c.message;
+  }
+}
+
+TEST(CompareCli, ExitsTwoWhenThePlotCannotBeWritten) {
+  ScratchDir dir;
+  const std::string plot = (dir / "missing" / "memory.svg").string();
+  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200", "--plot", plot});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("missing"));
+  EXPECT_FALSE(std::filesystem::exists(plot));
+}
+
+TEST(ScoreWeightCli, UnknownNamesListTheValidOnes) {
+  ScratchDir dir;
+  const std::string trace = dir.write("t.json", kTrace);
+  for (const std::string command : {"plan", "compare"}) {
+    std::vector<std::string> args = {command, trace, "--budget", "200", "--score-weight", "speed=1"};
+    if (command == "plan") args.insert(args.end(), {"--planner", "peak"});
+    const testing::CliRun run = run_cli(args);
+    EXPECT_EQ(run.exit_code, 2) << command;
+    EXPECT_THAT(run.err, HasSubstr("unknown score weight \"speed\" (valid: peak_reduction, hiding, coverage, "
+                                   "neighbor_impact)"))
+        << command;
+  }
+}
+
+TEST(ScoreWeightCli, RejectsNegativeWeightsAndWeightsForGreedy) {
+  ScratchDir dir;
+  const std::string trace = dir.write("t.json", kTrace);
+  testing::CliRun run = run_cli({"plan", trace, "--planner", "peak", "--score-weight", "hiding=-1"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("score weight hiding=-1: must be a finite number >= 0"));
+  run = run_cli({"plan", trace, "--planner", "greedy", "--score-weight", "hiding=1"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--score-weight applies to the peak planner only"));
+}
+
+TEST(PeakPlanCli, ReportsTheFloorAndABudgetBelowItButStillPlans) {
+  ScratchDir dir;
+  const std::string schedule = (dir / "s.json").string();
+  const testing::CliRun run =
+      run_cli({"plan", dir.write("t.json", kTrace), "--planner", "peak", "--budget", "150", "-o", schedule});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("planner   peak in "));
+  EXPECT_THAT(run.out, HasSubstr("peak      300 B unplanned (op 3) -> 200 B planned (op 2), op-granular"));
+  EXPECT_THAT(run.out, HasSubstr("shortfall planned peak exceeds the budget by 50 B"));
+  EXPECT_THAT(run.out, HasSubstr("floor     200 B at op 2 (c): no plan can go lower"));
+  EXPECT_THAT(run.out, HasSubstr("note      budget 150 B (150 bytes) is below the unavoidable floor of 200 B (200 "
+                                 "bytes) at op 2 (c)"));
+  EXPECT_THAT(run.out, HasSubstr("check     valid, 0 faults"));
+  EXPECT_TRUE(std::filesystem::exists(schedule));
+}
+
+TEST(PeakPlanCli, ReportsTheFloorWithoutANoteWhenTheBudgetIsReachable) {
+  ScratchDir dir;
+  const testing::CliRun run = run_cli({"plan", dir.write("t.json", kTrace), "--planner", "peak", "--budget", "200"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("floor     200 B at op 2 (c)"));
+  EXPECT_THAT(run.out, Not(HasSubstr("note ")));
+  EXPECT_THAT(run.out, Not(HasSubstr("shortfall")));
+}
+
+}  // namespace
+}  // namespace hyperoffload

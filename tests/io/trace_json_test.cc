@@ -1,0 +1,201 @@
+// Trace file format: parsing, defaults, round trips and every input error.
+#include "hyperoffload/io/trace_json.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "hyperoffload/gen/random_trace.h"
+#include "testing/cli_runner.h"
+
+namespace hyperoffload {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kExample = R"({"format": "hyperoffload.trace", "version": 1,
+ "memory_limit_bytes": 1048576, "d2h_bandwidth_gbps": 12.5, "h2d_bandwidth_gbps": 8,
+ "storages": [{"id": 7, "size_bytes": 4096, "retained": false}, {"id": 3, "size_bytes": 10, "retained": true}],
+ "ops": [{"name": "aten::mm", "duration_ms": 0.25, "accesses": [{"storage": 7, "kind": "write"}]},
+         {"name": "aten::add", "accesses": [{"storage": 7, "kind": "read"}, {"storage": 3, "kind": "write"}],
+          "extra": {"ignored": true}}],
+ "meta": {"anything": [1, 2, 3]}})";
+
+std::string parse_error(std::string_view json) {
+  Result<Trace> trace = parse_trace_json(json, "t.json");
+  EXPECT_FALSE(trace.has_value());
+  return trace ? std::string() : trace.error().message;
+}
+
+std::string with_ops(std::string_view ops, std::string_view storages = R"([{"id": 1, "size_bytes": 8}])") {
+  return std::string(R"({"format": "hyperoffload.trace", "version": 1, "storages": )") + std::string(storages) +
+         R"(, "ops": )" + std::string(ops) + "}";
+}
+
+TEST(TraceJson, ParsesEveryField) {
+  Result<Trace> parsed = parse_trace_json(kExample);
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  const Trace& trace = *parsed;
+  EXPECT_EQ(trace.memory_limit_bytes(), 1048576);
+  EXPECT_EQ(trace.d2h_bandwidth_gib_per_s(), 12.5);
+  EXPECT_EQ(trace.h2d_bandwidth_gib_per_s(), 8.0);
+  ASSERT_EQ(trace.storage_count(), 2);
+  EXPECT_EQ(trace.storage(0).id, 7);
+  EXPECT_EQ(trace.storage(0).size_bytes, 4096);
+  EXPECT_FALSE(trace.storage(0).retained());
+  EXPECT_TRUE(trace.storage(1).retained());
+  ASSERT_EQ(trace.op_count(), 2);
+  EXPECT_EQ(trace.op_name(0), "aten::mm");
+  EXPECT_EQ(trace.op_duration_ms(0), 0.25);
+  EXPECT_EQ(trace.op_duration_ms(1), 0.0);  // default
+  ASSERT_EQ(trace.accesses(1).size(), 2u);
+  EXPECT_EQ(trace.accesses(1)[0].storage, 0);  // dense index of id 7
+  EXPECT_EQ(trace.accesses(1)[0].kind, AccessKind::kRead);
+  EXPECT_EQ(trace.accesses(1)[1].storage, 1);
+  EXPECT_EQ(trace.accesses(1)[1].kind, AccessKind::kWrite);
+  EXPECT_EQ(trace.find_storage(3), 1);
+  EXPECT_EQ(trace.find_storage(4), std::nullopt);
+}
+
+TEST(TraceJson, AppliesDefaultsForOptionalFields) {
+  Result<Trace> trace = parse_trace_json(with_ops(R"([{"accesses": [{"storage": 1, "kind": "write"}]}])"));
+  ASSERT_TRUE(trace) << trace.error().message;
+  EXPECT_EQ(trace->memory_limit_bytes(), std::nullopt);
+  EXPECT_EQ(trace->d2h_bandwidth_gib_per_s(), 16.0);
+  EXPECT_EQ(trace->h2d_bandwidth_gib_per_s(), 16.0);
+  EXPECT_FALSE(trace->storage(0).retained());
+  EXPECT_EQ(trace->op_name(0), "");
+}
+
+TEST(TraceJson, TreatsANullLimitAsUnlimited) {
+  std::string json = with_ops("[]");
+  json.insert(json.size() - 1, R"(, "memory_limit_bytes": null)");
+  Result<Trace> trace = parse_trace_json(json);
+  ASSERT_TRUE(trace) << trace.error().message;
+  EXPECT_EQ(trace->memory_limit_bytes(), std::nullopt);
+}
+
+TEST(TraceJson, RoundTripsExactly) {
+  Result<Trace> first = parse_trace_json(kExample);
+  ASSERT_TRUE(first);
+  const std::string text = trace_to_json(*first);
+  Result<Trace> second = parse_trace_json(text);
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_EQ(trace_to_json(*second), text);
+}
+
+TEST(TraceJson, RoundTripsRandomTracesIncludingDurations) {
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    RandomTraceOptions options;
+    options.seed = seed;
+    const Trace trace = generate_random_trace(options);
+    const std::string text = trace_to_json(trace);
+    Result<Trace> parsed = parse_trace_json(text);
+    ASSERT_TRUE(parsed) << parsed.error().message;
+    ASSERT_EQ(parsed->op_count(), trace.op_count());
+    for (OpIndex op = 0; op < trace.op_count(); ++op) {
+      ASSERT_EQ(parsed->op_duration_ms(op), trace.op_duration_ms(op));  // shortest round-trip formatting
+    }
+    EXPECT_EQ(trace_to_json(*parsed), text);
+  }
+}
+
+TEST(TraceJson, EscapesOpNames) {
+  TraceBuilder builder;
+  ASSERT_TRUE(builder.add_op("quote\" backslash\\ newline\n tab\t bell\x07"));
+  Result<Trace> trace = std::move(builder).build();
+  ASSERT_TRUE(trace);
+  Result<Trace> parsed = parse_trace_json(trace_to_json(*trace));
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_EQ(parsed->op_name(0), "quote\" backslash\\ newline\n tab\t bell\x07");
+}
+
+TEST(TraceJson, RejectsAWrongFormat) {
+  EXPECT_EQ(parse_error(R"({"format": "other", "version": 1, "storages": [], "ops": []})"),
+            "format: expected \"hyperoffload.trace\", got \"other\"");
+  EXPECT_EQ(parse_error(R"({"version": 1, "storages": [], "ops": []})"),
+            "format: missing; expected \"hyperoffload.trace\"");
+}
+
+TEST(TraceJson, RejectsAnUnsupportedVersion) {
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.trace", "version": 2, "storages": [], "ops": []})"),
+            "version: unsupported version 2; this build reads version 1");
+}
+
+TEST(TraceJson, RejectsADuplicateStorageId) {
+  EXPECT_EQ(parse_error(with_ops("[]", R"([{"id": 1, "size_bytes": 8}, {"id": 2, "size_bytes": 8},
+                                          {"id": 1, "size_bytes": 4}])")),
+            "storages[2].id: duplicate storage id 1 (also storages[0])");
+}
+
+TEST(TraceJson, RejectsANegativeSize) {
+  EXPECT_EQ(parse_error(with_ops("[]", R"([{"id": 1, "size_bytes": -8}])")),
+            "storages[0].size_bytes: must be non-negative, got -8");
+}
+
+TEST(TraceJson, RejectsANegativeDuration) {
+  EXPECT_EQ(parse_error(with_ops(R"([{"name": "a"}, {"name": "b", "duration_ms": -0.5}])")),
+            "ops[1].duration_ms: must be a non-negative finite number, got -0.5");
+}
+
+TEST(TraceJson, RejectsAnAccessToAnUndeclaredStorage) {
+  EXPECT_EQ(parse_error(with_ops(R"([{"accesses": [{"storage": 1, "kind": "read"}, {"storage": 77, "kind": "read"}]}])")),
+            "ops[0].accesses[1].storage: undeclared storage 77");
+}
+
+TEST(TraceJson, RejectsAnUnknownAccessKind) {
+  EXPECT_EQ(parse_error(with_ops(R"([{"accesses": [{"storage": 1, "kind": "modify"}]}])")),
+            "ops[0].accesses[0].kind: unknown access kind \"modify\" (expected \"read\" or \"write\")");
+}
+
+TEST(TraceJson, RejectsANonPositiveBandwidth) {
+  std::string json = with_ops("[]");
+  json.insert(json.size() - 1, R"(, "h2d_bandwidth_gbps": 0)");
+  EXPECT_EQ(parse_error(json), "h2d_bandwidth_gbps: must be a positive number, got 0");
+  json = with_ops("[]");
+  json.insert(json.size() - 1, R"(, "d2h_bandwidth_gbps": -3.5)");
+  EXPECT_EQ(parse_error(json), "d2h_bandwidth_gbps: must be a positive number, got -3.5");
+}
+
+TEST(TraceJson, ReportsMalformedJsonWithLineAndColumn) {
+  // Line 3, column 14 is the stray 'x'.
+  const std::string message = parse_error("{\"format\": \"hyperoffload.trace\",\n \"version\": 1,\n \"storages\": x}");
+  EXPECT_THAT(message, HasSubstr("t.json:3:14: malformed JSON"));
+  EXPECT_THAT(parse_error("{\"format\": "), HasSubstr("t.json:1:12: malformed JSON"));
+}
+
+TEST(TraceJson, RejectsWrongTypesNamingThePath) {
+  EXPECT_EQ(parse_error(with_ops(R"([{"duration_ms": "fast"}])")), "ops[0].duration_ms: expected a number, got string");
+  EXPECT_EQ(parse_error(with_ops(R"([{"accesses": [{"storage": 1.5, "kind": "read"}]}])")),
+            "ops[0].accesses[0].storage: expected an integer, got 1.5");
+  EXPECT_EQ(parse_error(with_ops("{}")), "ops: expected an array, got object");
+  EXPECT_EQ(parse_error(with_ops("[]", R"([{"id": 1, "size_bytes": 8, "retained": "yes"}])")),
+            "storages[0].retained: expected a boolean, got string");
+  EXPECT_EQ(parse_error(with_ops("[]", R"([{"id": -1, "size_bytes": 8}])")),
+            "storages[0].id: must be a non-negative integer, got -1");
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.trace", "version": 1, "ops": []})"),
+            "storages: missing (an array of storages)");
+  EXPECT_EQ(parse_error(with_ops(R"([{"accesses": [{"kind": "read"}]}])")), "ops[0].accesses[0].storage: missing");
+  EXPECT_EQ(parse_error("[1, 2]"), "(document): expected an object, got array");
+}
+
+TEST(TraceJson, ReportsAMissingFile) {
+  Result<Trace> trace = read_trace_file("/nonexistent/trace.json");
+  ASSERT_FALSE(trace);
+  EXPECT_EQ(trace.error().code, ErrorCode::kIo);
+  EXPECT_THAT(trace.error().message, HasSubstr("cannot read /nonexistent/trace.json: No such file or directory"));
+}
+
+TEST(TraceJson, WritesFilesAtomically) {
+  testing::ScratchDir dir;
+  Result<Trace> trace = parse_trace_json(kExample);
+  ASSERT_TRUE(trace);
+  const auto path = dir / "out.json";
+  ASSERT_TRUE(write_trace_file(*trace, path));
+  EXPECT_EQ(testing::read_text(path), trace_to_json(*trace));
+  // A failed write (missing directory) leaves nothing behind.
+  EXPECT_FALSE(write_trace_file(*trace, dir / "missing" / "out.json"));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1);
+}
+
+}  // namespace
+}  // namespace hyperoffload

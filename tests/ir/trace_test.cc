@@ -1,0 +1,96 @@
+// Trace, TraceBuilder, StorageAccesses and the unplanned memory profile.
+#include "hyperoffload/ir/trace.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/ir/storage_accesses.h"
+#include "testing/trace_dsl.h"
+
+namespace hyperoffload {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::TraceDsl;
+
+TEST(TraceBuilder, InternsOpNames) {
+  const Trace trace = TraceDsl().op("mm", "").op("add", "").op("mm", "").build();
+  EXPECT_EQ(trace.op_names().size(), 2u);
+  EXPECT_EQ(trace.op_name_index(0), trace.op_name_index(2));
+  EXPECT_EQ(trace.op_name(2), "mm");
+}
+
+TEST(TraceBuilder, ResolvesSparseAndDenseStorageIds) {
+  // Sparse ids (far beyond 4x the count) use the hash map; both paths agree.
+  const Trace sparse = TraceDsl().storage(1'000'000'000'000, 8).storage(5, 8).op("a", "W5 W1000000000000").build();
+  EXPECT_EQ(sparse.find_storage(1'000'000'000'000), 0);
+  EXPECT_EQ(sparse.find_storage(5), 1);
+  EXPECT_EQ(sparse.accesses(0)[1].storage, 0);
+  const Trace dense = TraceDsl().storage(1, 8).storage(0, 8).build();
+  EXPECT_EQ(dense.find_storage(0), 1);
+  EXPECT_EQ(dense.find_storage(2), std::nullopt);
+  EXPECT_EQ(dense.find_storage(-3), std::nullopt);
+}
+
+TEST(TraceBuilder, ConvertsBandwidthToTransferTime) {
+  // 1 GiB at 16 GiB/s = 62.5 ms; 256 MiB at 1 GiB/s = 250 ms.
+  const Trace fast = TraceDsl().build();
+  EXPECT_DOUBLE_EQ(fast.d2h_ms(kBytesPerGiB), 62.5);
+  const Trace slow = TraceDsl().bandwidth(1.0).build();
+  EXPECT_DOUBLE_EQ(slow.h2d_ms(256 << 20), 250.0);
+}
+
+TEST(TraceBuilder, RejectsInvalidLimitsAndBandwidths) {
+  TraceBuilder negative_limit;
+  negative_limit.set_memory_limit_bytes(-1);
+  EXPECT_EQ(std::move(negative_limit).build().error().message,
+            "memory_limit_bytes: must be non-negative or null, got -1");
+  TraceBuilder nan_bandwidth;
+  nan_bandwidth.set_d2h_bandwidth_gib_per_s(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(std::move(nan_bandwidth).build().error().message, "d2h_bandwidth_gbps: must be a positive number, got nan");
+}
+
+TEST(StorageAccesses, OrdersAccessesByOpAndListsFirstAppearance) {
+  // op 0: W2 W1; op 1: R1 W1; op 2: R2.
+  const Trace trace = TraceDsl().storage(1, 8).storage(2, 8).storage(3, 8).op("a", "W2 W1").op("b", "R1 W1").op("c", "R2").build();
+  const StorageAccesses accesses(trace);
+  ASSERT_EQ(accesses.of(0).size(), 3u);  // storage id 1
+  EXPECT_EQ(accesses.of(0)[1].op, 1);
+  EXPECT_EQ(accesses.of(0)[1].kind, AccessKind::kRead);
+  EXPECT_EQ(accesses.of(0)[2].kind, AccessKind::kWrite);
+  EXPECT_EQ(accesses.first_op(1), 0);
+  EXPECT_EQ(accesses.last_op(1), 2);
+  EXPECT_FALSE(accesses.accessed(2));  // storage id 3 is never used
+  EXPECT_THAT(accesses.by_first_appearance(), ElementsAre(1, 0));
+}
+
+TEST(MemoryProfile, FreesNonRetainedStoragesAfterTheirLastAccess) {
+  //   op:        0    1    2    3
+  //   s1 (100):  W    R
+  //   s2 (10):        W         (retained: stays to the end)
+  //   s3 (1):              W    R
+  //   bytes:    100  110   11   11
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 10, Retention::kRetained)
+                          .storage(3, 1)
+                          .op("a", "W1")
+                          .op("b", "R1 W2")
+                          .op("c", "W3")
+                          .op("d", "R3")
+                          .build();
+  const StorageAccesses accesses(trace);
+  EXPECT_THAT(unplanned_resident_bytes(trace, accesses), ElementsAre(100, 110, 11, 11));
+  const PeakBytes peak = unplanned_peak(trace);
+  EXPECT_EQ(peak.bytes, 110);
+  EXPECT_EQ(peak.op, 1);
+}
+
+TEST(MemoryProfile, ReportsNoPeakOpForAnEmptyTrace) {
+  EXPECT_EQ(unplanned_peak(Trace()).op, -1);
+  EXPECT_EQ(unplanned_peak(Trace()).bytes, 0);
+}
+
+}  // namespace
+}  // namespace hyperoffload

@@ -1,0 +1,176 @@
+// The peak planner's data structures against brute force on random operation
+// sequences: ProfileTree (range add, argmax, threshold searches, above-limit
+// counts), CoveringIndex (best active interval containing an op, per group),
+// TransferLoad (copy time spread over compute) and the stall estimate.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "hyperoffload/plan/internal/covering_index.h"
+#include "hyperoffload/plan/internal/profile_tree.h"
+#include "hyperoffload/plan/internal/stall_estimate.h"
+#include "hyperoffload/plan/internal/transfer_load.h"
+#include "testing/trace_dsl.h"
+
+namespace hyperoffload::internal {
+namespace {
+
+TEST(ProfileTree, MatchesBruteForceUnderRandomAdds) {
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 60; ++round) {
+    const std::size_t n = 1 + rng() % 70;
+    const std::int64_t limit = static_cast<std::int64_t>(rng() % 100);
+    std::vector<std::int64_t> values(n);
+    for (auto& v : values) v = static_cast<std::int64_t>(rng() % 200);
+    ProfileTree tree(values, limit);
+    for (int op = 0; op < 200; ++op) {
+      std::size_t a = rng() % n, b = rng() % n;
+      if (a > b) std::swap(a, b);
+      const std::int64_t delta = static_cast<std::int64_t>(rng() % 81) - 40;
+      tree.add(a, b, delta);
+      for (std::size_t i = a; i <= b; ++i) values[i] += delta;
+
+      const auto max_it = std::max_element(values.begin(), values.end());
+      ASSERT_EQ(tree.max(), *max_it);
+      ASSERT_EQ(tree.argmax(), static_cast<std::size_t>(max_it - values.begin()));
+      std::size_t c = rng() % n, d = rng() % n;
+      if (c > d) std::swap(c, d);
+      ASSERT_EQ(tree.max(c, d), *std::max_element(values.begin() + c, values.begin() + d + 1));
+      ASSERT_EQ(tree.count_over(c, d),
+                static_cast<std::size_t>(std::count_if(values.begin() + c, values.begin() + d + 1,
+                                                       [&](std::int64_t v) { return v > limit; })));
+      ASSERT_EQ(tree.count_over(), static_cast<std::size_t>(std::count_if(values.begin(), values.end(),
+                                                                          [&](std::int64_t v) { return v > limit; })));
+      const std::int64_t threshold = static_cast<std::int64_t>(rng() % 240) - 20;
+      std::size_t first = ProfileTree::kNotFound, last = ProfileTree::kNotFound;
+      for (std::size_t i = c; i <= d; ++i) {
+        if (values[i] > threshold) {
+          if (first == ProfileTree::kNotFound) first = i;
+          last = i;
+        }
+      }
+      ASSERT_EQ(tree.find_first_above(c, d, threshold), first);
+      ASSERT_EQ(tree.find_last_above(c, d, threshold), last);
+    }
+  }
+}
+
+TEST(CoveringIndex, ReturnsTheBestActiveIntervalContainingEachOp) {
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 40; ++round) {
+    const auto ops = static_cast<OpIndex>(1 + rng() % 90);
+    const std::size_t count = rng() % 60;
+    std::vector<OpInterval> intervals(count);
+    for (OpInterval& interval : intervals) {
+      OpIndex a = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      OpIndex b = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      interval = {std::min(a, b), std::max(a, b)};
+    }
+    CoveringIndex index(ops, intervals);
+    std::vector<IndexGroup> groups(count, IndexGroup::kNone);
+    std::vector<double> keys(count, 0.0);
+    for (int step = 0; step < 300; ++step) {
+      if (count > 0) {
+        const auto e = static_cast<std::int32_t>(rng() % count);
+        const auto group = static_cast<IndexGroup>(rng() % 3);
+        const double key = static_cast<double>(rng() % 8);  // small range: many ties
+        index.set(e, group, key);
+        groups[static_cast<std::size_t>(e)] = group;
+        keys[static_cast<std::size_t>(e)] = key;
+      }
+      const auto op = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      std::int32_t small = CoveringIndex::kNoEntry, large = CoveringIndex::kNoEntry;
+      for (std::size_t e = 0; e < count; ++e) {
+        if (intervals[e].first > op || intervals[e].last < op) continue;
+        std::int32_t& best = groups[e] == IndexGroup::kSmall ? small : large;
+        if (groups[e] == IndexGroup::kNone) continue;
+        if (best == CoveringIndex::kNoEntry || keys[e] > keys[static_cast<std::size_t>(best)]) {
+          best = static_cast<std::int32_t>(e);
+        }
+      }
+      const CoveringIndex::Best got = index.query(op);
+      ASSERT_EQ(got.small, small) << "op " << op;
+      ASSERT_EQ(got.large, large) << "op " << op;
+    }
+  }
+}
+
+TEST(CoveringIndex, BulkActivationMatchesOneByOne) {
+  std::mt19937_64 rng(17);
+  for (int round = 0; round < 20; ++round) {
+    const auto ops = static_cast<OpIndex>(1 + rng() % 200);
+    std::vector<OpInterval> intervals(rng() % 300);
+    std::vector<double> keys(intervals.size());
+    for (std::size_t e = 0; e < intervals.size(); ++e) {
+      OpIndex a = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      OpIndex b = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      intervals[e] = {std::min(a, b), std::max(a, b)};
+      keys[e] = static_cast<double>(rng() % 20);
+    }
+    CoveringIndex bulk(ops, intervals), single(ops, intervals);
+    bulk.activate_all(IndexGroup::kLarge, keys);
+    for (std::size_t e = 0; e < intervals.size(); ++e) {
+      single.set(static_cast<std::int32_t>(e), IndexGroup::kLarge, keys[e]);
+    }
+    for (OpIndex op = 0; op < ops; ++op) {
+      ASSERT_EQ(bulk.query(op).large, single.query(op).large);
+      ASSERT_EQ(bulk.query(op).small, CoveringIndex::kNoEntry);
+    }
+  }
+}
+
+TEST(TransferLoad, SpreadsTransferTimeOverComputeLikeBruteForce) {
+  std::mt19937_64 rng(3);
+  for (int round = 0; round < 30; ++round) {
+    const std::size_t n = 1 + rng() % 40;
+    std::vector<double> duration(n);
+    for (double& d : duration) d = static_cast<double>(rng() % 4);  // zeros included
+    std::vector<double> before(n + 1, 0.0);
+    for (std::size_t i = 0; i < n; ++i) before[i + 1] = before[i] + duration[i];
+    TransferLoad load(before);
+    std::vector<double> per_op(n, 0.0);  // brute force: load on each op
+    for (int step = 0; step < 60; ++step) {
+      std::size_t a = rng() % n, b = rng() % n;
+      if (a > b) std::swap(a, b);
+      if (rng() % 2 == 0) {
+        const double transfer = static_cast<double>(1 + rng() % 9);
+        load.add(a, b, transfer);
+        const double compute = before[b + 1] - before[a];
+        if (compute > 0) {
+          for (std::size_t i = a; i <= b; ++i) per_op[i] += transfer * duration[i] / compute;
+        }
+      } else {
+        double expected = 0.0;
+        for (std::size_t i = a; i <= b; ++i) expected += per_op[i];
+        ASSERT_NEAR(load.load(a, b), expected, 1e-9);
+      }
+    }
+  }
+}
+
+TEST(StallEstimate, FollowsTheSimulatorsTimingRules) {
+  // 100 bytes per ms; ops 1 ms each. s1 (200 B = 2 ms per copy) is written by
+  // op 0, copied after it (1..3 ms), released, and prefetched before op 2,
+  // which starts at 2 ms but the copy back can only start at 3 ms (after the
+  // copy to host): it ends at 5 ms, so op 3 (reading s1) waits from 3 to 5 ms.
+  //   compute:  [op0 0-1][op1 1-2][op2 2-3]......[op3 5-6]
+  //   D2H:              [s1 1-3]
+  //   H2D:                       [s1 3-5]
+  const Trace trace = ::hyperoffload::testing::TraceDsl()
+                          .storage(1, 200)
+                          .bandwidth(100.0 * 1000.0 / static_cast<double>(kBytesPerGiB))
+                          .op("a", "W1", 1)
+                          .op("b", "", 1)
+                          .op("c", "", 1)
+                          .op("d", "R1", 1)
+                          .build();
+  const std::vector<Action> actions =
+      ::hyperoffload::testing::actions("post 0 copy_d2h 1; post 0 release_device 1; pre 2 copy_h2d 1");
+  const StorageAccesses accesses(trace);
+  EXPECT_NEAR(estimate_stall_ms(trace, accesses, actions), 2.0, 1e-9);
+  EXPECT_NEAR(estimate_stall_ms(trace, accesses, {}), 0.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace hyperoffload::internal

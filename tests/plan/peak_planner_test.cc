@@ -1,0 +1,687 @@
+// The peak planner's numbered behaviours (docs/PEAK_PLANNER.md), each on a
+// hand-built trace with the exact schedule derived in a comment.
+//
+// Conventions in the derivations: sN is storage id N; "res" lists resident
+// bytes per op before planning; durations are 0 unless given, so the hiding
+// term is 0 unless a test sets durations; the excess E is peak - budget.
+#include "hyperoffload/plan/peak_planner.h"
+
+#include <gtest/gtest.h>
+
+#include "hyperoffload/check/validator.h"
+#include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/greedy_planner.h"
+#include "hyperoffload/plan/internal/peak_model.h"
+#include "testing/trace_dsl.h"
+
+namespace hyperoffload {
+namespace {
+
+using ::hyperoffload::testing::actions;
+using ::hyperoffload::testing::TraceDsl;
+
+PlanResult plan_peak(const Trace& trace, std::int64_t budget, PeakScoreWeights weights = {}) {
+  Result<PlanResult> plan = PeakPlanner(PeakPlannerOptions{weights}).plan(trace, budget);
+  EXPECT_TRUE(plan.has_value()) << plan.error().message;
+  if (!plan) return {};
+  const ValidationReport report = validate_schedule(trace, plan->schedule);
+  EXPECT_TRUE(report.valid()) << (report.problems.empty() ? "" : report.problems.front());
+  EXPECT_TRUE(report.faults.empty());
+  EXPECT_EQ(report.peak_bytes, plan->planned_peak_bytes);
+  return std::move(*plan);
+}
+
+internal::PeakModel model_of(const Trace& trace) { return internal::build_peak_model(trace, StorageAccesses(trace)); }
+
+// ---- 1. Lifetimes ---------------------------------------------------------
+
+TEST(PeakPlannerLifetimes, ProfilesResidentBytesPerOpAndEdgeBytesPerBoundary) {
+  // s1 100 ops 0..2; s2 50 (retained) from op 1 to the end; s3 size 0 ignored;
+  // s4 30 only at op 3.
+  //   op:    0    1    2    3
+  //   res:  100  150  150   80      edge (i -> i+1): 100, 150, 50
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 50, Retention::kRetained)
+                          .storage(3, 0)
+                          .storage(4, 30)
+                          .op("a", "W1")
+                          .op("b", "R1 W2 W3")
+                          .op("c", "R1")
+                          .op("d", "W4 R3")
+                          .build();
+  const internal::PeakModel model = model_of(trace);
+  EXPECT_EQ(model.resident_bytes, (std::vector<std::int64_t>{100, 150, 150, 80}));
+  EXPECT_EQ(model.edge_bytes, (std::vector<std::int64_t>{100, 150, 50}));
+}
+
+TEST(PeakPlannerLifetimes, KeepsRetainedStoragesResidentToTheEnd) {
+  // s1 (retained, 100) is last used at op 1 but stays; s2 60 W@2 R@4; s3 60 at op 3.
+  //   op:    0    1    2    3    4
+  //   res:  100  100  160  220  160        budget 180, E = 40 at op 3
+  // Only s2's gap (2,4) covers op 3: copy after its write at op 2, release after
+  // op 2 (op 3 cannot hold it: 160 + 60 > 180), prefetch before op 4.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100, Retention::kRetained)
+                          .storage(2, 60)
+                          .storage(3, 60)
+                          .op("w1", "W1")
+                          .op("r1", "R1")
+                          .op("w2", "W2")
+                          .op("w3", "W3")
+                          .op("r2", "R2")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 180);
+  EXPECT_EQ(plan.schedule.actions, actions("post 2 copy_d2h 2; post 2 release_device 2; post 3 release_device 3;"
+                                           "pre 4 copy_h2d 2; post 4 release_device 2; post 4 release_host 2"));
+  EXPECT_EQ(plan.planned_peak_bytes, 160);
+
+  // The greedy planner's model drops s1 after op 1, sees op 3 at 120 and plans
+  // nothing, so the real peak stays at 220.
+  const Result<PlanResult> greedy = GreedyPlanner().plan(trace, 180);
+  ASSERT_TRUE(greedy.has_value());
+  EXPECT_EQ(validate_schedule(trace, greedy->schedule).peak_bytes, 220);
+}
+
+TEST(PeakPlannerLifetimes, ExtendsTheLastUseOverAliasForwardOps) {
+  // Op 3 only reads and writes s1 (a view-like op): s1 lives through op 3, so
+  // it is released after op 3, not after its last ordinary use at op 1.
+  //   op:    0    1    2    3
+  //   res:  100  100  150  100
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 50)
+                          .op("w1", "W1")
+                          .op("r1", "R1")
+                          .op("w2", "W2")
+                          .op("view", "R1 W1")
+                          .build();
+  EXPECT_TRUE(internal::is_alias_forward(trace, 3, 0));
+  EXPECT_FALSE(internal::is_alias_forward(trace, 1, 0));  // reads only
+  const internal::PeakModel model = model_of(trace);
+  EXPECT_EQ(model.resident_bytes, (std::vector<std::int64_t>{100, 100, 150, 100}));
+  EXPECT_EQ(model.last_use[0], 3);
+  const PlanResult plan = plan_peak(trace, 1000);
+  EXPECT_EQ(plan.schedule.actions, actions("post 2 release_device 2; post 3 release_device 1"));
+}
+
+// ---- 2. Versions ------------------------------------------------------------
+
+TEST(PeakPlannerVersions, CopiesAVersionOnceAndReusesTheHostCopyForEveryEviction) {
+  // s1 100: W@0 R@2 R@4 (one version, copy op 0); s2 100 at op 1; s3 100 at op 3.
+  //   op:    0    1    2    3    4
+  //   res:  100  200  100  200  100        budget 150
+  // Peak op 1: only s1's gap (0,2) covers it; then peak op 3: s1's gap (2,4).
+  // Both evictions reuse the single copy taken after op 0; the host copy is
+  // released after op 4, where it was last used.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 100)
+                          .storage(3, 100)
+                          .op("a", "W1")
+                          .op("b", "W2")
+                          .op("c", "R1")
+                          .op("d", "W3")
+                          .op("e", "R1")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 150);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 1; post 0 release_device 1; post 1 release_device 2; pre 2 copy_h2d 1;"
+                    "post 2 release_device 1; post 3 release_device 3; pre 4 copy_h2d 1;"
+                    "post 4 release_device 1; post 4 release_host 1"));
+  const ValidationReport report = validate_schedule(trace, plan.schedule);
+  EXPECT_EQ(report.d2h_count, 1);
+  EXPECT_EQ(report.h2d_count, 2);
+}
+
+TEST(PeakPlannerVersions, ReleasesTheStaleHostCopyBeforeTheRewriteAndCopiesTheNewVersionFresh) {
+  // s1 100: W@0 R@2 | W@4 R@6 — the write at op 4 follows a read, so it starts
+  // version 2 (copy op 4). s2 100 at op 3, s3 100 at op 5.
+  //   op:    0    1    2    3    4    5    6
+  //   res:  100  100  100  200  100  200  100      budget 150
+  // Peak op 3: s1's gap (2,4) of version 1 (copy after op 0). Its prefetch feeds
+  // op 4, which overwrites s1, so the now-stale host copy goes before op 4.
+  // Peak op 5: s1's gap (4,6) of version 2, copied fresh after op 4.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 100)
+                          .storage(3, 100)
+                          .op("a", "W1")
+                          .op("b", "")
+                          .op("c", "R1")
+                          .op("d", "W2")
+                          .op("e", "W1")
+                          .op("f", "W3")
+                          .op("g", "R1")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 150);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 1; post 2 release_device 1; post 3 release_device 2;"
+                    "pre 4 copy_h2d 1; pre 4 release_host 1; post 4 copy_d2h 1; post 4 release_device 1;"
+                    "post 5 release_device 3; pre 6 copy_h2d 1; post 6 release_device 1; post 6 release_host 1"));
+  EXPECT_EQ(validate_schedule(trace, plan.schedule).d2h_count, 2);
+}
+
+TEST(PeakPlannerVersions, DoesNotEvictInsideALeadingRunOfWrites) {
+  // s1 100: W@0 W@2 R@4 is one version whose last write is at op 2; evicting
+  // over op 1 would need a second copy of the same version, so gap (0,2) is no
+  // candidate and op 1 keeps s1. s2 100 at op 1.
+  //   op:    0    1    2    3    4
+  //   res:  100  200  100  100  100      floor: op 1 = 200 (nothing can leave)
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 100)
+                          .op("a", "W1")
+                          .op("b", "W2")
+                          .op("c", "W1")
+                          .op("d", "")
+                          .op("e", "R1")
+                          .build();
+  const internal::PeakModel model = model_of(trace);
+  ASSERT_EQ(model.interior.size(), 1U);
+  EXPECT_EQ(model.interior[0].start_op, 2);
+  EXPECT_EQ(model.interior[0].end_op, 4);
+  EXPECT_EQ(model.floor.op, 1);
+  EXPECT_EQ(model.floor.bytes, 200);
+}
+
+// ---- 3. Candidates ------------------------------------------------------------
+
+TEST(PeakPlannerCandidates, SplitsGapsIntoInteriorAndBoundaryCandidates) {
+  // s1: W@0 R@1 R@4 → boundary (0,1), interior (1,4); s2: W@2 R@3 → boundary (2,3).
+  const Trace trace = TraceDsl()
+                          .storage(1, 10)
+                          .storage(2, 20)
+                          .op("a", "W1")
+                          .op("b", "R1")
+                          .op("c", "W2")
+                          .op("d", "R2")
+                          .op("e", "R1")
+                          .build();
+  const internal::PeakModel model = model_of(trace);
+  ASSERT_EQ(model.interior.size(), 1U);
+  EXPECT_EQ(model.interior[0].start_op, 1);
+  EXPECT_EQ(model.interior[0].end_op, 4);
+  ASSERT_EQ(model.boundary.size(), 2U);
+  EXPECT_EQ(model.boundary[0].start_op, 0);
+  EXPECT_EQ(model.boundary[1].start_op, 2);
+}
+
+TEST(PeakPlannerCandidates, UsesTheSmallestBoundaryCandidateThatClearsTheEdgeExcess) {
+  // s1 100, s2 30, s3 60: all W@0 R@1. No interior gaps, so the floor is the
+  // whole 190 and the budget 140 is below it. Edge 0->1 holds 190: excess 50.
+  // Reductions: s1 50, s2 30, s3 50 → s3, the smallest of the best.
+  const Trace trace =
+      TraceDsl().storage(1, 100).storage(2, 30).storage(3, 60).op("a", "W1 W2 W3").op("b", "R1 R2 R3").build();
+  const PlanResult plan = plan_peak(trace, 140);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 3; post 0 release_device 3; pre 1 copy_h2d 3; post 1 release_device 1;"
+                    "post 1 release_device 2; post 1 release_device 3; post 1 release_host 3"));
+  EXPECT_EQ(plan.planned_peak_bytes, 190);  // boundaries never lower an op's bytes
+}
+
+TEST(PeakPlannerCandidates, TakesTheLargestBoundaryCandidateWhileNoneClearsTheExcess) {
+  // Same trace, budget 40: excess 150. Nothing clears it → s1 (100), leaving 90,
+  // excess 50 → s3 (60) clears it, leaving 30.
+  const Trace trace =
+      TraceDsl().storage(1, 100).storage(2, 30).storage(3, 60).op("a", "W1 W2 W3").op("b", "R1 R2 R3").build();
+  const PlanResult plan = plan_peak(trace, 40);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 1; post 0 copy_d2h 3; post 0 release_device 1; post 0 release_device 3;"
+                    "pre 1 copy_h2d 1; pre 1 copy_h2d 3; post 1 release_device 1; post 1 release_device 2;"
+                    "post 1 release_device 3; post 1 release_host 1; post 1 release_host 3"));
+}
+
+TEST(PeakPlannerCandidates, LeavesAnEdgeItsBoundaryCandidatesCannotBringWithinTheLimit) {
+  // As above plus s4 (50, retained) written at op 0: edge 0->1 holds 240 and
+  // only 190 can leave it. At budget 40 the excess is 200 > 190: moving them all
+  // would still leave the edge over, so none moves. At budget 60 (excess 180)
+  // they can: s1, then s3 (excess 80), then s2 (excess 20, 30 clears it).
+  TraceDsl dsl;
+  dsl.storage(1, 100).storage(2, 30).storage(3, 60).storage(4, 50, Retention::kRetained);
+  dsl.op("a", "W1 W2 W3 W4").op("b", "R1 R2 R3");
+  const Trace trace = dsl.build();
+  EXPECT_EQ(plan_peak(trace, 40).schedule.actions,
+            actions("post 1 release_device 1; post 1 release_device 2; post 1 release_device 3"));
+  const PlanResult fixable = plan_peak(trace, 60);
+  EXPECT_EQ(validate_schedule(trace, fixable.schedule).d2h_count, 3);
+}
+
+TEST(PeakPlannerCandidates, LeavesBoundaryCandidatesAloneWhenTheBudgetIsReachable) {
+  const Trace trace = TraceDsl().storage(1, 100).storage(2, 30).op("a", "W1 W2").op("b", "R1 R2").build();
+  const PlanResult plan = plan_peak(trace, 130);
+  EXPECT_EQ(plan.schedule.actions, actions("post 1 release_device 1; post 1 release_device 2"));
+}
+
+// ---- 4. Unavoidable floor ------------------------------------------------------
+
+TEST(PeakPlannerFloor, ReportsABudgetBelowTheFloorAndStillReducesToIt) {
+  // s1 100: W@0 R@2; s2 80 at op 1.
+  //   op:      0    1    2
+  //   res:    100  180  100
+  //   floor:  100   80  100    (s1 can leave op 1) → 100 at op 0 ("fwd")
+  // Budget 90 < 100: the plan still evicts s1 over op 1 and reaches 100.
+  const Trace trace = TraceDsl().storage(1, 100).storage(2, 80).op("fwd", "W1").op("mid", "W2").op("bwd", "R1").build();
+  const PlanResult plan = plan_peak(trace, 90);
+  ASSERT_TRUE(plan.floor.has_value());
+  EXPECT_EQ(plan.floor->op, 0);
+  EXPECT_EQ(plan.floor->bytes, 100);
+  ASSERT_EQ(plan.notes.size(), 1U);
+  EXPECT_EQ(plan.notes[0],
+            "budget 90 B (90 bytes) is below the unavoidable floor of 100 B (100 bytes) at op 0 (fwd): the "
+            "planned peak cannot go below the floor; planned as close to the budget as possible");
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 1; post 0 release_device 1; post 1 release_device 2; pre 2 copy_h2d 1;"
+                    "post 2 release_device 1; post 2 release_host 1"));
+  EXPECT_EQ(plan.planned_peak_bytes, 100);
+  EXPECT_EQ(plan.initial_peak_bytes, 180);
+}
+
+TEST(PeakPlannerFloor, IsReportedWithoutANoteWhenTheBudgetIsReachable) {
+  const Trace trace = TraceDsl().storage(1, 100).storage(2, 80).op("fwd", "W1").op("mid", "W2").op("bwd", "R1").build();
+  const PlanResult plan = plan_peak(trace, 100);
+  ASSERT_TRUE(plan.floor.has_value());
+  EXPECT_EQ(plan.floor->bytes, 100);
+  EXPECT_TRUE(plan.notes.empty());
+}
+
+// ---- 5. Peak-driven selection -----------------------------------------------------
+
+TEST(PeakPlannerSelection, PicksTheCandidateThatRemovesMoreOfThePeakExcess) {
+  // s1 40: W@0 R@9 (the longest gap); s2 100: W@3 R@5; s3 110 at op 4.
+  //   op:   0   1   2   3    4    5   6..9
+  //   res:  40  40  40  140  250  140  40      budget 200: peak op 4, E = 50
+  // Both gaps cover op 4 with equal factors (no compute, one over-budget op, no
+  // neighbours); s1 removes 40, s2 removes 50 → s2, and one eviction suffices.
+  // (The greedy planner's longest-gap-first ranking would evict both.)
+  const Trace trace = TraceDsl()
+                          .storage(1, 40)
+                          .storage(2, 100)
+                          .storage(3, 110)
+                          .op("a", "W1")
+                          .op("b", "")
+                          .op("c", "")
+                          .op("d", "W2")
+                          .op("e", "W3")
+                          .op("f", "R2")
+                          .op("g", "")
+                          .op("h", "")
+                          .op("i", "")
+                          .op("j", "R1")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 200);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 3 copy_d2h 2; post 3 release_device 2; post 4 release_device 3; pre 5 copy_h2d 2;"
+                    "post 5 release_device 2; post 5 release_host 2; post 9 release_device 1"));
+}
+
+// Two equal gaps that both cover the peak op 4; compute (1 ms at op 7) lies
+// only inside s2's gap.
+//   s1 100: W@0 R@6 (interior 1..5); s2 100: W@2 R@8 (interior 3..7); s3 50 at op 4.
+//   op:    0    1    2    3    4    5    6    7    8
+//   res:  100  100  200  200  250  200  200  100  100     budget 200, E = 50
+Trace two_gaps_one_hidden() {
+  return TraceDsl()
+      .storage(1, 100)
+      .storage(2, 100)
+      .storage(3, 50)
+      .op("a", "W1")
+      .op("b", "")
+      .op("c", "W2")
+      .op("d", "")
+      .op("e", "W3")
+      .op("f", "")
+      .op("g", "R1")
+      .op("h", "", 1.0)
+      .op("i", "R2")
+      .build();
+}
+
+TEST(PeakPlannerSelection, PrefersTheGapWhoseComputeHidesTheTransfers) {
+  // Factors: s1 1 + 0 (no compute inside), s2 1 + 1 (1 ms ≫ 200 B of copies).
+  // Placement of s2 (copy after op 2): ops 3, 5..7 hold it again within 200, op 4
+  // does not → release after op 3, prefetch before op 5.
+  const PlanResult plan = plan_peak(two_gaps_one_hidden(), 200);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 2 copy_d2h 2; post 3 release_device 2; post 4 release_device 3; pre 5 copy_h2d 2;"
+                    "post 6 release_device 1; post 8 release_device 2; post 8 release_host 2"));
+}
+
+TEST(PeakPlannerSelection, FallsBackToGenerationOrderWhenHidingHasNoWeight) {
+  // hiding=0: both factors are 1; the tie goes to s1, generated first.
+  const PlanResult plan = plan_peak(two_gaps_one_hidden(), 200, PeakScoreWeights{1, 0, 1, 1});
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 1; post 3 release_device 1; post 4 release_device 3; pre 5 copy_h2d 1;"
+                    "post 6 release_device 1; post 6 release_host 1; post 8 release_device 2"));
+}
+
+TEST(PeakPlannerSelection, DoesNotOverrateACandidateLargerThanTheExcess) {
+  // s1 1000: W@0 R@6 (no compute inside); s2 60: W@2 R@8 (1 ms at op 7); s3 50
+  // at op 4. Budget 1100: op 4 holds 1110, E = 10. Both remove only 10, so the
+  // better hidden s2 wins although s1 is 16x larger.
+  const Trace trace = TraceDsl()
+                          .storage(1, 1000)
+                          .storage(2, 60)
+                          .storage(3, 50)
+                          .op("a", "W1")
+                          .op("b", "")
+                          .op("c", "W2")
+                          .op("d", "")
+                          .op("e", "W3")
+                          .op("f", "")
+                          .op("g", "R1")
+                          .op("h", "", 1.0)
+                          .op("i", "R2")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 1100);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 2 copy_d2h 2; post 3 release_device 2; post 4 release_device 3; pre 5 copy_h2d 2;"
+                    "post 6 release_device 1; post 8 release_device 2; post 8 release_host 2"));
+}
+
+// Peak op 1 can be fixed by s1 (0,2), s5 (0,2) or s2 (0,4); s2 also covers the
+// other over-budget op 3; s5 (2,4) covers only op 3. Sizes 100 except s3 60
+// (op 1) and s4 150 (op 3).
+//   op:    0    1    2    3    4
+//   res:  300  360  300  350  200     budget 300: over ops 1 (E 60) and 3
+Trace two_peaks_one_wide_gap() {
+  return TraceDsl()
+      .storage(1, 100)
+      .storage(2, 100)
+      .storage(3, 60)
+      .storage(4, 150)
+      .storage(5, 100)
+      .op("a", "W1 W5 W2")
+      .op("b", "W3")
+      .op("c", "R1 R5")
+      .op("d", "W4")
+      .op("e", "R2 R5")
+      .build();
+}
+
+TEST(PeakPlannerSelection, PrefersTheGapThatAlsoCoversOtherOverBudgetOps) {
+  // Coverage: s2's gap holds op 3 too → (2-1)/(2-1) = 1; the others 0. One
+  // eviction of s2 fixes both ops; it leaves after op 0 (op 1 cannot hold it)
+  // and returns before op 4 (op 3 cannot either).
+  const PlanResult plan = plan_peak(two_peaks_one_wide_gap(), 300);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 2; post 0 release_device 2; post 1 release_device 3; post 2 release_device 1;"
+                    "post 3 release_device 4; pre 4 copy_h2d 2; post 4 release_device 2; post 4 release_device 5;"
+                    "post 4 release_host 2"));
+}
+
+TEST(PeakPlannerSelection, FixesEachPeakSeparatelyWithoutTheCoverageTerm) {
+  // coverage=0: op 1 takes s1 (first generated of three ties), op 3 then takes
+  // s5's gap (2,4) (generated before s2's). s1 and s5 share the copy op 0.
+  const PlanResult plan = plan_peak(two_peaks_one_wide_gap(), 300, PeakScoreWeights{1, 1, 0, 1});
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 1; post 0 copy_d2h 5; post 0 release_device 1; post 1 release_device 3;"
+                    "pre 2 copy_h2d 1; post 2 release_device 1; post 2 release_device 5; post 2 release_host 1;"
+                    "post 3 release_device 4; pre 4 copy_h2d 5; post 4 release_device 2; post 4 release_device 5;"
+                    "post 4 release_host 5"));
+}
+
+// Bandwidth for tests with durations: 100 bytes per ms, so a 100-byte storage
+// takes 1 ms each way.
+constexpr double kHundredBytesPerMs = 100.0 * 1000.0 / static_cast<double>(kBytesPerGiB);
+
+// Every op runs 1 ms. Peak op 1 is fixed first by X = s1 (copied after op 0,
+// interior ops 1..3). Peak op 5 can then take Y = s2 (copied after op 2,
+// interior 3..6), whose interior shares op 3 with X's, or Z = s3 (copied after
+// op 4, interior 5..6). Sizes 100 except fillers s4 250 (op 1), s5 150 (op 5).
+//   op:    0    1    2    3    4    5    6    7
+//   res:  100  350  200  200  300  350  200  200     budget 300
+Trace peaks_with_overlapping_gaps() {
+  return TraceDsl()
+      .storage(1, 100)
+      .storage(2, 100)
+      .storage(3, 100)
+      .storage(4, 250)
+      .storage(5, 150)
+      .bandwidth(kHundredBytesPerMs)
+      .op("a", "W1", 1)
+      .op("b", "W4", 1)
+      .op("c", "W2", 1)
+      .op("d", "", 1)
+      .op("e", "R1 W3", 1)
+      .op("f", "W5", 1)
+      .op("g", "", 1)
+      .op("h", "R2 R3", 1)
+      .build();
+}
+
+TEST(PeakPlannerSelection, PenalizesGapsWhoseCopyEngineTimeIsAlreadyTaken) {
+  // Op 1 (E 50): only X covers it. Op 5 (E 50): Y and Z both remove 50 and
+  // cover no other over-budget op. Both hide: Y's data is on the host at 4 ms
+  // (copy after op 2 ends at 3 ms, 1 ms long, behind X's 1 ms copy from 1 ms)
+  // and is needed at 7 ms; Z's at 6 ms (after op 4 ends at 5 ms), needed at 7
+  // ms — 1 ms of slack covers the 1 ms copy back. X's 2 ms of copies are spread
+  // over its window (ops 1..3, 3 ms); Y's window (ops 3..6, 4 ms) holds 2/3 ms
+  // of them: neighbour impact 1/6 → factor 2 - 1/6 for Y, 2 for Z → Z.
+  // Placement, budget 300: X returns before op 2 (op 1 holds 250), leaves after
+  // op 0; Z returns before op 6 (op 5 holds 250), leaves after op 4.
+  const PlanResult plan = plan_peak(peaks_with_overlapping_gaps(), 300);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 1; post 0 release_device 1; post 1 release_device 4; pre 2 copy_h2d 1;"
+                    "post 4 copy_d2h 3; post 4 release_device 1; post 4 release_device 3; post 4 release_host 1;"
+                    "post 5 release_device 5; pre 6 copy_h2d 3; post 7 release_device 2; post 7 release_device 3;"
+                    "post 7 release_host 3"));
+}
+
+TEST(PeakPlannerSelection, IgnoresCopyEngineContentionWhenNeighbourImpactHasNoWeight) {
+  // neighbor_impact=0: Y and Z tie at factor 2; Y was generated first. Y is
+  // copied after its write at op 2; ops 3..4 can hold it again (at most 200),
+  // op 5 cannot: it leaves after op 4 and returns before op 6.
+  const PlanResult plan = plan_peak(peaks_with_overlapping_gaps(), 300, PeakScoreWeights{1, 1, 1, 0});
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 1; post 0 release_device 1; post 1 release_device 4; pre 2 copy_h2d 1;"
+                    "post 2 copy_d2h 2; post 4 release_device 1; post 4 release_device 2; post 4 release_host 1;"
+                    "post 5 release_device 5; pre 6 copy_h2d 2; post 7 release_device 2; post 7 release_device 3;"
+                    "post 7 release_host 2"));
+}
+
+TEST(PeakPlannerSelection, StopsWhenNothingCoversThePeak) {
+  // Both storages are accessed at op 1, the only op: nothing can move.
+  const Trace trace = TraceDsl().storage(1, 100).storage(2, 100).op("a", "W1 W2").build();
+  const PlanResult plan = plan_peak(trace, 50);
+  EXPECT_EQ(plan.planned_peak_bytes, 200);
+  EXPECT_EQ(plan.schedule.actions, actions("post 0 release_device 1; post 0 release_device 2"));
+}
+
+// ---- 6. Placement --------------------------------------------------------------------
+
+TEST(PeakPlannerPlacement, CopiesAfterTheLastWriteReleasesLatestAndPrefetchesEarliest) {
+  // s1 100: W@0 R@1 R@2 R@8; s2 100 at op 6 only.
+  //   op:    0    1    2    3    4    5    6    7    8
+  //   res:  100  100  100  100  100  100  200  100  100     budget 150
+  // Gap (2,8) covers op 6. The copy follows the write at op 0 (not the gap
+  // start); ops 3..5 and 7 can still hold s1, so it leaves after op 5 and comes
+  // back before op 7.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 100)
+                          .op("a", "W1")
+                          .op("b", "R1")
+                          .op("c", "R1")
+                          .op("d", "")
+                          .op("e", "")
+                          .op("f", "")
+                          .op("g", "W2")
+                          .op("h", "")
+                          .op("i", "R1")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 150);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 1; post 5 release_device 1; post 6 release_device 2; pre 7 copy_h2d 1;"
+                    "post 8 release_device 1; post 8 release_host 1"));
+}
+
+TEST(PeakPlannerPlacement, GivesBackEveryOpThatHasRoomForTheStorage) {
+  // s1 100: W@0 R@6; s2 60: W@1 R@5 (a second tenant the whole time); s3 50 at
+  // op 3. Budget 160: ops 1..5 hold 160 with s1, op 3 holds 210.
+  //   op:    0    1    2    3    4    5    6
+  //   res:  100  160  160  210  160  160  100
+  // s2 (60) removes 50 too, but s1 is generated first; after selecting it, ops
+  // 1..5 sit at 60, 60, 110, 60, 60 and may take s1 back only where <= 60:
+  // ops 1..2 and 4..5 → release after op 2, prefetch before op 4.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 60)
+                          .storage(3, 50)
+                          .op("a", "W1")
+                          .op("b", "W2")
+                          .op("c", "")
+                          .op("d", "W3")
+                          .op("e", "")
+                          .op("f", "R2")
+                          .op("g", "R1")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 160);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 1; post 2 release_device 1; post 3 release_device 3; pre 4 copy_h2d 1;"
+                    "post 5 release_device 2; post 6 release_device 1; post 6 release_host 1"));
+}
+
+TEST(PeakPlannerPlacement, DropsACandidateThatLaterSelectionsMadeRedundant) {
+  // s1 100: W@0 R@2; s2 100: W@0 R@4; s3 60 at op 1; s4 150 at op 3.
+  //   op:    0    1    2    3    4
+  //   res:  200  260  200  250  100      budget 200
+  // Without the coverage term op 1 first takes s1 (a tie with s2, generated
+  // first), then op 3 takes s2, whose gap covers op 1 as well. Placing s1 after
+  // that: op 1 is at 60 and can hold s1 again → s1's eviction is dropped.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 100)
+                          .storage(3, 60)
+                          .storage(4, 150)
+                          .op("a", "W1 W2")
+                          .op("b", "W3")
+                          .op("c", "R1")
+                          .op("d", "W4")
+                          .op("e", "R2")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 200, PeakScoreWeights{1, 1, 0, 1});
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 2; post 0 release_device 2; post 1 release_device 3; post 2 release_device 1;"
+                    "post 3 release_device 4; pre 4 copy_h2d 2; post 4 release_device 2; post 4 release_host 2"));
+}
+
+TEST(PeakPlannerPlacement, IssuesSimultaneousPrefetchesSoonestNeededFirst) {
+  // s2 100: W@0 R@6; s1 100: W@1 R@9; s3 200 at op 3. Budget 200. Zero compute.
+  //   op:    0    1    2    3    4    5    6    7    8    9
+  //   res:  100  200  200  400  200  200  200  100  100  100
+  // E = 200 at op 3: s2 (generated first) then s1 leave. After both, ops 1..8
+  // hold 100 0 200 0 0 100 0 0; with each prefetch placed as early as the budget
+  // allows, soonest needed first, both come back before op 4 and both leave
+  // after op 2. In pre 4, s2 (needed at op 6) is copied before s1 (op 9)
+  // although its id is higher; its data is on the host first, too (copied
+  // after op 0, s1 after op 1).
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 100)
+                          .storage(3, 200)
+                          .op("a", "W2")
+                          .op("b", "W1")
+                          .op("c", "")
+                          .op("d", "W3")
+                          .op("e", "")
+                          .op("f", "")
+                          .op("g", "R2")
+                          .op("h", "")
+                          .op("i", "")
+                          .op("j", "R1")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 200);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 2; post 1 copy_d2h 1; post 2 release_device 1; post 2 release_device 2;"
+                    "post 3 release_device 3; pre 4 copy_h2d 2; pre 4 copy_h2d 1; post 6 release_device 2;"
+                    "post 6 release_host 2; post 9 release_device 1; post 9 release_host 1"));
+}
+
+TEST(PeakPlannerPlacement, RunsALaterPrefetchWhileTheSoonerOneWaitsForItsData) {
+  // s1 100: W@0 R@9; s2 100: W@0 R@6; s3 200 at op 3. Budget 200. Zero compute;
+  // copies take d each.
+  //   op:    0    1    2    3    4    5    6    7    8    9
+  //   res:  200  200  200  400  200  200  200  100  100  100
+  // Both leave after op 2 and may return before op 4. Both are copied to host
+  // after op 0, s1 first (lower id): its data is on the host at d, s2's at 2d.
+  // Soonest-needed order would run s2 first and idle until 2d; running s1 in
+  // that idle time finishes by 2d without delaying s2, and the stall estimate
+  // (op 6 waits for s2 until 3d in both orders, op 9 for s1 until 4d or 2d)
+  // prefers it: pre 4 copies s1 first.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 100)
+                          .storage(3, 200)
+                          .op("a", "W1 W2")
+                          .op("b", "")
+                          .op("c", "")
+                          .op("d", "W3")
+                          .op("e", "")
+                          .op("f", "")
+                          .op("g", "R2")
+                          .op("h", "")
+                          .op("i", "")
+                          .op("j", "R1")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 200);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 1; post 0 copy_d2h 2; post 2 release_device 1; post 2 release_device 2;"
+                    "post 3 release_device 3; pre 4 copy_h2d 1; pre 4 copy_h2d 2; post 6 release_device 2;"
+                    "post 6 release_host 2; post 9 release_device 1; post 9 release_host 1"));
+}
+
+// ---- Options and edge cases -------------------------------------------------------------
+
+TEST(PeakPlannerOptions, AcceptsEachNamedWeight) {
+  const std::vector<std::pair<std::string, double>> weights = {
+      {"peak_reduction", 2}, {"hiding", 0.5}, {"coverage", 0}, {"neighbor_impact", 3}, {"hiding", 4}};
+  const Result<PeakPlannerOptions> options = peak_planner_options(weights);
+  ASSERT_TRUE(options.has_value());
+  EXPECT_EQ(options->weights.peak_reduction, 2);
+  EXPECT_EQ(options->weights.hiding, 4);  // the later value wins
+  EXPECT_EQ(options->weights.coverage, 0);
+  EXPECT_EQ(options->weights.neighbor_impact, 3);
+}
+
+TEST(PeakPlannerOptions, RejectsAnUnknownNameListingTheValidOnes) {
+  const std::vector<std::pair<std::string, double>> weights = {{"speed", 1}};
+  const Result<PeakPlannerOptions> options = peak_planner_options(weights);
+  ASSERT_FALSE(options.has_value());
+  EXPECT_EQ(options.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(options.error().message,
+            "unknown score weight \"speed\" (valid: peak_reduction, hiding, coverage, neighbor_impact)");
+  PlannerOptions planner_options;
+  planner_options.score_weights = weights;
+  EXPECT_FALSE(make_planner("peak", planner_options).has_value());
+}
+
+TEST(PeakPlannerOptions, RejectsNegativeAndNonFiniteWeights) {
+  const std::vector<std::pair<std::string, double>> negative = {{"hiding", -1}};
+  EXPECT_FALSE(peak_planner_options(negative).has_value());
+  const std::vector<std::pair<std::string, double>> infinite = {{"coverage", std::numeric_limits<double>::infinity()}};
+  EXPECT_FALSE(peak_planner_options(infinite).has_value());
+}
+
+TEST(PeakPlannerOptions, IsCreatedByNameAfterGreedy) {
+  ASSERT_EQ(planner_names().size(), 2U);
+  EXPECT_EQ(planner_names()[0], "greedy");
+  EXPECT_EQ(planner_names()[1], "peak");
+  const Result<std::unique_ptr<Planner>> planner = make_planner("peak");
+  ASSERT_TRUE(planner.has_value());
+  EXPECT_EQ((*planner)->name(), "peak");
+}
+
+TEST(PeakPlannerEdgeCases, PlansNothingWithoutABudgetOrOps) {
+  const Trace trace = TraceDsl().storage(1, 100).op("a", "W1").op("b", "").op("c", "R1").build();
+  const Result<PlanResult> unlimited = PeakPlanner().plan(trace, std::nullopt);
+  ASSERT_TRUE(unlimited.has_value());
+  EXPECT_TRUE(unlimited->schedule.actions.empty());
+  EXPECT_EQ(unlimited->schedule.planner, "peak");
+  const Result<PlanResult> empty = PeakPlanner().plan(Trace(), 100);
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_TRUE(empty->schedule.actions.empty());
+}
+
+}  // namespace
+}  // namespace hyperoffload

@@ -1,0 +1,107 @@
+// Text and JSON renderings of a hand-made comparison.
+#include "hyperoffload/report/comparison_table.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace hyperoffload {
+namespace {
+
+constexpr std::int64_t kGiB = kBytesPerGiB;
+
+// Budget 1 GiB = 50% of a 2 GiB unplanned peak. greedy: 1 GiB op peak, 1.5 GiB
+// in time (over: "!"), 12.3456 ms of stall on 12.5 ms of compute; peak: 768 MiB
+// both ways, no stall, a floor of 512 MiB at op 3.
+Comparison sample() {
+  Comparison c;
+  c.op_count = 1234;
+  c.storage_count = 56;
+  c.compute_ms = 12.5;
+  c.unplanned_peak_bytes = 2 * kGiB;
+  c.unplanned_peak_op = 7;
+  c.d2h_bandwidth_gib_per_s = 16;
+  c.h2d_bandwidth_gib_per_s = 16;
+  c.copy_engines = CopyEngines::kTwo;
+  c.budgets_bytes = {kGiB};
+  c.planner_count = 2;
+  ComparisonRow greedy;
+  greedy.planner = "greedy";
+  greedy.budget_bytes = kGiB;
+  greedy.valid = true;
+  greedy.op_peak_bytes = kGiB;
+  greedy.timed_peak_bytes = 3 * kGiB / 2;
+  greedy.stall_ms = 12.3456;
+  greedy.overhead_percent = 98.7648;
+  greedy.d2h_bytes = kGiB / 2;
+  greedy.h2d_bytes = kGiB / 2;
+  greedy.planning_ms = 0.123;
+  ComparisonRow peak;
+  peak.planner = "peak";
+  peak.budget_bytes = kGiB;
+  peak.valid = true;
+  peak.op_peak_bytes = 768 * (kGiB / 1024);
+  peak.timed_peak_bytes = peak.op_peak_bytes;
+  peak.d2h_bytes = 3 * kGiB / 4;
+  peak.h2d_bytes = 3 * kGiB / 4;
+  peak.planning_ms = 1.5;
+  peak.floor = UnavoidableFloor{3, kGiB / 2};
+  c.rows = {greedy, peak};
+  return c;
+}
+
+TEST(ComparisonTable, AlignsOneRowPerPlannerUnderABudgetHeader) {
+  EXPECT_EQ(format_comparison_table(sample(), "model.json"),
+            "trace      model.json: 1,234 ops, 56 storages, 12.500 ms of compute\n"
+            "unplanned  2.00 GiB op-granular peak (op 7)\n"
+            "copies     2 engines, one per direction, D2H 16 GiB/s, H2D 16 GiB/s\n"
+            "\n"
+            "budget 1.00 GiB (50.0% of the unplanned peak), floor 512.00 MiB at op 3\n"
+            "planner  feasible     op peak    timed peak  stall ms  overhead %  bytes moved  planning ms\n"
+            "greedy   yes         1.00 GiB    1.50 GiB !    12.346      98.76%     1.00 GiB         0.12\n"
+            "peak     yes       768.00 MiB  768.00 MiB       0.000       0.00%     1.50 GiB         1.50\n"
+            "\n"
+            "feasible: valid, no faults and op-granular peak within the budget; ! marks a timed peak above the "
+            "budget; overhead is stall as a percentage of compute\n");
+}
+
+TEST(ComparisonTable, ListsProblemsAndNotesUnderTheTable) {
+  Comparison c = sample();
+  c.copy_engines = CopyEngines::kOne;
+  c.rows[0].valid = false;
+  c.rows[0].problem_count = 2;
+  c.rows[0].first_problem = "op 4 read of storage 9: data lost";
+  c.rows[1].notes = {"budget is below the floor"};
+  c.rows[1].op_peak_bytes = c.rows[1].budget_bytes + 1;  // over the budget: not feasible
+  const std::string text = format_comparison_table(c, "t.json");
+  EXPECT_NE(text.find("copies     1 engine shared by both directions"), std::string::npos) << text;
+  EXPECT_NE(text.find("greedy   INVALID"), std::string::npos) << text;
+  EXPECT_NE(text.find("\npeak     no "), std::string::npos) << text;
+  EXPECT_NE(text.find("problem (greedy): 2 problem(s); first: op 4 read of storage 9: data lost\n"), std::string::npos);
+  EXPECT_NE(text.find("note (peak): budget is below the floor\n"), std::string::npos);
+}
+
+TEST(ComparisonTable, WritesEveryRowAsJson) {
+  const nlohmann::json json = nlohmann::json::parse(comparison_to_json(sample(), "model.json"));
+  EXPECT_EQ(json["trace"]["label"], "model.json");
+  EXPECT_EQ(json["trace"]["ops"], 1234);
+  EXPECT_EQ(json["trace"]["unplanned_peak_bytes"], 2 * kGiB);
+  EXPECT_EQ(json["copy_engines"], 2);
+  ASSERT_EQ(json["results"].size(), 2U);
+  const nlohmann::json& greedy = json["results"][0];
+  EXPECT_EQ(greedy["planner"], "greedy");
+  EXPECT_EQ(greedy["budget_bytes"], kGiB);
+  EXPECT_DOUBLE_EQ(greedy["budget_percent"].get<double>(), 50.0);
+  EXPECT_EQ(greedy["feasible"], true);
+  EXPECT_EQ(greedy["timed_within_budget"], false);
+  EXPECT_EQ(greedy["bytes_moved"], kGiB);
+  EXPECT_DOUBLE_EQ(greedy["stall_ms"].get<double>(), 12.3456);
+  EXPECT_FALSE(greedy.contains("floor"));
+  const nlohmann::json& peak = json["results"][1];
+  EXPECT_EQ(peak["floor"]["op"], 3);
+  EXPECT_EQ(peak["floor"]["bytes"], kGiB / 2);
+  EXPECT_TRUE(peak["notes"].is_array());
+}
+
+}  // namespace
+}  // namespace hyperoffload

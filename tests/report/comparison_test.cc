@@ -1,0 +1,148 @@
+// The comparison runner: every planner at every budget, validated and
+// simulated, on a hand-built trace whose results are derived below.
+#include "hyperoffload/report/comparison.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "testing/trace_dsl.h"
+
+namespace hyperoffload {
+namespace {
+
+using ::hyperoffload::testing::TraceDsl;
+using ::testing::HasSubstr;
+
+// 100 bytes per ms each way; every op runs 1 ms. s1 (100, retained) W@0 R@1;
+// s2 100 W@2 R@4; s3 100 W@3.
+//   op:        0    1    2    3    4
+//   resident: 100  100  200  300  200    (s1 stays: retained)
+// At budget 200 the greedy planner counts s1 only to op 1, sees 200 at op 3 and
+// plans nothing: op peak 300, infeasible, no copies, no stall. The peak planner
+// evicts s2 over op 3: copy after op 2 (3-4 ms), release after op 2 (freed at 4
+// ms, when the copy ends), prefetch before op 4 (4-5 ms), so op 4 starts at 5:
+// 1 ms of stall on 5 ms of compute (20%), 200 bytes moved, op peak 200. In time,
+// op 3 allocates s3 at 3 ms while s2 is still being copied out: 300 bytes.
+Trace retained_trace() {
+  return TraceDsl()
+      .storage(1, 100, Retention::kRetained)
+      .storage(2, 100)
+      .storage(3, 100)
+      .bandwidth(100.0 * 1000.0 / static_cast<double>(kBytesPerGiB))
+      .op("a", "W1", 1)
+      .op("b", "R1", 1)
+      .op("c", "W2", 1)
+      .op("d", "W3", 1)
+      .op("e", "R2", 1)
+      .build();
+}
+
+TEST(Comparison, RunsEveryPlannerThroughTheValidatorAndTheSimulator) {
+  ComparisonOptions options;
+  options.budgets = {BudgetSpec{BudgetSpec::Unit::kBytes, 200}};
+  const Result<Comparison> comparison = run_comparison(retained_trace(), options);
+  ASSERT_TRUE(comparison.has_value()) << comparison.error().message;
+  EXPECT_EQ(comparison->unplanned_peak_bytes, 300);
+  EXPECT_EQ(comparison->unplanned_peak_op, 3);
+  EXPECT_DOUBLE_EQ(comparison->compute_ms, 5.0);
+  ASSERT_EQ(comparison->rows.size(), 2U);
+
+  const ComparisonRow& greedy = comparison->rows[0];
+  EXPECT_EQ(greedy.planner, "greedy");
+  EXPECT_EQ(greedy.budget_bytes, 200);
+  EXPECT_TRUE(greedy.valid);
+  EXPECT_FALSE(greedy.feasible());
+  EXPECT_EQ(greedy.op_peak_bytes, 300);
+  EXPECT_EQ(greedy.timed_peak_bytes, 300);
+  EXPECT_DOUBLE_EQ(greedy.stall_ms, 0.0);
+  EXPECT_EQ(greedy.bytes_moved(), 0);
+  EXPECT_FALSE(greedy.floor.has_value());
+
+  const ComparisonRow& peak = comparison->rows[1];
+  EXPECT_EQ(peak.planner, "peak");
+  EXPECT_TRUE(peak.feasible());
+  EXPECT_EQ(peak.faults, 0U);
+  EXPECT_EQ(peak.op_peak_bytes, 200);
+  EXPECT_EQ(peak.timed_peak_bytes, 300);
+  EXPECT_FALSE(peak.timed_within_budget());
+  EXPECT_NEAR(peak.stall_ms, 1.0, 1e-9);
+  EXPECT_NEAR(peak.overhead_percent, 20.0, 1e-9);
+  EXPECT_NEAR(peak.makespan_ms, 6.0, 1e-9);
+  EXPECT_EQ(peak.d2h_bytes, 100);
+  EXPECT_EQ(peak.h2d_bytes, 100);
+  ASSERT_TRUE(peak.floor.has_value());
+  EXPECT_EQ(peak.floor->bytes, 200);
+  EXPECT_TRUE(peak.memory.empty());  // no timeline asked for
+  EXPECT_GE(peak.planning_ms, 0.0);
+}
+
+TEST(Comparison, SweepsBudgetsInOrderWithPlannersInTheGivenOrder) {
+  ComparisonOptions options;
+  options.planners = {"peak", "greedy"};
+  // 50% of the unplanned 300 is 150, below the floor of 200: the peak planner
+  // says so in a note.
+  options.budgets = {BudgetSpec{BudgetSpec::Unit::kBytes, 250}, BudgetSpec{BudgetSpec::Unit::kPercentOfPeak, 50}};
+  options.record_timeline = RecordTimeline::kYes;
+  const Result<Comparison> comparison = run_comparison(retained_trace(), options);
+  ASSERT_TRUE(comparison.has_value()) << comparison.error().message;
+  EXPECT_EQ(comparison->budgets_bytes, (std::vector<std::int64_t>{250, 150}));
+  ASSERT_EQ(comparison->rows.size(), 4U);
+  EXPECT_EQ(comparison->rows[0].planner, "peak");
+  EXPECT_EQ(comparison->rows[1].planner, "greedy");
+  EXPECT_EQ(comparison->rows[2].budget_bytes, 150);
+  ASSERT_FALSE(comparison->rows[2].notes.empty());
+  EXPECT_THAT(comparison->rows[2].notes.front(), HasSubstr("below the unavoidable floor"));
+  EXPECT_DOUBLE_EQ(comparison->budget_percent(150), 50.0);
+  // Timelines were recorded: each memory curve starts at 0 ms and ends with
+  // nothing allocated beyond the retained storage.
+  for (const ComparisonRow& row : comparison->rows) {
+    ASSERT_FALSE(row.memory.empty());
+    EXPECT_DOUBLE_EQ(row.memory.front().time_ms, 0.0);
+    EXPECT_GE(row.end_ms, 5.0);
+  }
+}
+
+TEST(Comparison, UsesTheTraceLimitWhenNoBudgetIsGiven) {
+  Trace trace = retained_trace();
+  trace.set_memory_limit_bytes(250);
+  const Result<Comparison> comparison = run_comparison(trace, {});
+  ASSERT_TRUE(comparison.has_value());
+  EXPECT_EQ(comparison->budgets_bytes, (std::vector<std::int64_t>{250}));
+}
+
+TEST(Comparison, RejectsBadOptionsWithMessages) {
+  ComparisonOptions none;
+  none.planners = {};
+  none.budgets = {BudgetSpec{BudgetSpec::Unit::kBytes, 200}};
+  Result<Comparison> result = run_comparison(retained_trace(), none);
+  ASSERT_FALSE(result.has_value());
+  EXPECT_THAT(result.error().message, HasSubstr("no planner to compare (available: greedy, peak)"));
+
+  ComparisonOptions unknown = none;
+  unknown.planners = {"greedy", "best"};
+  result = run_comparison(retained_trace(), unknown);
+  ASSERT_FALSE(result.has_value());
+  EXPECT_THAT(result.error().message, HasSubstr("unknown planner \"best\" (available: greedy, peak)"));
+
+  ComparisonOptions weights = none;
+  weights.planners = {"greedy"};
+  weights.score_weights = {{"hiding", 2.0}};
+  result = run_comparison(retained_trace(), weights);
+  ASSERT_FALSE(result.has_value());
+  EXPECT_THAT(result.error().message, HasSubstr("score weights apply to the peak planner"));
+
+  ComparisonOptions bad_weight = none;
+  bad_weight.planners = {"peak"};
+  bad_weight.score_weights = {{"speed", 2.0}};
+  result = run_comparison(retained_trace(), bad_weight);
+  ASSERT_FALSE(result.has_value());
+  EXPECT_THAT(result.error().message, HasSubstr("valid: peak_reduction, hiding, coverage, neighbor_impact"));
+
+  result = run_comparison(retained_trace(), ComparisonOptions{});  // no budget, no trace limit
+  ASSERT_FALSE(result.has_value());
+  EXPECT_EQ(result.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_THAT(result.error().message, HasSubstr("no budget"));
+}
+
+}  // namespace
+}  // namespace hyperoffload

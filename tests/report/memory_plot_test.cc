@@ -1,0 +1,104 @@
+// SVG memory plots: a well-formed document with axes, units, legend, budget
+// line, and curves that keep their peaks when reduced to pixel columns.
+#include "hyperoffload/report/memory_plot.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <vector>
+
+namespace hyperoffload {
+namespace {
+
+// Every opened element is closed, in order (self-closing tags count as both).
+bool balanced_tags(const std::string& svg) {
+  std::vector<std::string> open;
+  const std::regex tag(R"(<(/?)([a-zA-Z]+)[^>]*?(/?)>)");
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), tag); it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    if (m[3] == "/") continue;
+    if (m[1] == "/") {
+      if (open.empty() || open.back() != m[2]) return false;
+      open.pop_back();
+    } else {
+      open.push_back(m[2]);
+    }
+  }
+  return open.empty();
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// One panel, budget 100 B, a curve 0 → 200 B (for 1 µs at 5 ms) → 50 B over 10
+// ms. The y axis is in bytes: max 200 * 1.05 = 210 → step 50 → axis to 250.
+// The plot area spans y 58..288 (340 tall, margins 58 and 52), so 100 B is at
+// 288 - 100/250 * 230 = 196.0 and the 200 B spike at 104.0.
+TEST(MemoryPlot, DrawsAxesLegendBudgetLineAndKeepsPeaks) {
+  const std::vector<MemorySample> samples = {{0.0, 0}, {5.0, 200}, {5.001, 50}};
+  PlotPanel panel;
+  panel.title = "a <tricky> & \"quoted\" title";
+  panel.budget_bytes = 100;
+  panel.series = {PlotSeries{"greedy", samples, 10.0}, PlotSeries{"peak", samples, 10.0}};
+  const std::string svg = memory_plot_svg(std::span<const PlotPanel>(&panel, 1));
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0U);
+  EXPECT_TRUE(svg.ends_with("</svg>\n"));
+  EXPECT_TRUE(balanced_tags(svg));
+  EXPECT_NE(svg.find("a &lt;tricky&gt; &amp; &quot;quoted&quot; title"), std::string::npos);
+  EXPECT_NE(svg.find(">time (ms)</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">device memory (B)</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">greedy</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">peak</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">budget 100 B</text>"), std::string::npos);
+  EXPECT_NE(svg.find("y1=\"196.0\" x2=\"936.0\" y2=\"196.0\" stroke=\"#d62728\""), std::string::npos) << svg;
+  EXPECT_EQ(count(svg, "<polyline"), 2U);
+  EXPECT_NE(svg.find(",104.0 "), std::string::npos);      // the 1 µs spike survives
+  EXPECT_NE(svg.find(">250</text>"), std::string::npos);  // top y tick
+  EXPECT_NE(svg.find(">10</text>"), std::string::npos);   // last x tick
+}
+
+TEST(MemoryPlot, StacksOnePanelPerBudgetAndPicksByteUnits) {
+  const std::vector<MemorySample> gib = {{0.0, 3LL << 30}};
+  const std::vector<MemorySample> mib = {{0.0, 5LL << 20}};
+  std::vector<PlotPanel> panels(2);
+  panels[0].series = {PlotSeries{"a", gib, 1.0}};
+  panels[1].series = {PlotSeries{"b", mib, 1.0}};
+  panels[1].budget_bytes = -1;  // no budget line
+  MemoryPlotOptions options;
+  options.panel_height_px = 300;
+  const std::string svg = memory_plot_svg(panels, options);
+  EXPECT_NE(svg.find("height=\"600\""), std::string::npos);
+  EXPECT_EQ(count(svg, "<g class=\"panel\">"), 2U);
+  EXPECT_NE(svg.find("device memory (GiB)"), std::string::npos);
+  EXPECT_NE(svg.find("device memory (MiB)"), std::string::npos);
+  EXPECT_EQ(count(svg, "stroke-dasharray"), 0U);
+  EXPECT_TRUE(balanced_tags(svg));
+}
+
+TEST(MemoryPlot, DrawsAComparisonWithOneCurvePerPlanner) {
+  Comparison comparison;
+  comparison.unplanned_peak_bytes = 400;
+  comparison.budgets_bytes = {200};
+  comparison.planner_count = 2;
+  comparison.rows.resize(2);
+  comparison.rows[0].planner = "greedy";
+  comparison.rows[0].timed_peak_bytes = 300;
+  comparison.rows[0].memory = {{0.0, 300}};
+  comparison.rows[0].end_ms = 2.0;
+  comparison.rows[1].planner = "peak";
+  comparison.rows[1].timed_peak_bytes = 200;
+  comparison.rows[1].memory = {{0.0, 200}};
+  comparison.rows[1].end_ms = 2.0;
+  const std::string svg = comparison_plot_svg(comparison, "/some/dir/model.json");
+  EXPECT_NE(svg.find("model.json: budget 200 B (50.0% of the unplanned peak)"), std::string::npos);
+  EXPECT_EQ(svg.find("/some/dir"), std::string::npos);
+  EXPECT_NE(svg.find(">greedy (timed peak 300 B)</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">peak (timed peak 200 B)</text>"), std::string::npos);
+  EXPECT_EQ(count(svg, "<polyline"), 2U);
+}
+
+}  // namespace
+}  // namespace hyperoffload

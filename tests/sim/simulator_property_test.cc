@@ -1,0 +1,156 @@
+// Simulator properties over random traces planned by greedy, and over the same
+// schedules with random actions dropped (which makes faults and data loss).
+#include <algorithm>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "hyperoffload/gen/random_trace.h"
+#include "hyperoffload/plan/greedy_planner.h"
+#include "hyperoffload/sim/simulator.h"
+
+namespace hyperoffload {
+namespace {
+
+// Relative slack for comparing sums of the same durations added in different
+// orders (compute_ms adds durations; op end times add durations to starts).
+double slack(double value) { return 1e-9 * std::max(1.0, value); }
+
+// The checks every simulation must pass, whatever the schedule. The simulator
+// decides effective copies and faults with its own state machine, so comparing
+// its counts with the validator's holds the two together.
+void check_invariants(const Trace& trace, const SimulationResult& result, const std::string& where) {
+  SCOPED_TRACE(where);
+  const ValidationReport& v = result.validation;
+  std::int64_t fault_spans = 0;
+  std::int64_t d2h_spans = 0;
+  std::int64_t h2d_spans = 0;
+  double last_op_end_ms = 0.0;
+  for (const TimelineSpan& span : result.timeline.spans) {
+    ASSERT_LE(span.start_ms, span.end_ms);
+    fault_spans += span.kind == SpanKind::kFault ? 1 : 0;
+    d2h_spans += span.kind == SpanKind::kCopyD2H ? 1 : 0;
+    h2d_spans += span.kind == SpanKind::kCopyH2D ? 1 : 0;
+    if (span.kind == SpanKind::kOp) last_op_end_ms = span.end_ms;
+  }
+  EXPECT_EQ(fault_spans, static_cast<std::int64_t>(result.faults()));
+  EXPECT_EQ(result.d2h_bytes, v.d2h_bytes);
+  EXPECT_EQ(result.h2d_bytes, v.h2d_bytes);
+  EXPECT_EQ(result.d2h_count, v.d2h_count);
+  EXPECT_EQ(result.h2d_count, v.h2d_count);
+  EXPECT_EQ(d2h_spans, v.d2h_count);
+  EXPECT_EQ(h2d_spans, v.h2d_count);
+
+  EXPECT_GE(result.stall_ms, 0.0);
+  EXPECT_GE(result.fault_ms, 0.0);
+  EXPECT_LE(result.fault_ms, result.stall_ms + slack(result.stall_ms));
+  EXPECT_NEAR(result.compute_ms, trace.total_compute_ms(), slack(result.compute_ms));
+  EXPECT_GE(result.makespan_ms, result.compute_ms - slack(result.compute_ms));
+  EXPECT_NEAR(result.compute_ms + result.stall_ms, last_op_end_ms, slack(last_op_end_ms));
+  EXPECT_GE(result.makespan_ms, last_op_end_ms);
+
+  // Memory is taken no later and freed no earlier than the validator assumes.
+  EXPECT_GE(result.peak_bytes_timed, result.peak_bytes());
+  EXPECT_GE(result.peak_bytes_timed, 0);
+  std::int64_t max_sample = 0;
+  for (std::size_t i = 0; i < result.timeline.memory.size(); ++i) {
+    const MemorySample& sample = result.timeline.memory[i];
+    ASSERT_GE(sample.device_bytes, 0);
+    if (i > 0) {
+      ASSERT_LE(result.timeline.memory[i - 1].time_ms, sample.time_ms);
+    }
+    max_sample = std::max(max_sample, sample.device_bytes);
+  }
+  EXPECT_EQ(max_sample, result.peak_bytes_timed);
+}
+
+Trace random_trace(std::uint64_t seed) {
+  RandomTraceOptions options;
+  options.seed = seed * 104729;
+  options.op_count = 1 + static_cast<std::int32_t>(seed % 150);
+  options.storage_count = 1 + static_cast<std::int32_t>((seed * 37) % 90);
+  options.limit_fraction = 0.1 + 0.05 * static_cast<double>(seed % 16);
+  // Slow links make stalls common; fast ones hide most copies.
+  options.bandwidth_gib_per_s = seed % 3 == 0 ? 1.0 : 16.0;
+  return generate_random_trace(options);
+}
+
+SimulationResult simulate_with(const Trace& trace, const Schedule& schedule, CopyEngines engines) {
+  SimulatorOptions options;
+  options.copy_engines = engines;
+  options.record_timeline = RecordTimeline::kYes;
+  return simulate(trace, schedule, options);
+}
+
+TEST(SimulatorProperty, AgreesWithTheValidatorOnGreedySchedules) {
+  int stalled = 0;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    const Trace trace = random_trace(seed);
+    Result<PlanResult> plan = GreedyPlanner().plan(trace, trace.memory_limit_bytes());
+    ASSERT_TRUE(plan) << "seed " << seed;
+    for (const CopyEngines engines : {CopyEngines::kOne, CopyEngines::kTwo}) {
+      const SimulationResult result = simulate_with(trace, plan->schedule, engines);
+      const std::string where = "seed " + std::to_string(seed) + ", engines " +
+                                std::to_string(static_cast<int>(engines));
+      ASSERT_TRUE(result.valid()) << where << ": " << result.validation.problems.front();
+      EXPECT_EQ(result.faults(), 0u) << where;
+      check_invariants(trace, result, where);
+      stalled += result.stall_ms > 0 ? 1 : 0;
+    }
+  }
+  EXPECT_GT(stalled, 100);  // the property ran on schedules that do stall
+}
+
+TEST(SimulatorProperty, SharingOneEngineNeverStallsLess) {
+  // One shared queue only adds waiting: every copy starts no earlier than with
+  // two queues, so the compute stream cannot stall less.
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    const Trace trace = random_trace(seed);
+    Result<PlanResult> plan = GreedyPlanner().plan(trace, trace.memory_limit_bytes());
+    ASSERT_TRUE(plan);
+    const SimulationResult one = simulate_with(trace, plan->schedule, CopyEngines::kOne);
+    const SimulationResult two = simulate_with(trace, plan->schedule, CopyEngines::kTwo);
+    EXPECT_GE(one.stall_ms, two.stall_ms - slack(two.stall_ms)) << "seed " << seed;
+  }
+}
+
+TEST(SimulatorProperty, MatchesTheOpPeakWithoutActions) {
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    const Trace trace = random_trace(seed);
+    const SimulationResult result = simulate_with(trace, Schedule{}, CopyEngines::kTwo);
+    const std::string where = "seed " + std::to_string(seed);
+    check_invariants(trace, result, where);
+    EXPECT_EQ(result.peak_bytes_timed, result.peak_bytes()) << where;
+    EXPECT_EQ(result.stall_ms, 0.0) << where;
+    EXPECT_NEAR(result.makespan_ms, result.compute_ms, slack(result.compute_ms)) << where;
+  }
+}
+
+TEST(SimulatorProperty, AgreesWithTheValidatorWhenActionsAreMissing) {
+  // Dropping actions from greedy plans leaves storages released without a
+  // prefetch (faults), without a host copy (data loss) or copies that find
+  // nothing to copy: the simulator must still agree on what happens.
+  int faulted = 0;
+  int invalid = 0;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    const Trace trace = random_trace(seed);
+    Result<PlanResult> plan = GreedyPlanner().plan(trace, trace.memory_limit_bytes());
+    ASSERT_TRUE(plan);
+    std::mt19937_64 rng(seed);
+    Schedule damaged{"damaged", {}};
+    for (const Action& action : plan->schedule.actions) {
+      if (rng() % 4 != 0) damaged.actions.push_back(action);
+    }
+    for (const CopyEngines engines : {CopyEngines::kOne, CopyEngines::kTwo}) {
+      const SimulationResult result = simulate_with(trace, damaged, engines);
+      check_invariants(trace, result, "seed " + std::to_string(seed));
+      faulted += result.faults() > 0 ? 1 : 0;
+      invalid += result.valid() ? 0 : 1;
+    }
+  }
+  EXPECT_GT(faulted, 50);
+  EXPECT_GT(invalid, 50);
+}
+
+}  // namespace
+}  // namespace hyperoffload
