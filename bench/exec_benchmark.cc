@@ -4,10 +4,10 @@
 // allocated by the runtime.
 //
 //   build/bin/exec_benchmark
+#include <benchmark/benchmark.h>
+
 #include <memory>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "hyperoffload/exec/replay_executor.h"
 #include "hyperoffload/exec/warmup_executor.h"

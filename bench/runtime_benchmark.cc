@@ -3,11 +3,11 @@
 // arena allocate+free.
 //
 //   build/bin/runtime_benchmark --benchmark_filter='Copy|Memcpy|Pool'
+#include <benchmark/benchmark.h>
+
 #include <cstring>
 #include <memory>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "hyperoffload/runtime/event_pool.h"
 #include "hyperoffload/runtime/host_backend.h"

@@ -6,13 +6,13 @@
 // access, like a framework dropping tensors.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "hyperoffload/exec/hooks.h"
 #include "hyperoffload/ir/storage_accesses.h"
@@ -29,7 +29,8 @@ inline std::uint64_t splitmix64(std::uint64_t x) {
 
 // The pattern of one version of one storage, 8 bytes at a time.
 inline void fill_pattern(void* ptr, std::int64_t bytes, StorageId id, std::int32_t version) {
-  const std::uint64_t seed = splitmix64(static_cast<std::uint64_t>(id) * 1000003u + static_cast<std::uint64_t>(version));
+  const std::uint64_t seed =
+      splitmix64(static_cast<std::uint64_t>(id) * 1000003u + static_cast<std::uint64_t>(version));
   auto* out = static_cast<unsigned char*>(ptr);
   for (std::int64_t i = 0; i < bytes; i += 8) {
     const std::uint64_t word = splitmix64(seed + static_cast<std::uint64_t>(i));
@@ -38,7 +39,8 @@ inline void fill_pattern(void* ptr, std::int64_t bytes, StorageId id, std::int32
 }
 
 inline bool has_pattern(const void* ptr, std::int64_t bytes, StorageId id, std::int32_t version) {
-  const std::uint64_t seed = splitmix64(static_cast<std::uint64_t>(id) * 1000003u + static_cast<std::uint64_t>(version));
+  const std::uint64_t seed =
+      splitmix64(static_cast<std::uint64_t>(id) * 1000003u + static_cast<std::uint64_t>(version));
   const auto* in = static_cast<const unsigned char*>(ptr);
   for (std::int64_t i = 0; i < bytes; i += 8) {
     const std::uint64_t word = splitmix64(seed + static_cast<std::uint64_t>(i));
@@ -128,9 +130,8 @@ class ChecksumProgram {
     ++checked_;
     const std::int32_t version = versions_[static_cast<std::size_t>(s)];
     if (!has_pattern(ptr, info.size_bytes, info.id, version)) {
-      return make_error(ErrorCode::kInternal,
-                        fmt::format("op {}: storage {} ({} bytes) does not hold version {}", op, info.id,
-                                    info.size_bytes, version));
+      return make_error(ErrorCode::kInternal, fmt::format("op {}: storage {} ({} bytes) does not hold version {}", op,
+                                                          info.id, info.size_bytes, version));
     }
     return ok_status();
   }

@@ -2,9 +2,9 @@
 // manager, plus leak checks.
 #pragma once
 
-#include <memory>
-
 #include <gtest/gtest.h>
+
+#include <memory>
 
 #include "hyperoffload/runtime/host_backend.h"
 #include "hyperoffload/runtime/residency_manager.h"

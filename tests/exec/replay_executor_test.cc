@@ -11,8 +11,8 @@
 namespace hyperoffload {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::actions;
+using ::testing::HasSubstr;
 using testing::HostRuntime;
 using testing::StepDriver;
 using testing::TraceDsl;
@@ -57,8 +57,9 @@ Status run_four_ops(StepDriver& step, std::optional<StorageId> free_after_b = st
 TEST(ReplayExecutor, RunsPreActionsBeforeAndPostActionsAfterEachOp) {
   // resident:  a:100  b:200, post: d2h 1 + release 1 → 100  c:200  pre d: h2d 1 → 300
   HostRuntime rt;
-  auto replay = start(rt, plan_of(four_op_trace(),
-                                  "post 1 copy_d2h 1; post 1 release_device 1; pre 3 copy_h2d 1; post 3 release_host 1"));
+  auto replay = start(
+      rt,
+      plan_of(four_op_trace(), "post 1 copy_d2h 1; post 1 release_device 1; pre 3 copy_h2d 1; post 3 release_host 1"));
   StepDriver step(*replay);
   ASSERT_TRUE(step.op("a", {}, {{101, 100}}));
   ASSERT_TRUE(step.op("b", {101}, {{102, 100}}));
@@ -77,7 +78,7 @@ TEST(ReplayExecutor, RunsPreActionsBeforeAndPostActionsAfterEachOp) {
   EXPECT_EQ(result->stats.faults, 0);
   EXPECT_EQ(result->stats.peak_resident_bytes, 300);
   EXPECT_EQ(validate_schedule(four_op_trace(), Schedule{"", actions("post 1 copy_d2h 1; post 1 release_device 1; "
-                                                                     "pre 3 copy_h2d 1; post 3 release_host 1")})
+                                                                    "pre 3 copy_h2d 1; post 3 release_host 1")})
                 .peak_bytes,
             300);
   replay.reset();
@@ -184,10 +185,16 @@ TEST(ReplayExecutor, DifferentOutputsOrInputsAreDivergences) {
     replay.reset();
     rt.expect_nothing_held();
   };
-  expect_diverged([](StepDriver& s) { return s.op("a", {}, {{101, 100}, {102, 8}}); },
-                  "op 0 (a): it allocates more than the 1 outputs the traced op produced");
-  expect_diverged([](StepDriver& s) { return s.op("a", {}, {{101, 50}}); },
-                  "op 0 (a): output 0 is 50 bytes; the traced output (storage 1) was 100");
+  expect_diverged(
+      [](StepDriver& s) {
+        return s.op("a", {}, {{101, 100}, {102, 8}});
+      },
+      "op 0 (a): it allocates more than the 1 outputs the traced op produced");
+  expect_diverged(
+      [](StepDriver& s) {
+        return s.op("a", {}, {{101, 50}});
+      },
+      "op 0 (a): output 0 is 50 bytes; the traced output (storage 1) was 100");
   expect_diverged(
       [](StepDriver& s) -> Status {
         HO_RETURN_IF_ERROR(s.op("a", {}, {{101, 100}}));

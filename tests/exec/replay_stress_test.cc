@@ -5,12 +5,12 @@
 // HYPEROFFLOAD_STRESS_ITERATIONS scales the number of random traces (default
 // kDefaultIterations, small enough for `make test`; `make test-asan` and
 // `make test-tsan` raise it to thousands).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <random>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "exec/checksum_program.h"
 #include "exec/exec_fixture.h"
@@ -133,9 +133,10 @@ Schedule random_schedule(const Trace& trace, std::uint64_t seed) {
   }
   const int noise = static_cast<int>(rng() % 4);
   for (int k = 0; k < noise; ++k) {
-    actions.push_back({static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(trace.op_count())),
-                       rng() % 2 == 0 ? Phase::kPre : Phase::kPost, static_cast<ActionKind>(rng() % 4),
-                       trace.storage(static_cast<StorageIndex>(rng() % static_cast<std::uint64_t>(trace.storage_count()))).id});
+    actions.push_back(
+        {static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(trace.op_count())),
+         rng() % 2 == 0 ? Phase::kPre : Phase::kPost, static_cast<ActionKind>(rng() % 4),
+         trace.storage(static_cast<StorageIndex>(rng() % static_cast<std::uint64_t>(trace.storage_count()))).id});
   }
   std::stable_sort(actions.begin(), actions.end(), [](const Action& x, const Action& y) {
     return std::pair(x.op, x.phase) < std::pair(y.op, y.phase);
@@ -199,8 +200,8 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
       // op working set (rounded to the arena alignment), with room to spare
       // for fragmentation in the arena.
       const std::int64_t budget = std::max<std::int64_t>(*trace.memory_limit_bytes(), 64 << 10);
-      auto backend = std::move(*HostBackend::create({.device_capacity_bytes = 2 * budget + (256 << 10),
-                                                     .device_alignment_bytes = 64}));
+      auto backend = std::move(
+          *HostBackend::create({.device_capacity_bytes = 2 * budget + (256 << 10), .device_alignment_bytes = 64}));
       SessionOptions session_options;
       session_options.budget_bytes = budget;
       session_options.planner = std::string(name);

@@ -1,10 +1,10 @@
 #include "hyperoffload/exec/session.h"
 
-#include <cstring>
-#include <stdexcept>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <stdexcept>
 
 #include "exec/tensor_program.h"
 #include "hyperoffload/ir/memory_profile.h"
@@ -13,8 +13,8 @@
 namespace hyperoffload {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::EagerEngine;
+using ::testing::HasSubstr;
 using testing::HookedEngine;
 using testing::MlpConfig;
 using testing::MlpModel;
@@ -23,7 +23,7 @@ using testing::OutputMemory;
 constexpr int kSteps = 3;
 
 struct StepResults {
-  std::vector<std::vector<float>> losses;              // per step
+  std::vector<std::vector<float>> losses;                // per step
   std::vector<std::vector<std::vector<float>>> weights;  // per step, after its update
 };
 
@@ -145,8 +145,7 @@ TEST_P(SessionMlp, OffloadedStepsAreBitIdenticalToEagerWithinTheBudget) {
 
 INSTANTIATE_TEST_SUITE_P(OutputMemory, SessionMlp, ::testing::Values(OutputMemory::kRuntime, OutputMemory::kCaller),
                          [](const ::testing::TestParamInfo<OutputMemory>& param) {
-                           return std::string(param.param == OutputMemory::kRuntime ? "RuntimeMemory"
-                                                                                    : "CallerMemory");
+                           return std::string(param.param == OutputMemory::kRuntime ? "RuntimeMemory" : "CallerMemory");
                          });
 
 // Wraps an engine and throws from the op numbered `throw_at` (counting from 0),
@@ -159,8 +158,8 @@ class ThrowingEngine final : public testing::TensorEngine {
     maybe_throw();
     return inner_.run(name, inputs, outputs, kernel);
   }
-  void run_in_place(const std::string& name, const testing::Tensor& target,
-                    const std::vector<testing::Tensor>& others, const testing::Kernel& kernel) override {
+  void run_in_place(const std::string& name, const testing::Tensor& target, const std::vector<testing::Tensor>& others,
+                    const testing::Kernel& kernel) override {
     maybe_throw();
     inner_.run_in_place(name, target, others, kernel);
   }

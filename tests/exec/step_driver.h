@@ -4,13 +4,13 @@
 // as a failed expectation naming the op and storage.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "hyperoffload/exec/hooks.h"
 

@@ -9,8 +9,8 @@
 // through every layer, and an SGD update of the (untracked) weights.
 #pragma once
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -26,7 +26,7 @@
 namespace hyperoffload::testing {
 
 struct Tensor {
-  StorageId id = -1;         // tracked storage; -1 for an external tensor
+  StorageId id = -1;  // tracked storage; -1 for an external tensor
   const float* external = nullptr;
   std::int64_t rows = 0;
   std::int64_t cols = 0;
@@ -192,16 +192,16 @@ class HookedEngine final : public TensorEngine {
   StorageId next_id_;
   OutputMemory memory_;
   std::unordered_map<void*, std::unique_ptr<float[]>> buffers_;  // caller memory alive now
-  std::unordered_map<StorageId, void*> current_;                   // a storage's current caller buffer
+  std::unordered_map<StorageId, void*> current_;                 // a storage's current caller buffer
 };
 
 // ---- The MLP ---------------------------------------------------------------------
 
 struct MlpConfig {
   std::int64_t batch = 256;
-  std::int64_t width = 64;   // hidden width
+  std::int64_t width = 64;  // hidden width
   std::int64_t outputs = 16;
-  int layers = 6;            // matmuls; layers-1 hidden ReLUs
+  int layers = 6;  // matmuls; layers-1 hidden ReLUs
   float learning_rate = 0.01f;
 };
 
@@ -325,7 +325,8 @@ inline std::vector<float> mlp_step(TensorEngine& engine, MlpModel& model) {
                                  [=](auto in, auto out) { mm_tn(in[0], in[1], out[0], n, k, m); })[0];
     Tensor dh;
     if (l > 0) {
-      dh = engine.run("mm_nt", {grad, w}, {{n, k}}, [=](auto in, auto out) { mm_nt(in[0], in[1], out[0], n, m, k); })[0];
+      dh =
+          engine.run("mm_nt", {grad, w}, {{n, k}}, [=](auto in, auto out) { mm_nt(in[0], in[1], out[0], n, m, k); })[0];
     }
     // SGD: the weights are external; the op reads the tracked gradient.
     const float lr = c.learning_rate;

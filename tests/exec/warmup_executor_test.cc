@@ -1,10 +1,10 @@
 #include "hyperoffload/exec/warmup_executor.h"
 
-#include <chrono>
-#include <thread>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 
 #include "exec/exec_fixture.h"
 #include "exec/step_driver.h"
@@ -34,8 +34,8 @@ TEST(WarmupExecutor, RecordsAccessesSizesAndRetention) {
   auto warmup = start(rt, std::nullopt);
   StepDriver step(*warmup);
   ASSERT_TRUE(step.op("embed", {}, {{1, 256}}));
-  ASSERT_TRUE(step.op("relu_", {1}, {}, {1}));               // in place
-  ASSERT_TRUE(step.op("mm", {1, 1}, {{2, 128}, {3, 64}}));   // the same input twice
+  ASSERT_TRUE(step.op("relu_", {1}, {}, {1}));              // in place
+  ASSERT_TRUE(step.op("mm", {1, 1}, {{2, 128}, {3, 64}}));  // the same input twice
   ASSERT_TRUE(step.free(1));
   Result<WarmupResult> result = warmup->finish();
   ASSERT_TRUE(result.has_value()) << result.error().message;
@@ -44,8 +44,8 @@ TEST(WarmupExecutor, RecordsAccessesSizesAndRetention) {
   EXPECT_EQ(trace.op_name(0), "embed");
   EXPECT_EQ(trace.op_name(2), "mm");
   EXPECT_THAT(accesses_of(trace, 0), ElementsAre(std::pair{StorageId{1}, AccessKind::kWrite}));
-  EXPECT_THAT(accesses_of(trace, 1), ElementsAre(std::pair{StorageId{1}, AccessKind::kRead},
-                                                 std::pair{StorageId{1}, AccessKind::kWrite}));
+  EXPECT_THAT(accesses_of(trace, 1),
+              ElementsAre(std::pair{StorageId{1}, AccessKind::kRead}, std::pair{StorageId{1}, AccessKind::kWrite}));
   EXPECT_THAT(accesses_of(trace, 2),
               ElementsAre(std::pair{StorageId{1}, AccessKind::kRead}, std::pair{StorageId{1}, AccessKind::kRead},
                           std::pair{StorageId{2}, AccessKind::kWrite}, std::pair{StorageId{3}, AccessKind::kWrite}));

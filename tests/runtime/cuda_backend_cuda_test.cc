@@ -3,12 +3,11 @@
 // a real device: copies, events and stream ordering, the residency manager's
 // offload/prefetch/fault paths and a session replaying a plan.
 #include <cuda_runtime_api.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "hyperoffload/exec/session.h"
 #include "hyperoffload/runtime/cuda_backend.h"
@@ -52,8 +51,8 @@ TEST_F(CudaBackendTest, CopiesBetweenDeviceAndPinnedHostMemory) {
   // The D2H stream must wait for the compute stream that wrote the data.
   ASSERT_TRUE(backend_->stream_wait_stream(backend_->stream(StreamRole::kDeviceToHost),
                                            backend_->stream(StreamRole::kCompute)));
-  ASSERT_TRUE(backend_->copy_async(backend_->stream(StreamRole::kDeviceToHost), host, device, kBytes,
-                                   CopyKind::kDeviceToHost));
+  ASSERT_TRUE(
+      backend_->copy_async(backend_->stream(StreamRole::kDeviceToHost), host, device, kBytes, CopyKind::kDeviceToHost));
   ASSERT_TRUE(backend_->synchronize_stream(backend_->stream(StreamRole::kDeviceToHost)));
   EXPECT_EQ(static_cast<unsigned char*>(host)[kBytes - 1], 0x5a);
   EXPECT_EQ(backend_->device_memory_stats().in_use_bytes, kBytes);
@@ -84,8 +83,8 @@ TEST_F(CudaBackendTest, EventsCompleteAndTimeACopy) {
 }
 
 TEST_F(CudaBackendTest, CudaErrorsNameTheCallTheErrorAndTheLocation) {
-  const Status bad = backend_->copy_async(backend_->stream(StreamRole::kCompute), nullptr,
-                                          reinterpret_cast<void*>(0x1), 64, CopyKind::kDeviceToDevice);
+  const Status bad = backend_->copy_async(backend_->stream(StreamRole::kCompute), nullptr, reinterpret_cast<void*>(0x1),
+                                          64, CopyKind::kDeviceToDevice);
   ASSERT_FALSE(bad.has_value());
   EXPECT_THAT(bad.error().message, ::testing::HasSubstr("CUDA call cudaMemcpyAsync"));
   EXPECT_THAT(bad.error().message, ::testing::HasSubstr("cuda_backend_cuda.cc:"));

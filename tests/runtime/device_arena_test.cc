@@ -1,12 +1,12 @@
 #include "hyperoffload/runtime/device_arena.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace hyperoffload {
 namespace {

@@ -1,5 +1,8 @@
 #include "hyperoffload/runtime/host_backend.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -7,17 +10,14 @@
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "runtime/gate.h"
 
 namespace hyperoffload {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::Gate;
+using ::testing::HasSubstr;
 
 std::unique_ptr<HostBackend> make_backend(HostBackendOptions options = {}) {
   Result<std::unique_ptr<HostBackend>> backend = HostBackend::create(options);
@@ -162,7 +162,8 @@ TEST(HostBackend, ElapsedTimeMeasuresTheWorkBetweenTwoEvents) {
   const Event end = *backend->create_event();
   EXPECT_EQ(backend->elapsed_ms(start, end).error().code, ErrorCode::kFailedPrecondition);  // never recorded
   ASSERT_TRUE(backend->record_event(start, stream));
-  ASSERT_TRUE(backend->launch_host_function(stream, [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }));
+  ASSERT_TRUE(
+      backend->launch_host_function(stream, [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }));
   ASSERT_TRUE(backend->record_event(end, stream));
   ASSERT_TRUE(backend->synchronize_event(end));
   Result<double> ms = backend->elapsed_ms(start, end);
@@ -199,9 +200,7 @@ TEST(HostBackend, RejectsUnknownHandlesAndBadArguments) {
   EXPECT_EQ(backend->copy_async(bogus, &x, &x, 4, CopyKind::kHostToHost).error().code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(backend->record_event(Event{0xbeef0}, backend->stream(StreamRole::kCompute)).error().code,
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(backend->copy_async(backend->stream(StreamRole::kCompute), &x, &x, -1, CopyKind::kHostToHost)
-                .error()
-                .code,
+  EXPECT_EQ(backend->copy_async(backend->stream(StreamRole::kCompute), &x, &x, -1, CopyKind::kHostToHost).error().code,
             ErrorCode::kInvalidArgument);
   EXPECT_FALSE(backend->free_host(&x).has_value());
   EXPECT_FALSE(backend->allocate_host(0).has_value());

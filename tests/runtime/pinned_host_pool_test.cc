@@ -1,5 +1,8 @@
 #include "hyperoffload/runtime/pinned_host_pool.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -7,17 +10,14 @@
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "hyperoffload/runtime/host_backend.h"
 #include "runtime/gate.h"
 
 namespace hyperoffload {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Gate;
+using ::testing::HasSubstr;
 
 class PinnedHostPoolTest : public ::testing::Test {
  protected:
@@ -156,7 +156,7 @@ TEST_F(PinnedHostPoolTest, AtCapacityAnInFlightBlockOfAnotherClassIsFreedToMakeR
   PinnedBlock held = *pool.acquire(2048);
   const Fence copying = gated_fence(gate);
   pool.release(a, {&copying, 1});
-  gate.open();  // `a` is recycled at the next poll or waited for: either way it is freed
+  gate.open();                                 // `a` is recycled at the next poll or waited for: either way it is freed
   Result<PinnedBlock> b = pool.acquire(1500);  // class 1536: fits once `a` is freed
   ASSERT_TRUE(b.has_value()) << b.error().message;
   EXPECT_EQ(b->size_bytes, 1536);

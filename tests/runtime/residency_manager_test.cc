@@ -1,12 +1,12 @@
 #include "hyperoffload/runtime/residency_manager.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "hyperoffload/runtime/host_backend.h"
 #include "runtime/gate.h"
@@ -14,13 +14,14 @@
 namespace hyperoffload {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Gate;
+using ::testing::HasSubstr;
 
 class ResidencyManagerTest : public ::testing::Test {
  protected:
   explicit ResidencyManagerTest(std::int64_t device_capacity = 1 << 20, std::int64_t host_capacity = 1 << 20)
-      : backend_(std::move(*HostBackend::create({.device_capacity_bytes = device_capacity, .device_alignment_bytes = 64}))),
+      : backend_(
+            std::move(*HostBackend::create({.device_capacity_bytes = device_capacity, .device_alignment_bytes = 64}))),
         events_(*backend_),
         pool_(*backend_, {.capacity_bytes = host_capacity}),
         residency_(std::make_unique<ResidencyManager>(*backend_, pool_, events_)) {}
@@ -169,11 +170,10 @@ TEST_F(ResidencyManagerTest, UsingAReleasedStorageWithoutACurrentHostCopyIsDataL
 }
 
 TEST_F(ResidencyManagerTest, UnknownStoragesAreErrorsNamingTheOperationAndId) {
-  for (auto [name, status] : {std::pair{"copy_d2h", residency_->copy_d2h(77)},
-                              std::pair{"copy_h2d", residency_->copy_h2d(77)},
-                              std::pair{"release_device", residency_->release_device(77)},
-                              std::pair{"release_host", residency_->release_host(77)},
-                              std::pair{"forget", residency_->forget(77)}}) {
+  for (auto [name, status] :
+       {std::pair{"copy_d2h", residency_->copy_d2h(77)}, std::pair{"copy_h2d", residency_->copy_h2d(77)},
+        std::pair{"release_device", residency_->release_device(77)},
+        std::pair{"release_host", residency_->release_host(77)}, std::pair{"forget", residency_->forget(77)}}) {
     ASSERT_FALSE(status.has_value()) << name;
     EXPECT_EQ(status.error().code, ErrorCode::kNotFound);
     EXPECT_THAT(status.error().message, HasSubstr(std::string(name) + " of storage 77: unknown storage"));
@@ -192,7 +192,7 @@ TEST_F(ResidencyManagerTest, ADeviceBufferReleasedDuringItsD2HIsFreedOnlyAfterTh
   block(StreamRole::kDeviceToHost, gate);
   ASSERT_TRUE(residency_->copy_d2h(1));
   ASSERT_TRUE(residency_->release_device(1));
-  EXPECT_EQ(residency_->resident_bytes(), 0);                      // released logically
+  EXPECT_EQ(residency_->resident_bytes(), 0);                     // released logically
   EXPECT_EQ(backend_->device_memory_stats().in_use_bytes, 4096);  // but not reused yet
   EXPECT_EQ(residency_->stats().pending_device_frees, 1);
   gate.open();

@@ -1,9 +1,9 @@
 #include "hyperoffload/exec/replay_executor.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace hyperoffload {
 namespace {
@@ -13,7 +13,9 @@ Error in_context(Error error, std::string_view context) {
   return error;
 }
 
-bool contains(std::span<const StorageId> ids, StorageId id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+bool contains(std::span<const StorageId> ids, StorageId id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
 
 }  // namespace
 
@@ -141,10 +143,18 @@ Status ReplayExecutor::run_actions(std::span<const Action> actions) {
     }
     Status status = ok_status();
     switch (action.kind) {
-      case ActionKind::kCopyD2H: status = residency_.copy_d2h(caller); break;
-      case ActionKind::kReleaseDevice: status = residency_.release_device(caller); break;
-      case ActionKind::kCopyH2D: status = residency_.copy_h2d(caller); break;
-      case ActionKind::kReleaseHost: status = residency_.release_host(caller); break;
+      case ActionKind::kCopyD2H:
+        status = residency_.copy_d2h(caller);
+        break;
+      case ActionKind::kReleaseDevice:
+        status = residency_.release_device(caller);
+        break;
+      case ActionKind::kCopyH2D:
+        status = residency_.copy_h2d(caller);
+        break;
+      case ActionKind::kReleaseHost:
+        status = residency_.release_host(caller);
+        break;
     }
     if (!status) return std::unexpected(in_context(std::move(status.error()), describe(action)));
     sample_memory();
@@ -160,8 +170,8 @@ Status ReplayExecutor::on_op_begin(std::string_view name, std::span<const Storag
   }
   const Trace& trace = plan_->trace();
   if (op_ >= trace.op_count()) {
-    return std::unexpected(diverged(fmt::format("op {} (\"{}\"): the traced step has only {} ops", op_, name,
-                                                trace.op_count())));
+    return std::unexpected(
+        diverged(fmt::format("op {} (\"{}\"): the traced step has only {} ops", op_, name, trace.op_count())));
   }
   if (name != trace.op_name(op_)) {
     return std::unexpected(diverged(
@@ -170,15 +180,15 @@ Status ReplayExecutor::on_op_begin(std::string_view name, std::span<const Storag
   HO_RETURN_IF_ERROR(residency_.poll());
   const std::span<const StorageIndex> expected = plan_->guide().inputs(op_);
   if (inputs.size() != expected.size()) {
-    return std::unexpected(diverged(fmt::format("{}: it reads {} tracked storages; the traced op read {}",
-                                                op_label(), inputs.size(), expected.size())));
+    return std::unexpected(diverged(fmt::format("{}: it reads {} tracked storages; the traced op read {}", op_label(),
+                                                inputs.size(), expected.size())));
   }
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     HO_ASSIGN_OR_RETURN(StorageIndex index, traced_index(inputs[i], "input"));
     if (index != expected[i]) {
-      return std::unexpected(diverged(fmt::format(
-          "{}: input {} is the storage traced as {}; the traced op read storage {} there", op_label(), i,
-          trace.storage(index).id, trace.storage(expected[i]).id)));
+      return std::unexpected(
+          diverged(fmt::format("{}: input {} is the storage traced as {}; the traced op read storage {} there",
+                               op_label(), i, trace.storage(index).id, trace.storage(expected[i]).id)));
     }
   }
   for (StorageId id : written) {
@@ -216,8 +226,8 @@ Result<void*> ReplayExecutor::allocate_output(StorageId id, std::int64_t size_by
   }
   const std::size_t expected = plan_->guide().outputs(op_).size();
   if (current_allocated_.size() >= expected) {
-    return std::unexpected(diverged(fmt::format("{}: it allocates more than the {} outputs the traced op produced",
-                                                op_label(), expected)));
+    return std::unexpected(diverged(
+        fmt::format("{}: it allocates more than the {} outputs the traced op produced", op_label(), expected)));
   }
   Result<void*> ptr = residency_.bind(id, size_bytes);
   if (!ptr) return std::unexpected(in_context(std::move(ptr.error()), op_label()));
@@ -243,9 +253,9 @@ Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
     const StorageIndex traced = expected[i];
     const std::int64_t traced_size = trace.storage(traced).size_bytes;
     if (output.size_bytes != traced_size) {
-      return std::unexpected(diverged(fmt::format("{}: output {} is {} bytes; the traced output (storage {}) was {}",
-                                                  op_label(), i, output.size_bytes, trace.storage(traced).id,
-                                                  traced_size)));
+      return std::unexpected(
+          diverged(fmt::format("{}: output {} is {} bytes; the traced output (storage {}) was {}", op_label(), i,
+                               output.size_bytes, trace.storage(traced).id, traced_size)));
     }
     if (traced_of_.contains(output.id)) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -283,9 +293,10 @@ Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
     }
   }
   if (!same) {
-    return std::unexpected(diverged(fmt::format("{}: it wrote {} of its inputs in place; the traced op wrote {} "
-                                                "(or different ones)",
-                                                op_label(), mutated.size(), expected_mutated.size())));
+    return std::unexpected(
+        diverged(fmt::format("{}: it wrote {} of its inputs in place; the traced op wrote {} "
+                             "(or different ones)",
+                             op_label(), mutated.size(), expected_mutated.size())));
   }
   sample_memory();
   HO_RETURN_IF_ERROR(run_actions(plan_->post(op_)));
@@ -298,9 +309,9 @@ Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
 Status ReplayExecutor::on_storage_freed(StorageId id) {
   auto it = traced_of_.find(id);
   if (it == traced_of_.end()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("freeing storage {}: not tracked in this step (never produced, or already freed)",
-                                  id));
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("freeing storage {}: not tracked in this step (never produced, or already freed)", id));
   }
   caller_of_[static_cast<std::size_t>(it->second)] = kFreed;
   traced_of_.erase(it);
@@ -316,8 +327,7 @@ Result<void*> ReplayExecutor::device_ptr(StorageId id, DeviceAccess access) {
 
 Result<ReplayResult> ReplayExecutor::finish() {
   if (in_op_) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      fmt::format("finish inside {}: the op did not end", op_label()));
+    return make_error(ErrorCode::kFailedPrecondition, fmt::format("finish inside {}: the op did not end", op_label()));
   }
   const Trace& trace = plan_->trace();
   if (op_ != trace.op_count()) {

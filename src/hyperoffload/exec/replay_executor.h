@@ -121,7 +121,7 @@ class ReplayExecutor final : public StepHooks {
   ResidencyStats start_stats_;
   std::chrono::steady_clock::time_point start_time_;
 
-  std::vector<StorageId> caller_of_;                     // by traced index: caller id, kUnbound or kFreed
+  std::vector<StorageId> caller_of_;                       // by traced index: caller id, kUnbound or kFreed
   std::unordered_map<StorageId, StorageIndex> traced_of_;  // caller id → traced index (live storages)
 
   OpIndex op_ = 0;

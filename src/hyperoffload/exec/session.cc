@@ -1,8 +1,8 @@
 #include "hyperoffload/exec/session.h"
 
-#include <utility>
-
 #include <fmt/format.h>
+
+#include <utility>
 
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/plan/budget.h"
@@ -50,8 +50,8 @@ Status Session::begin_step() {
   if (plan_ != nullptr) {
     HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_, ReplayOptions{options_.record_timeline}));
   } else {
-    HO_ASSIGN_OR_RETURN(warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes,
-                                                                                  options_.calibration_bytes}));
+    HO_ASSIGN_OR_RETURN(
+        warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes, options_.calibration_bytes}));
   }
   return ok_status();
 }
@@ -133,16 +133,16 @@ Status Session::finish_warmup() {
   unplanned_trace_ = warmed->trace;
   Result<PlanResult> planned = planner_->plan(warmed->trace, options_.budget_bytes);
   if (!planned) {
-    return make_error(planned.error().code,
-                      fmt::format("planning the traced step with \"{}\": {}", options_.planner, planned.error().message));
+    return make_error(planned.error().code, fmt::format("planning the traced step with \"{}\": {}", options_.planner,
+                                                        planned.error().message));
   }
   if (planned->floor && options_.budget_bytes && planned->floor->bytes > *options_.budget_bytes) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("the budget of {} ({} bytes) is below the unavoidable floor of {} ({} bytes, "
-                                  "reached at op {} ({})): no schedule can keep the step within it; raise the budget",
-                                  format_bytes(*options_.budget_bytes), *options_.budget_bytes,
-                                  format_bytes(planned->floor->bytes), planned->floor->bytes, planned->floor->op,
-                                  warmed->trace.op_name(planned->floor->op)));
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("the budget of {} ({} bytes) is below the unavoidable floor of {} ({} bytes, "
+                    "reached at op {} ({})): no schedule can keep the step within it; raise the budget",
+                    format_bytes(*options_.budget_bytes), *options_.budget_bytes, format_bytes(planned->floor->bytes),
+                    planned->floor->bytes, planned->floor->op, warmed->trace.op_name(planned->floor->op)));
   }
   const ValidationReport report = validate_schedule(warmed->trace, planned->schedule);
   if (!report.valid()) {

@@ -17,16 +17,16 @@ struct StepStats {
   // change (so it includes transients inside an op's action list).
   std::int64_t peak_resident_bytes = 0;
   std::int64_t resident_at_end_bytes = 0;
-  std::int64_t peak_host_bytes = 0;    // bytes of host copies
-  std::int64_t d2h_count = 0;          // effective copies (no-op copies excluded)
-  std::int64_t d2h_bytes = 0;          // = offloaded bytes
-  std::int64_t h2d_count = 0;          // excludes faults
-  std::int64_t h2d_bytes = 0;          // includes faults
-  std::int64_t faults = 0;             // synchronous demand pages of accessed storages
+  std::int64_t peak_host_bytes = 0;  // bytes of host copies
+  std::int64_t d2h_count = 0;        // effective copies (no-op copies excluded)
+  std::int64_t d2h_bytes = 0;        // = offloaded bytes
+  std::int64_t h2d_count = 0;        // excludes faults
+  std::int64_t h2d_bytes = 0;        // includes faults
+  std::int64_t faults = 0;           // synchronous demand pages of accessed storages
   std::int64_t fault_bytes = 0;
-  std::int64_t evictions = 0;          // warmup: storages evicted online
-  std::int64_t end_restores = 0;       // held storages paged back at the end of the step
-  double step_ms = 0.0;                // host wall time from begin to finish
+  std::int64_t evictions = 0;     // warmup: storages evicted online
+  std::int64_t end_restores = 0;  // held storages paged back at the end of the step
+  double step_ms = 0.0;           // host wall time from begin to finish
 };
 
 }  // namespace hyperoffload

@@ -1,9 +1,9 @@
 #include "hyperoffload/exec/warmup_executor.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace hyperoffload {
 namespace {
@@ -13,7 +13,9 @@ Error in_context(Error error, std::string_view context) {
   return error;
 }
 
-bool contains(std::span<const StorageId> ids, StorageId id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+bool contains(std::span<const StorageId> ids, StorageId id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
 
 double gib_per_s(std::int64_t bytes, double ms) {
   return static_cast<double>(bytes) / static_cast<double>(kBytesPerGiB) / (ms / 1e3);
@@ -79,7 +81,8 @@ Result<bool> WarmupExecutor::evict_one() {
     if (used_by_current_op(id)) continue;
     StorageRecord& record = storages_.at(id);
     if (auto copied = residency_.copy_d2h(id); !copied) {
-      return std::unexpected(in_context(std::move(copied.error()), fmt::format("{}: evicting storage {}", op_label(), id)));
+      return std::unexpected(
+          in_context(std::move(copied.error()), fmt::format("{}: evicting storage {}", op_label(), id)));
     }
     HO_RETURN_IF_ERROR(residency_.release_device(id));
     make_unevictable(id, record);
@@ -152,8 +155,7 @@ Result<void*> WarmupExecutor::allocate_output(StorageId id, std::int64_t size_by
                       fmt::format("allocate_output of storage {}: not inside an op", id));
   }
   if (id < 0) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("{}: output storage id {} is negative", op_label(), id));
+    return make_error(ErrorCode::kInvalidArgument, fmt::format("{}: output storage id {} is negative", op_label(), id));
   }
   if (storages_.contains(id) || residency_.tracked(id)) {
     return make_error(ErrorCode::kInvalidArgument,
@@ -191,7 +193,8 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
         return make_error(ErrorCode::kInvalidArgument,
                           fmt::format("{}: output storage id {} was already used in this step", op_label(), output.id));
       }
-      if (Status adopted = residency_.adopt(output.id, output.size_bytes, AdoptedBuffer{output.device_ptr, output.release});
+      if (Status adopted =
+              residency_.adopt(output.id, output.size_bytes, AdoptedBuffer{output.device_ptr, output.release});
           !adopted) {
         return std::unexpected(in_context(std::move(adopted.error()), op_label()));
       }
@@ -240,8 +243,8 @@ Result<void*> WarmupExecutor::device_ptr(StorageId id, DeviceAccess access) {
 
 Result<double> WarmupExecutor::measure_bandwidth(CopyKind kind, std::int64_t bytes) {
   Backend& backend = residency_.backend();
-  const Stream stream = backend.stream(kind == CopyKind::kDeviceToHost ? StreamRole::kDeviceToHost
-                                                                        : StreamRole::kHostToDevice);
+  const Stream stream =
+      backend.stream(kind == CopyKind::kDeviceToHost ? StreamRole::kDeviceToHost : StreamRole::kHostToDevice);
   HO_ASSIGN_OR_RETURN(void* device, backend.allocate_device(bytes));
   Result<PinnedBlock> host = residency_.pool().acquire(bytes);
   if (!host) {
@@ -274,8 +277,7 @@ Result<double> WarmupExecutor::measure_bandwidth(CopyKind kind, std::int64_t byt
 
 Result<WarmupResult> WarmupExecutor::finish() {
   if (in_op_) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      fmt::format("finish inside {}: the op did not end", op_label()));
+    return make_error(ErrorCode::kFailedPrecondition, fmt::format("finish inside {}: the op did not end", op_label()));
   }
   WarmupResult result;
   current_name_ = "end of step";
@@ -307,8 +309,8 @@ Result<WarmupResult> WarmupExecutor::finish() {
   builder.reserve(ops_.size(), declared_.size(), accesses_.size());
   for (StorageId id : declared_) {
     const StorageRecord& record = storages_.at(id);
-    HO_RETURN_IF_ERROR(builder.add_storage(id, record.size_bytes,
-                                           record.alive ? Retention::kRetained : Retention::kReleasable));
+    HO_RETURN_IF_ERROR(
+        builder.add_storage(id, record.size_bytes, record.alive ? Retention::kRetained : Retention::kReleasable));
   }
   Backend& backend = residency_.backend();
   for (const OpRecord& op : ops_) {

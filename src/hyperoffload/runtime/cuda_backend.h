@@ -33,9 +33,9 @@ enum class DeviceAllocator : std::uint8_t {
 };
 
 struct CudaBackendOptions {
-  int device = 0;                                       // CUDA device ordinal
+  int device = 0;  // CUDA device ordinal
   CopyEngines copy_engines = CopyEngines::kTwo;
-  std::uintptr_t compute_stream = 0;                    // a cudaStream_t; 0 = the legacy default stream
+  std::uintptr_t compute_stream = 0;  // a cudaStream_t; 0 = the legacy default stream
   DeviceAllocator allocator = DeviceAllocator::kStreamOrdered;
 };
 

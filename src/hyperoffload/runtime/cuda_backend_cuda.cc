@@ -1,6 +1,7 @@
 // CUDA backend implementation, compiled only with the CUDA toolkit. Plain C++
 // against the CUDA runtime API (no kernels, so no nvcc).
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <functional>
@@ -9,8 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "hyperoffload/runtime/cuda_backend.h"
 
 namespace hyperoffload {
@@ -18,21 +17,25 @@ namespace {
 
 ErrorCode code_of(cudaError_t error) {
   switch (error) {
-    case cudaErrorMemoryAllocation: return ErrorCode::kOutOfMemory;
+    case cudaErrorMemoryAllocation:
+      return ErrorCode::kOutOfMemory;
     case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver: return ErrorCode::kNotFound;
+    case cudaErrorInsufficientDriver:
+      return ErrorCode::kNotFound;
     case cudaErrorInvalidValue:
     case cudaErrorInvalidResourceHandle:
-    case cudaErrorInvalidDevicePointer: return ErrorCode::kInvalidArgument;
-    default: return ErrorCode::kInternal;
+    case cudaErrorInvalidDevicePointer:
+      return ErrorCode::kInvalidArgument;
+    default:
+      return ErrorCode::kInternal;
   }
 }
 
 std::unexpected<Error> cuda_failure(cudaError_t error, const char* call, const char* file, int line) {
   (void)cudaGetLastError();  // clear a non-sticky error so later calls are not blamed for it
-  return std::unexpected(Error{code_of(error), fmt::format("CUDA call {} failed: {} ({}) at {}:{}", call,
-                                                           cudaGetErrorString(error), cudaGetErrorName(error),
-                                                           file, line)});
+  return std::unexpected(
+      Error{code_of(error), fmt::format("CUDA call {} failed: {} ({}) at {}:{}", call, cudaGetErrorString(error),
+                                        cudaGetErrorName(error), file, line)});
 }
 
 }  // namespace
@@ -40,11 +43,11 @@ std::unexpected<Error> cuda_failure(cudaError_t error, const char* call, const c
 
 // The one checking macro: every CUDA call goes through it. Usable in any
 // function returning Status or Result<T>.
-#define HO_CUDA_CHECK(call)                                                              \
-  do {                                                                                   \
-    if (const cudaError_t ho_cuda_error_ = (call); ho_cuda_error_ != cudaSuccess) {      \
-      return ::hyperoffload::cuda_failure(ho_cuda_error_, #call, __FILE__, __LINE__);    \
-    }                                                                                    \
+#define HO_CUDA_CHECK(call)                                                           \
+  do {                                                                                \
+    if (const cudaError_t ho_cuda_error_ = (call); ho_cuda_error_ != cudaSuccess) {   \
+      return ::hyperoffload::cuda_failure(ho_cuda_error_, #call, __FILE__, __LINE__); \
+    }                                                                                 \
   } while (false)
 
 namespace hyperoffload {
@@ -55,10 +58,14 @@ cudaEvent_t native(Event event) { return reinterpret_cast<cudaEvent_t>(event.han
 
 cudaMemcpyKind native(CopyKind kind) {
   switch (kind) {
-    case CopyKind::kDeviceToHost: return cudaMemcpyDeviceToHost;
-    case CopyKind::kHostToDevice: return cudaMemcpyHostToDevice;
-    case CopyKind::kDeviceToDevice: return cudaMemcpyDeviceToDevice;
-    case CopyKind::kHostToHost: return cudaMemcpyHostToHost;
+    case CopyKind::kDeviceToHost:
+      return cudaMemcpyDeviceToHost;
+    case CopyKind::kHostToDevice:
+      return cudaMemcpyHostToDevice;
+    case CopyKind::kDeviceToDevice:
+      return cudaMemcpyDeviceToDevice;
+    case CopyKind::kHostToHost:
+      return cudaMemcpyHostToHost;
   }
   return cudaMemcpyDefault;
 }
@@ -103,9 +110,8 @@ class CudaBackend final : public Backend {
     }
     HO_RETURN_IF_ERROR(select_device());
     void* ptr = nullptr;
-    const cudaError_t error = stream_ordered_
-                                  ? cudaMallocAsync(&ptr, static_cast<std::size_t>(size_bytes), compute_)
-                                  : cudaMalloc(&ptr, static_cast<std::size_t>(size_bytes));
+    const cudaError_t error = stream_ordered_ ? cudaMallocAsync(&ptr, static_cast<std::size_t>(size_bytes), compute_)
+                                              : cudaMalloc(&ptr, static_cast<std::size_t>(size_bytes));
     if (error == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       std::size_t free_bytes = 0, total_bytes = 0;
@@ -169,9 +175,12 @@ class CudaBackend final : public Backend {
 
   Stream stream(StreamRole role) const override {
     switch (role) {
-      case StreamRole::kCompute: return handle(compute_);
-      case StreamRole::kDeviceToHost: return handle(d2h_);
-      case StreamRole::kHostToDevice: return handle(h2d_);
+      case StreamRole::kCompute:
+        return handle(compute_);
+      case StreamRole::kDeviceToHost:
+        return handle(d2h_);
+      case StreamRole::kHostToDevice:
+        return handle(h2d_);
     }
     return handle(compute_);
   }
@@ -310,7 +319,7 @@ class CudaBackend final : public Backend {
   bool stream_ordered_ = false;
 
   mutable std::mutex mu_;
-  std::vector<cudaStream_t> owned_streams_;       // guarded by mu_ after init
+  std::vector<cudaStream_t> owned_streams_;  // guarded by mu_ after init
   std::unordered_map<void*, std::int64_t> device_sizes_;
   std::int64_t in_use_ = 0;
   std::int64_t peak_ = 0;

@@ -1,10 +1,9 @@
 #include "hyperoffload/runtime/device_arena.h"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <algorithm>
-
-#include <fmt/format.h>
 
 #include "hyperoffload/runtime/internal/sanitizers.h"
 
@@ -96,8 +95,8 @@ Status DeviceArena::free(void* ptr) {
   std::int64_t poison_size = 0;
   {
     std::lock_guard lock(mu_);
-    auto it = ptr == nullptr || base_ == nullptr || offset < 0 || offset >= capacity_ ? blocks_.end()
-                                                                                       : blocks_.find(offset);
+    auto it =
+        ptr == nullptr || base_ == nullptr || offset < 0 || offset >= capacity_ ? blocks_.end() : blocks_.find(offset);
     if (it == blocks_.end() || it->second.free) {
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("device free of {}: not a live allocation of this arena", ptr));

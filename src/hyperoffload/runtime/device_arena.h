@@ -71,7 +71,7 @@ class DeviceArena {
   const std::int64_t alignment_;
 
   mutable std::mutex mu_;
-  std::map<std::int64_t, Block> blocks_;                       // by offset; covers [0, capacity)
+  std::map<std::int64_t, Block> blocks_;                          // by offset; covers [0, capacity)
   std::set<std::pair<std::int64_t, std::int64_t>> free_by_size_;  // (size, offset) of free blocks
   std::int64_t in_use_ = 0;
   std::int64_t peak_ = 0;

@@ -50,8 +50,7 @@ Status Fence::make_stream_wait(Stream stream) const {
 
 Event Fence::event() const { return slot_->event; }
 
-EventPool::EventPool(Backend& backend)
-    : backend_(backend), cache_(std::make_shared<internal::EventCache>(backend)) {}
+EventPool::EventPool(Backend& backend) : backend_(backend), cache_(std::make_shared<internal::EventCache>(backend)) {}
 
 EventPool::~EventPool() = default;
 

@@ -1,5 +1,7 @@
 #include "hyperoffload/runtime/host_backend.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,8 +15,6 @@
 #include <unordered_set>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace hyperoffload {
 namespace {
@@ -235,18 +235,17 @@ Result<std::unique_ptr<HostBackend>> HostBackend::create(const HostBackendOption
   if (options.copy_engines != CopyEngines::kOne && options.copy_engines != CopyEngines::kTwo) {
     return make_error(ErrorCode::kInvalidArgument, "host backend: copy_engines must be 1 or 2");
   }
-  HO_ASSIGN_OR_RETURN(std::unique_ptr<DeviceArena> arena,
-                      DeviceArena::create(DeviceArenaOptions{options.device_capacity_bytes,
-                                                             options.device_alignment_bytes}));
+  HO_ASSIGN_OR_RETURN(
+      std::unique_ptr<DeviceArena> arena,
+      DeviceArena::create(DeviceArenaOptions{options.device_capacity_bytes, options.device_alignment_bytes}));
   if (options.spin_before_sleep_us < 0) {
     return make_error(ErrorCode::kInvalidArgument, "host backend: spin_before_sleep_us must be >= 0");
   }
-  return std::unique_ptr<HostBackend>(new HostBackend(
-      std::move(arena), options.copy_engines, std::chrono::microseconds(options.spin_before_sleep_us)));
+  return std::unique_ptr<HostBackend>(
+      new HostBackend(std::move(arena), options.copy_engines, std::chrono::microseconds(options.spin_before_sleep_us)));
 }
 
-HostBackend::HostBackend(std::unique_ptr<DeviceArena> arena, CopyEngines copy_engines,
-                         std::chrono::microseconds spin)
+HostBackend::HostBackend(std::unique_ptr<DeviceArena> arena, CopyEngines copy_engines, std::chrono::microseconds spin)
     : impl_(std::make_unique<Impl>(std::move(arena), copy_engines, spin)), copy_engines_(copy_engines) {}
 
 HostBackend::~HostBackend() = default;
@@ -266,9 +265,8 @@ Result<void*> HostBackend::allocate_host(std::int64_t size_bytes) {
   const std::int64_t rounded = (size_bytes + kAlign - 1) / kAlign * kAlign;
   void* ptr = std::aligned_alloc(kAlign, static_cast<std::size_t>(rounded));
   if (ptr == nullptr) {
-    return make_error(ErrorCode::kOutOfMemory,
-                      fmt::format("host out of memory: requested {} bytes, in use {} bytes", size_bytes,
-                                  host_bytes_in_use()));
+    return make_error(ErrorCode::kOutOfMemory, fmt::format("host out of memory: requested {} bytes, in use {} bytes",
+                                                           size_bytes, host_bytes_in_use()));
   }
   std::lock_guard lock(impl_->host_mu_);
   impl_->host_allocations_.emplace(ptr, size_bytes);
@@ -281,8 +279,7 @@ Status HostBackend::free_host(void* ptr) {
     std::lock_guard lock(impl_->host_mu_);
     auto it = impl_->host_allocations_.find(ptr);
     if (it == impl_->host_allocations_.end()) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        fmt::format("host free of {}: not a live host allocation", ptr));
+      return make_error(ErrorCode::kInvalidArgument, fmt::format("host free of {}: not a live host allocation", ptr));
     }
     impl_->host_bytes_ -= it->second;
     impl_->host_allocations_.erase(it);
@@ -298,9 +295,12 @@ std::int64_t HostBackend::host_bytes_in_use() const {
 
 Stream HostBackend::stream(StreamRole role) const {
   switch (role) {
-    case StreamRole::kCompute: return Stream{Impl::kComputeHandle};
-    case StreamRole::kDeviceToHost: return impl_->handle_of(impl_->d2h_);
-    case StreamRole::kHostToDevice: return impl_->handle_of(impl_->h2d_);
+    case StreamRole::kCompute:
+      return Stream{Impl::kComputeHandle};
+    case StreamRole::kDeviceToHost:
+      return impl_->handle_of(impl_->d2h_);
+    case StreamRole::kHostToDevice:
+      return impl_->handle_of(impl_->h2d_);
   }
   return Stream{Impl::kComputeHandle};
 }

@@ -1,10 +1,10 @@
 #include "hyperoffload/runtime/pinned_host_pool.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "hyperoffload/runtime/internal/sanitizers.h"
 

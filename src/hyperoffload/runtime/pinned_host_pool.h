@@ -72,9 +72,9 @@ struct PinnedPoolStats {
   std::int64_t cached_bytes = 0;     // free, ready for reuse
   std::int64_t reserved_bytes = 0;   // held from the backend: current + pending + cached
   std::int64_t capacity_bytes = 0;
-  std::int64_t hits = 0;             // acquires served by a recycled block
-  std::int64_t misses = 0;           // acquires that had no recycled block at hand
-  std::int64_t waits = 0;            // acquires that blocked on a pending block
+  std::int64_t hits = 0;    // acquires served by a recycled block
+  std::int64_t misses = 0;  // acquires that had no recycled block at hand
+  std::int64_t waits = 0;   // acquires that blocked on a pending block
 };
 
 class PinnedHostPool {

@@ -1,9 +1,9 @@
 #include "hyperoffload/runtime/residency_manager.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace hyperoffload {
 namespace {
@@ -32,8 +32,9 @@ ResidencyManager::~ResidencyManager() {
 Result<ResidencyManager::Entry*> ResidencyManager::find(StorageId id, const char* operation) {
   auto it = entries_.find(id);
   if (it == entries_.end()) {
-    return make_error(ErrorCode::kNotFound,
-                      fmt::format("{} of storage {}: unknown storage (not bound, or already forgotten)", operation, id));
+    return make_error(
+        ErrorCode::kNotFound,
+        fmt::format("{} of storage {}: unknown storage (not bound, or already forgotten)", operation, id));
   }
   return &it->second;
 }
@@ -122,9 +123,9 @@ Result<void*> ResidencyManager::allocate_device(StorageId id, std::int64_t size_
       HO_ASSIGN_OR_RETURN(bool progressed, reclaim_(size_bytes));
       if (progressed) continue;
     }
-    return std::unexpected(with_context(std::move(ptr.error()),
-                                        fmt::format("storage {} ({} bytes resident in tracked storages)", id,
-                                                    stats_.resident_bytes)));
+    return std::unexpected(
+        with_context(std::move(ptr.error()),
+                     fmt::format("storage {} ({} bytes resident in tracked storages)", id, stats_.resident_bytes)));
   }
 }
 
@@ -169,7 +170,8 @@ Status ResidencyManager::copy_d2h(StorageId id) {
   }
   if (!entry->host_present && entry->size_bytes > 0) {
     Result<PinnedBlock> block = pool_.acquire(entry->size_bytes);
-    if (!block) return std::unexpected(with_context(std::move(block.error()), fmt::format("copy_d2h of storage {}", id)));
+    if (!block)
+      return std::unexpected(with_context(std::move(block.error()), fmt::format("copy_d2h of storage {}", id)));
     entry->host = *block;
   }
   if (entry->size_bytes > 0) {

@@ -102,14 +102,14 @@ struct ResidencyStats {
   std::int64_t peak_resident_bytes = 0;  // since construction or reset_peak()
   std::int64_t host_bytes = 0;           // sum of sizes of storages with a host copy
   std::int64_t peak_host_bytes = 0;
-  std::int64_t d2h_count = 0;            // effective (non-no-op) copies
+  std::int64_t d2h_count = 0;  // effective (non-no-op) copies
   std::int64_t d2h_bytes = 0;
-  std::int64_t h2d_count = 0;            // excludes faults
-  std::int64_t h2d_bytes = 0;            // includes faults
-  std::int64_t faults = 0;               // synchronous demand pages
+  std::int64_t h2d_count = 0;  // excludes faults
+  std::int64_t h2d_bytes = 0;  // includes faults
+  std::int64_t faults = 0;     // synchronous demand pages
   std::int64_t fault_bytes = 0;
-  std::int64_t deferred_frees = 0;       // device frees that waited for a copy
-  std::int64_t pending_device_frees = 0; // deferred frees not yet done
+  std::int64_t deferred_frees = 0;        // device frees that waited for a copy
+  std::int64_t pending_device_frees = 0;  // deferred frees not yet done
 };
 
 // One timed transfer or wait, for timelines. `start` and `end` are fences on
@@ -160,7 +160,7 @@ class ResidencyManager {
   // ---- State ------------------------------------------------------------------
   bool tracked(StorageId id) const { return entries_.contains(id); }
   bool resident(StorageId id) const;
-  bool has_host_copy(StorageId id) const;          // current or stale
+  bool has_host_copy(StorageId id) const;  // current or stale
   bool has_current_host_copy(StorageId id) const;
   std::optional<std::int64_t> size_bytes(StorageId id) const;
   std::int64_t resident_bytes() const { return stats_.resident_bytes; }
@@ -191,19 +191,19 @@ class ResidencyManager {
 
   struct Entry {
     std::int64_t size_bytes = 0;
-    void* device = nullptr;       // current device buffer (null when not resident or 0 bytes)
+    void* device = nullptr;  // current device buffer (null when not resident or 0 bytes)
     bool resident = false;
-    Owner owner = Owner::kRuntime;     // of the current device buffer
-    bool caller_managed = false;       // adopted at bind time: rematerialize through the hook
-    ReleaseCallback release;           // for an Owner::kCaller buffer
+    Owner owner = Owner::kRuntime;  // of the current device buffer
+    bool caller_managed = false;    // adopted at bind time: rematerialize through the hook
+    ReleaseCallback release;        // for an Owner::kCaller buffer
     PinnedBlock host;
     bool host_present = false;
     std::int32_t version = 0;
     std::int32_t host_version = -1;
-    Fence d2h;                    // last D2H: reads `device`, writes `host`
-    Fence h2d;                    // last H2D: reads `host`, writes `device`
-    bool h2d_waited = true;       // the compute stream already waits for h2d
-    bool d2h_waited = true;       // the compute stream already waits for d2h
+    Fence d2h;               // last D2H: reads `device`, writes `host`
+    Fence h2d;               // last H2D: reads `host`, writes `device`
+    bool h2d_waited = true;  // the compute stream already waits for h2d
+    bool d2h_waited = true;  // the compute stream already waits for d2h
   };
 
   struct DeferredFree {
