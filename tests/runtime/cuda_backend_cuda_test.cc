@@ -145,7 +145,9 @@ TEST_F(CudaBackendTest, ASessionReplaysAPlanOnTheDevice) {
       }
       const OpOutput outputs[] = {{base + k, kBytes, nullptr, {}}};
       ASSERT_TRUE(session->on_op_end(outputs, {}));
-      if (k >= 3) ASSERT_TRUE(session->on_storage_freed(base + k - 1));
+      if (k >= 3) {
+        ASSERT_TRUE(session->on_storage_freed(base + k - 1));
+      }
     }
     const std::vector<StorageId> checked = {base, base + 1, base + kOps - 1};
     ASSERT_TRUE(session->on_op_begin("check", checked, {}));
