@@ -340,7 +340,10 @@ Result<ReplayResult> ReplayExecutor::finish() {
   // Storages the caller still holds end the step on the device.
   std::int64_t restores = 0;
   std::int64_t restored_bytes = 0;
-  for (const auto& [caller, traced] : traced_of_) {
+  // In traced order, so memory is laid out the same way every step.
+  for (StorageIndex traced = 0; traced < trace.storage_count(); ++traced) {
+    const StorageId caller = caller_of_[static_cast<std::size_t>(traced)];
+    if (caller < 0) continue;  // never produced, or freed
     if (!residency_.resident(caller)) {
       if (auto ptr = residency_.device_ptr(caller); !ptr) {
         return std::unexpected(in_context(std::move(ptr.error()), fmt::format("restoring held storage {}", caller)));
