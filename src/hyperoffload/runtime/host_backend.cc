@@ -43,6 +43,33 @@ struct Task {
   std::shared_ptr<RecordNode> node;  // kRecord: completes it; kWait: waits for it
 };
 
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Polls `ready` for up to `spin`: a short burst of pause instructions (a
+// hand-off usually lands within a microsecond or two), then yielding so a
+// waiter never starves the thread it waits for. True once ready.
+template <class Ready>
+bool spin_until(Ready ready, std::chrono::microseconds spin) {
+  if (ready()) return true;
+  if (spin.count() <= 0) return false;
+  for (int i = 0; i < 512; ++i) {
+    cpu_relax();
+    if (ready()) return true;
+  }
+  const auto deadline = Clock::now() + spin;
+  while (Clock::now() < deadline) {
+    std::this_thread::yield();
+    if (ready()) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // Lock order: a stream's mu, events_mu_, completion_mu_ and the arena's lock are
@@ -81,19 +108,20 @@ class HostBackend::Impl {
       const std::uint64_t target = submitted_.load(std::memory_order_acquire);
       if (spin_until([&] { return completed_.load(std::memory_order_acquire) >= target; })) return;
       std::unique_lock lock(mu_);
-      done_cv_.wait(lock, [&] { return completed_.load(std::memory_order_acquire) >= target; });
+      // The worker wakes sleepers only once the lowest target among them is
+      // reached, not after every task; the unsatisfied re-register.
+      while (completed_.load(std::memory_order_relaxed) < target) {
+        wake_at_ = std::min(wake_at_, target);
+        ++sleepers_;
+        done_cv_.wait(lock);
+        --sleepers_;
+      }
     }
 
    private:
     template <class Ready>
     bool spin_until(Ready ready) const {
-      if (ready()) return true;
-      const auto deadline = Clock::now() + spin_;
-      while (Clock::now() < deadline) {
-        std::this_thread::yield();
-        if (ready()) return true;
-      }
-      return false;
+      return hyperoffload::spin_until(ready, spin_);
     }
 
     void run() {
@@ -110,11 +138,17 @@ class HostBackend::Impl {
           ++taken;
         }
         owner_->execute(task);
+        bool wake = false;
         {
           std::lock_guard lock(mu_);
-          completed_.store(completed_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+          const std::uint64_t completed = completed_.load(std::memory_order_relaxed) + 1;
+          completed_.store(completed, std::memory_order_release);
+          if (sleepers_ > 0 && completed >= wake_at_) {
+            wake_at_ = kNobody;
+            wake = true;
+          }
         }
-        done_cv_.notify_all();
+        if (wake) done_cv_.notify_all();
       }
     }
 
@@ -127,6 +161,9 @@ class HostBackend::Impl {
     // Written under mu_; atomic so spinning waiters can read them without it.
     std::atomic<std::uint64_t> submitted_{0};
     std::atomic<std::uint64_t> completed_{0};
+    static constexpr std::uint64_t kNobody = ~std::uint64_t{0};
+    std::uint64_t wake_at_ = kNobody;  // lowest target of a sleeping synchronize()
+    int sleepers_ = 0;
     bool stop_ = false;
     std::thread thread_;  // last: starts after the fields it uses
   };
@@ -183,12 +220,7 @@ class HostBackend::Impl {
   }
 
   void wait_for(const RecordNode& node) {
-    if (node.done.load(std::memory_order_acquire)) return;
-    const auto deadline = Clock::now() + spin_;  // Note [Spin before sleep]
-    while (Clock::now() < deadline) {
-      std::this_thread::yield();
-      if (node.done.load(std::memory_order_acquire)) return;
-    }
+    if (spin_until([&] { return node.done.load(std::memory_order_acquire); }, spin_)) return;
     std::unique_lock lock(completion_mu_);
     completion_cv_.wait(lock, [&] { return node.done.load(std::memory_order_acquire); });
   }
