@@ -370,12 +370,15 @@ TEST(TransformerTrace, UntiedHeadHasItsOwnWeight) {
   EXPECT_FALSE(accesses(t.trace, op_named(t.trace, "embedding.backward"), grad, AccessKind::kRead));
 }
 
-TEST(TransformerTrace, Gpt2PresetsHaveTheirPublishedParameterCounts) {
+TEST(TransformerTrace, PresetsHaveTheirPublishedParameterCounts) {
+  // GPT-3 sizes: V*H + S*H + L*(12*H^2 + 13*H) + 2*H with V = 50257, S = 2048:
+  //   1.3b: 102,926,336 + 4,194,304 + 24 * 50,358,272 + 4,096 = 1,315,723,264
+  //   2.7b: 128,657,920 + 5,242,880 + 32 * 78,676,480 + 5,120 = 2,651,553,280
+  //   6.7b: 205,852,672 + 8,388,608 + 32 * 201,379,840 + 8,192 = 6,658,404,352
   const std::map<std::string, std::int64_t> expected = {
-      {"gpt2-small", 124'439'808},
-      {"gpt2-medium", 354'823'168},
-      {"gpt2-large", 774'030'080},
-      {"gpt2-xl", 1'557'611'200},
+      {"gpt2-small", 124'439'808},   {"gpt2-medium", 354'823'168}, {"gpt2-large", 774'030'080},
+      {"gpt2-xl", 1'557'611'200},    {"gpt3-1.3b", 1'315'723'264}, {"gpt3-2.7b", 2'651'553'280},
+      {"gpt3-6.7b", 6'658'404'352},
   };
   for (const auto& [name, count] : expected) {
     Result<TransformerOptions> options = transformer_preset(name);
@@ -388,19 +391,18 @@ TEST(TransformerTrace, Gpt2PresetsHaveTheirPublishedParameterCounts) {
   EXPECT_THAT(unknown.error().message, HasSubstr("gpt2-medium"));
 }
 
-TEST(TransformerTrace, DemoModelIsGpt2SmallAtBatch8Seq1024) {
+TEST(TransformerTrace, DemoModelIsGpt3XlAtBatch16Seq2048WithFlashAttention) {
   const TransformerOptions demo = demo_transformer_options();
-  EXPECT_EQ(demo.layers, 12);
-  EXPECT_EQ(demo.hidden, 768);
-  EXPECT_EQ(demo.heads, 12);
-  EXPECT_EQ(demo.seq, 1024);
-  EXPECT_EQ(demo.batch, 8);
+  EXPECT_EQ(demo.layers, 24);
+  EXPECT_EQ(demo.hidden, 2048);
+  EXPECT_EQ(demo.heads, 16);
+  EXPECT_EQ(demo.seq, 2048);
+  EXPECT_EQ(demo.batch, 16);
+  EXPECT_EQ(demo.attention, AttentionKernel::kFlash);
   const TransformerTrace t = generate(demo);
-  EXPECT_EQ(t.parameter_count, 124'439'808);
-  // 1 + 12 * 12 + 3 forward, 3 + 12 * 10 + 1 backward.
-  EXPECT_EQ(t.trace.op_count(), 272);
-  // The logits, B * S * V * E = 8 * 1024 * 50257 * 2 bytes.
-  EXPECT_EQ(t.trace.storage(storage_named(t, "lm_head_matmul.out")).size_bytes, 823'410'688);
+  EXPECT_EQ(t.parameter_count, 1'315'723'264);
+  // The logits, B * S * V * E = 16 * 2048 * 50257 * 2 bytes.
+  EXPECT_EQ(t.trace.storage(storage_named(t, "lm_head_matmul.out")).size_bytes, 3'293'642'752);
 }
 
 TEST(TransformerTrace, PeakIsAtTheForwardBackwardBoundary) {

@@ -72,14 +72,41 @@ struct Preset {
   std::int32_t layers;
   std::int64_t hidden;
   std::int64_t heads;
+  std::int64_t seq;
+  std::int64_t batch;
+  AttentionKernel attention;
 };
+// GPT-2 at seq 1024, batch 8 with materialized attention; GPT-3-sized models at
+// seq 2048, batch 16 with fused (flash) attention, the usual setting for them.
 constexpr Preset kPresets[] = {
-    {"gpt2-small", 12, 768, 12},
-    {"gpt2-medium", 24, 1024, 16},
-    {"gpt2-large", 36, 1280, 20},
-    {"gpt2-xl", 48, 1600, 25},
+    {"gpt2-small", 12, 768, 12, 1024, 8, AttentionKernel::kMaterialized},
+    {"gpt2-medium", 24, 1024, 16, 1024, 8, AttentionKernel::kMaterialized},
+    {"gpt2-large", 36, 1280, 20, 1024, 8, AttentionKernel::kMaterialized},
+    {"gpt2-xl", 48, 1600, 25, 1024, 8, AttentionKernel::kMaterialized},
+    {"gpt3-1.3b", 24, 2048, 16, 2048, 16, AttentionKernel::kFlash},
+    {"gpt3-2.7b", 32, 2560, 32, 2048, 16, AttentionKernel::kFlash},
+    {"gpt3-6.7b", 32, 4096, 32, 2048, 16, AttentionKernel::kFlash},
 };
-constexpr std::string_view kPresetNames[] = {"gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl"};
+constexpr std::string_view kPresetNames[] = {"gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl",
+                                             "gpt3-1.3b",  "gpt3-2.7b",   "gpt3-6.7b"};
+
+TransformerOptions options_of(const Preset& preset) {
+  TransformerOptions options;
+  options.layers = preset.layers;
+  options.hidden = preset.hidden;
+  options.heads = preset.heads;
+  options.seq = preset.seq;
+  options.batch = preset.batch;
+  options.vocab = 50257;
+  options.max_positions = preset.seq;
+  options.dtype_bytes = 2;
+  options.attention = preset.attention;
+  options.dropout = Dropout::kOff;
+  options.recompute = Recompute::kNone;
+  options.optimizer = OptimizerStep::kNone;
+  options.embeddings = EmbeddingTying::kTied;
+  return options;
+}
 
 }  // namespace
 
@@ -87,34 +114,13 @@ std::span<const std::string_view> transformer_preset_names() { return kPresetNam
 
 Result<TransformerOptions> transformer_preset(std::string_view name) {
   for (const Preset& preset : kPresets) {
-    if (preset.name != name) continue;
-    TransformerOptions options = demo_transformer_options();
-    options.layers = preset.layers;
-    options.hidden = preset.hidden;
-    options.heads = preset.heads;
-    return options;
+    if (preset.name == name) return options_of(preset);
   }
   return make_error(ErrorCode::kNotFound, fmt::format("unknown transformer preset \"{}\"; known: {}", name,
                                                       fmt::join(kPresetNames, ", ")));
 }
 
-TransformerOptions demo_transformer_options() {
-  TransformerOptions options;
-  options.layers = 12;
-  options.hidden = 768;
-  options.heads = 12;
-  options.seq = 1024;
-  options.batch = 8;
-  options.vocab = 50257;
-  options.max_positions = 1024;
-  options.dtype_bytes = 2;
-  options.attention = AttentionKernel::kMaterialized;
-  options.dropout = Dropout::kOff;
-  options.recompute = Recompute::kNone;
-  options.optimizer = OptimizerStep::kNone;
-  options.embeddings = EmbeddingTying::kTied;
-  return options;
-}
+TransformerOptions demo_transformer_options() { return *transformer_preset("gpt3-1.3b"); }
 
 Status validate_transformer_options(const TransformerOptions& o) {
   if (o.layers <= 0 || o.layers > kMaxLayers) {

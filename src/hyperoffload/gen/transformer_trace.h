@@ -129,15 +129,17 @@ struct TransformerOptions {
   std::optional<std::int64_t> memory_limit_bytes;
 };
 
-// The embedded default model of `hyperoffload demo`: GPT-2 small (12 layers,
-// hidden 768, 12 heads, vocab 50257, 1024 positions, tied embeddings) at seq
-// 1024, batch 8, fp16 on an A100, without an optimizer step. Generates in
-// milliseconds.
+// The embedded default model of `hyperoffload demo`: the "gpt3-1.3b" preset, a
+// model whose activations, not its parameters, fill the device — the case
+// activation offloading is for. Generates in milliseconds.
 TransformerOptions demo_transformer_options();
 
-// The GPT-2 family as presets, at seq 1024 and batch 8 like the demo:
+// Model presets (tied embeddings, vocab 50257, fp16 on an A100, no optimizer step):
 //   gpt2-small 12 x 768 (12 heads), gpt2-medium 24 x 1024 (16),
-//   gpt2-large 36 x 1280 (20), gpt2-xl 48 x 1600 (25).
+//   gpt2-large 36 x 1280 (20), gpt2-xl 48 x 1600 (25): seq 1024, batch 8,
+//   materialized attention;
+//   gpt3-1.3b 24 x 2048 (16), gpt3-2.7b 32 x 2560 (32), gpt3-6.7b 32 x 4096 (32):
+//   seq 2048, batch 16, flash attention.
 // An unknown name is kNotFound, listing the known ones.
 Result<TransformerOptions> transformer_preset(std::string_view name);
 std::span<const std::string_view> transformer_preset_names();
