@@ -51,14 +51,4 @@ std::vector<std::pair<std::string, double>> parse_score_weights(const std::vecto
   return weights;
 }
 
-std::string group_digits(std::int64_t value) {
-  std::string digits = std::to_string(value < 0 ? -value : value);
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(digits[i]);
-  }
-  return value < 0 ? "-" + out : out;
-}
-
 }  // namespace hyperoffload::cli

@@ -29,7 +29,4 @@ TimedPlan plan_timed(const Planner& planner, const Trace& trace, std::optional<s
 // Parses repeated NAME=VALUE options into planner score weights.
 std::vector<std::pair<std::string, double>> parse_score_weights(const std::vector<std::string>& items);
 
-// "1,234,567"
-std::string group_digits(std::int64_t value);
-
 }  // namespace hyperoffload::cli

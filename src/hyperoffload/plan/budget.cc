@@ -92,4 +92,14 @@ std::string format_bytes(std::int64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+std::string group_digits(std::int64_t value) {
+  const std::string digits = std::to_string(value < 0 ? -value : value);
+  std::string out = value < 0 ? "-" : "";
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
 }  // namespace hyperoffload

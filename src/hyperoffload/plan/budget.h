@@ -29,4 +29,7 @@ Result<std::int64_t> parse_bytes(std::string_view text);
 // "1.50 GiB", "512.00 MiB", "4.00 KiB", "17 B": for reports.
 std::string format_bytes(std::int64_t bytes);
 
+// "1,234,567": counts and exact byte numbers in reports.
+std::string group_digits(std::int64_t value);
+
 }  // namespace hyperoffload

@@ -9,16 +9,6 @@
 namespace hyperoffload {
 namespace {
 
-std::string grouped(std::int64_t value) {
-  std::string digits = std::to_string(value < 0 ? -value : value);
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(digits[i]);
-  }
-  return value < 0 ? "-" + out : out;
-}
-
 struct Column {
   std::string_view header;
   bool right_aligned;
@@ -72,7 +62,7 @@ void append_table(std::string& out, std::span<const ComparisonRow> rows) {
 std::string format_comparison_table(const Comparison& comparison, std::string_view trace_label) {
   std::string out;
   out += fmt::format("trace      {}: {} ops, {} storages, {:.3f} ms of compute\n", trace_label,
-                     grouped(comparison.op_count), grouped(comparison.storage_count), comparison.compute_ms);
+                     group_digits(comparison.op_count), group_digits(comparison.storage_count), comparison.compute_ms);
   out += fmt::format("unplanned  {} op-granular peak (op {})\n", format_bytes(comparison.unplanned_peak_bytes),
                      comparison.unplanned_peak_op);
   out += fmt::format(
