@@ -217,5 +217,20 @@ TEST(GenerateCli, WithoutAGeneratorExitsTwo) {
   EXPECT_EQ(run.exit_code, 2);
 }
 
+TEST(GenerateTransformerCli, UsesThePresetsAttentionKernelUnlessOverridden) {
+  testing::ScratchDir dir;
+  const std::string preset = (dir / "preset.json").string();
+  ASSERT_EQ(testing::run_cli({"generate", "transformer", "--preset", "gpt3-1.3b", "-o", preset}).exit_code, 0);
+  EXPECT_EQ(testing::read_text(preset), trace_to_json(*generate_transformer_trace(*transformer_preset("gpt3-1.3b"))));
+  const std::string materialized = (dir / "materialized.json").string();
+  ASSERT_EQ(testing::run_cli({"generate", "transformer", "--preset", "gpt3-1.3b", "--attention", "materialized",
+                              "-o", materialized})
+                .exit_code,
+            0);
+  TransformerOptions options = *transformer_preset("gpt3-1.3b");
+  options.attention = AttentionKernel::kMaterialized;
+  EXPECT_EQ(testing::read_text(materialized), trace_to_json(*generate_transformer_trace(options)));
+}
+
 }  // namespace
 }  // namespace hyperoffload

@@ -57,6 +57,7 @@ TransformerOptions resolve_transformer_options(const TransformerArgs& args, cons
     if (app.count("--heads") == 0) options.heads = preset.heads;
     if (app.count("--seq") == 0) options.seq = preset.seq;
     if (app.count("--batch") == 0) options.batch = preset.batch;
+    if (app.count("--attention") == 0) options.attention = preset.attention;
   } else {
     std::vector<std::string> missing;
     for (const char* name : kShapeOptions) {
@@ -68,7 +69,9 @@ TransformerOptions resolve_transformer_options(const TransformerArgs& args, cons
                                            fmt::join(missing, ", "))});
     }
   }
-  options.attention = args.attention == "flash" ? AttentionKernel::kFlash : AttentionKernel::kMaterialized;
+  if (app.count("--attention") > 0 || args.preset.empty()) {
+    options.attention = args.attention == "flash" ? AttentionKernel::kFlash : AttentionKernel::kMaterialized;
+  }
   options.recompute = args.recompute == "full" ? Recompute::kFull : Recompute::kNone;
   options.optimizer = args.optimizer == "none" ? OptimizerStep::kNone : OptimizerStep::kAdamW;
   options.dropout = args.dropout ? Dropout::kOn : Dropout::kOff;
@@ -128,9 +131,9 @@ void add_transformer_options(CLI::App& app, TransformerArgs& args) {
   app.add_option("--optimizer-state-bytes", o.optimizer_state_bytes, "Bytes per AdamW moment element")
       ->capture_default_str();
   app.add_option("--attention", args.attention,
-                 "materialized (S x S scores and probabilities) or flash (fused, saves only output + logsumexp)")
-      ->check(CLI::IsMember({"materialized", "flash"}))
-      ->capture_default_str();
+                 "materialized (S x S scores and probabilities) or flash (fused, saves only output + logsumexp); "
+                 "default: the preset's, else materialized")
+      ->check(CLI::IsMember({"materialized", "flash"}));
   app.add_flag("--dropout", args.dropout, "Run dropout (its masks are saved for the backward pass)");
   app.add_option("--recompute", args.recompute, "none, or full (each block saves only its input and recomputes)")
       ->check(CLI::IsMember({"none", "full"}))
