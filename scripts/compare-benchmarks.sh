@@ -9,8 +9,10 @@
 # feasible wherever greedy is, and its stall is at most half of greedy's
 # wherever greedy stalls.
 #
-#   scripts/compare-benchmarks.sh            GPT presets
-#   scripts/compare-benchmarks.sh --g10      also the real G10 traces in examples/traces/g10
+#   scripts/compare-benchmarks.sh                       GPT presets
+#   scripts/compare-benchmarks.sh --g10                 also the real G10 traces in examples/traces/g10
+#   scripts/compare-benchmarks.sh --memory-cap budget   simulate a device that holds only the budget
+#                                                       (docs/SIMULATOR.md); combines with --g10
 #
 # Needs build/bin/hyperoffload (built here if missing) and python3 for the summary.
 set -euo pipefail
@@ -21,12 +23,22 @@ if [[ ! -x "$cli" ]]; then
   cmake --build --preset release --target hyperoffload_cli
 fi
 with_g10=0
-for arg in "$@"; do
-  case "$arg" in
+memory_cap=unlimited
+usage() { echo "usage: $0 [--g10] [--memory-cap unlimited|budget]" >&2; exit 2; }
+while (($#)); do
+  case "$1" in
     --g10) with_g10=1 ;;
-    *) echo "usage: $0 [--g10]" >&2; exit 2 ;;
+    --memory-cap)
+      (($# >= 2)) || usage
+      memory_cap=$2
+      shift
+      ;;
+    --memory-cap=*) memory_cap=${1#--memory-cap=} ;;
+    *) usage ;;
   esac
+  shift
 done
+case "$memory_cap" in unlimited | budget) ;; *) usage ;; esac
 
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -42,8 +54,8 @@ fi
 budgets=30%,50%,70%
 for trace in "${traces[@]}"; do
   echo "== $(basename "$trace" .json)"
-  "$cli" compare "$trace" --budgets "$budgets" --copy-engines 2
-  "$cli" compare "$trace" --budgets "$budgets" --copy-engines 2 --json >"$scratch/$(basename "$trace" .json).result.json"
+  "$cli" compare "$trace" --budgets "$budgets" --copy-engines 2 --memory-cap "$memory_cap"
+  "$cli" compare "$trace" --budgets "$budgets" --copy-engines 2 --memory-cap "$memory_cap" --json >"$scratch/$(basename "$trace" .json).result.json"
   echo
 done
 
@@ -51,7 +63,7 @@ if ! command -v python3 >/dev/null; then
   echo "(python3 not found: no summary)"
   exit 0
 fi
-echo "== summary: stall ratio = peak / greedy; targets: peak feasible where greedy is, ratio <= 0.5 where greedy stalls"
+echo "== summary (memory cap: $memory_cap): stall ratio = peak / greedy; targets: peak feasible where greedy is, ratio <= 0.5 where greedy stalls"
 python3 - "$scratch"/*.result.json <<'EOF'
 import json, os, sys
 print(f"{'trace':24s} {'budget':>6s}  {'greedy':>8s} {'stall ms':>10s}  {'peak':>8s} {'stall ms':>10s}  {'ratio':>6s}  targets")
