@@ -286,93 +286,50 @@ struct Placement {
   std::int32_t engine_rank;  // position of its copy_h2d in the engine order
 };
 
-// When each selected candidate's copy back could start and when it is needed,
-// in ms of compute without stalls: the version's copy to host is simulated on a
-// FIFO engine (issued after its copy op, in op order), and the candidate is
-// needed when its end op starts. Used to order the prefetches.
-struct PrefetchTiming {
-  double ready_ms = 0.0;     // its version's D2H has completed
-  double deadline_ms = 0.0;  // its end op starts
-};
-
-std::vector<PrefetchTiming> estimate_timing(const Trace& trace, const PeakModel& model,
-                                            std::span<const std::int32_t> selected) {
+// start_ms[x] = compute ms of ops [0, x), x in [0, ops]: when op x starts in a
+// run without stalls. The planner's timing estimates are all in these units.
+std::vector<double> op_start_ms(const Trace& trace) {
   std::vector<double> start_ms(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
   for (OpIndex op = 0; op < trace.op_count(); ++op) {
     start_ms[static_cast<std::size_t>(op) + 1] = start_ms[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
   }
-  std::vector<std::int32_t> versions;
-  for (const std::int32_t k : selected) versions.push_back(model.interior[static_cast<std::size_t>(k)].version);
-  std::sort(versions.begin(), versions.end(), [&](std::int32_t a, std::int32_t b) {
-    const internal::PeakVersion& x = model.versions[static_cast<std::size_t>(a)];
-    const internal::PeakVersion& y = model.versions[static_cast<std::size_t>(b)];
-    return std::tie(x.copy_op, a) < std::tie(y.copy_op, b);
-  });
-  versions.erase(std::unique(versions.begin(), versions.end()), versions.end());
-  std::vector<double> done_ms(model.versions.size(), 0.0);
-  double engine_free_ms = 0.0;
-  for (const std::int32_t v : versions) {
-    const internal::PeakVersion& version = model.versions[static_cast<std::size_t>(v)];
-    const double issue_ms = start_ms[static_cast<std::size_t>(version.copy_op) + 1];
-    engine_free_ms = std::max(engine_free_ms, issue_ms) + trace.d2h_ms(trace.storage(version.storage).size_bytes);
-    done_ms[static_cast<std::size_t>(v)] = engine_free_ms;
-  }
-  std::vector<PrefetchTiming> timing(model.interior.size());
-  for (const std::int32_t k : selected) {
-    const PeakCandidate& c = model.interior[static_cast<std::size_t>(k)];
-    timing[static_cast<std::size_t>(k)] = {done_ms[static_cast<std::size_t>(c.version)],
-                                           start_ms[static_cast<std::size_t>(c.end_op)]};
-  }
-  return timing;
+  return start_ms;
 }
 
-// Two ways to order the prefetches on their FIFO copy engine; the planner
-// builds both schedules and keeps the one with the smaller estimated stall
-// (internal/stall_estimate.h).
-enum class PrefetchOrder : std::uint8_t {
-  // Soonest needed first. Best when compute hides the copies.
-  kSoonestNeeded,
-  // Soonest needed first, except that while the next copy cannot start yet —
-  // its data is not on the host, or the budget has no room for it — copies
-  // needed later that can start and finish before it run in the idle time
-  // (over estimated times). Best when copies to host lag behind compute.
-  kFillIdleEngine,
+// One copy for a FIFO copy engine to run, over estimated times.
+struct EngineJob {
+  double available_ms;  // it can start: its data is there (and, for a prefetch, room on the device)
+  double deadline_ms;   // when it is needed: the sequencing key
+  std::int64_t tie;     // breaks deadline ties; unique per job (see tie_key)
+  double duration_ms;
 };
 
-// The order in which the copy engine should run the prefetches, from a
-// simulation of the engine over estimated times.
-std::vector<std::int32_t> engine_order(const Trace& trace, const PeakModel& model,
-                                       std::span<const std::int32_t> selected, std::int64_t limit,
-                                       const ProfileTree& profile, PrefetchOrder rule) {
-  const std::vector<PrefetchTiming> timing = estimate_timing(trace, model, selected);
-  std::vector<double> start_ms(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
-  for (OpIndex op = 0; op < trace.op_count(); ++op) {
-    start_ms[static_cast<std::size_t>(op) + 1] = start_ms[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
-  }
-  struct Job {
-    std::int32_t candidate;
-    double available_ms;  // data on the host and room on the device
-    double deadline_ms;
-    OpIndex end_op;
-    double duration_ms;
-  };
-  std::vector<Job> jobs;
-  jobs.reserve(selected.size());
-  for (const std::int32_t k : selected) {
-    const PeakCandidate& c = model.interior[static_cast<std::size_t>(k)];
-    const std::size_t blocked_last =
-        profile.find_last_above(static_cast<std::size_t>(c.interior_first()),
-                                static_cast<std::size_t>(c.interior_last()), limit - c.size_bytes);
-    const OpIndex room_from =
-        blocked_last == ProfileTree::kNotFound ? c.interior_first() : static_cast<OpIndex>(blocked_last) + 1;
-    const PrefetchTiming& t = timing[static_cast<std::size_t>(k)];
-    jobs.push_back({k, std::max(t.ready_ms, start_ms[static_cast<std::size_t>(room_from)]), t.deadline_ms, c.end_op,
-                    trace.h2d_ms(c.size_bytes)});
-  }
-  // by_deadline: the EDD sequence; by_availability feeds the heap of startable jobs.
+// A unique tie key from an op and an index: by op, then index.
+std::int64_t tie_key(OpIndex op, std::int32_t index) {
+  return (static_cast<std::int64_t>(op) << 32) | static_cast<std::int64_t>(static_cast<std::uint32_t>(index));
+}
+
+// How a sequence treats the soonest-needed job when it cannot start yet.
+enum class EngineRule : std::uint8_t {
+  // Wait for it: the order is the deadline order.
+  kSoonestNeeded,
+  // Run a job needed later in the idle time, if it can start now and finish
+  // before the soonest-needed one can start.
+  kFillIdleEngine,
+  // Run the soonest-needed job that can start now, if any (the engine never
+  // idles while a copy could run).
+  kWorkConserving,
+};
+
+// Sequences `jobs` on one engine (non-preemptive, soonest deadline first, with
+// `rule` for jobs that cannot start yet). Returns job indices in run order;
+// `finish_ms`, when given, receives each job's estimated completion
+// (max(engine free, available) + duration, in run order).
+// O(jobs log jobs).
+std::vector<std::size_t> sequence_jobs(std::span<const EngineJob> jobs, EngineRule rule,
+                                       std::vector<double>* finish_ms = nullptr) {
   auto sooner = [&](std::size_t a, std::size_t b) {
-    return std::tie(jobs[a].deadline_ms, jobs[a].end_op, jobs[a].candidate) <
-           std::tie(jobs[b].deadline_ms, jobs[b].end_op, jobs[b].candidate);
+    return std::tie(jobs[a].deadline_ms, jobs[a].tie) < std::tie(jobs[b].deadline_ms, jobs[b].tie);
   };
   std::vector<std::size_t> by_deadline(jobs.size()), by_availability(jobs.size());
   std::iota(by_deadline.begin(), by_deadline.end(), std::size_t{0});
@@ -383,9 +340,11 @@ std::vector<std::int32_t> engine_order(const Trace& trace, const PeakModel& mode
   auto later = [&](std::size_t a, std::size_t b) { return sooner(b, a); };
   std::vector<std::size_t> startable;  // heap, soonest-needed on top; may hold done jobs
   std::vector<bool> done(jobs.size(), false);
-  std::vector<std::int32_t> order;
+  std::vector<std::size_t> order;
   order.reserve(jobs.size());
-  double now_ms = 0.0;
+  if (finish_ms != nullptr) finish_ms->assign(jobs.size(), 0.0);
+  double now_ms = 0.0;          // the sequencing clock
+  double engine_free_ms = 0.0;  // the engine's estimated clock, which also waits for availability
   std::size_t next_available = 0, next_due = 0;
   while (order.size() < jobs.size()) {
     for (; next_available < jobs.size() && jobs[by_availability[next_available]].available_ms <= now_ms;
@@ -396,13 +355,14 @@ std::vector<std::int32_t> engine_order(const Trace& trace, const PeakModel& mode
     while (done[by_deadline[next_due]]) ++next_due;
     const std::size_t due = by_deadline[next_due];
     std::size_t run = due;
-    if (rule == PrefetchOrder::kFillIdleEngine && jobs[due].available_ms > now_ms) {
+    if (rule != EngineRule::kSoonestNeeded && jobs[due].available_ms > now_ms) {
       while (!startable.empty() && done[startable.front()]) {
         std::pop_heap(startable.begin(), startable.end(), later);
         startable.pop_back();
       }
       const bool fills_gap =
-          !startable.empty() && now_ms + jobs[startable.front()].duration_ms <= jobs[due].available_ms;
+          !startable.empty() && (rule == EngineRule::kWorkConserving ||
+                                 now_ms + jobs[startable.front()].duration_ms <= jobs[due].available_ms);
       if (!fills_gap) {
         // Idle until the due copy, or an earlier one that might fill the gap,
         // can start.
@@ -416,9 +376,169 @@ std::vector<std::int32_t> engine_order(const Trace& trace, const PeakModel& mode
       run = startable.front();
     }
     done[run] = true;
-    order.push_back(jobs[run].candidate);
+    order.push_back(run);
     now_ms += jobs[run].duration_ms;
+    engine_free_ms = std::max(engine_free_ms, jobs[run].available_ms) + jobs[run].duration_ms;
+    if (finish_ms != nullptr) (*finish_ms)[run] = engine_free_ms;
   }
+  return order;
+}
+
+// Where a used version's copy_d2h goes: after op `issue_op`; `rank` orders the
+// copies to host issued after the same op. issue_op -1: right after its copy
+// op, ahead of the others (a version used only by boundary candidates, whose
+// copies back are needed by the very next op).
+struct HostCopy {
+  OpIndex issue_op = -1;
+  std::int64_t rank = -1;
+};
+
+constexpr OpIndex kNoRelease = std::numeric_limits<OpIndex>::max();
+
+// Issues the copies to host of `versions` in that order, each after its copy
+// op and no earlier than the one before (the engine is FIFO), but no later
+// than latest[v] — the version's first release, which needs the host copy —
+// where it then overtakes the copies ordered before it. A version with no
+// release (kNoRelease) is not copied.
+std::vector<HostCopy> issue_host_copies(const PeakModel& model, std::span<const std::int32_t> versions,
+                                        std::span<const OpIndex> latest) {
+  std::vector<HostCopy> copies(model.versions.size());
+  OpIndex issued_up_to = 0;
+  std::int64_t rank = 0;
+  for (const std::int32_t v : versions) {
+    const OpIndex last = latest[static_cast<std::size_t>(v)];
+    if (last == kNoRelease) continue;
+    const OpIndex copy_op = model.versions[static_cast<std::size_t>(v)].copy_op;
+    OpIndex issue = std::max(copy_op, issued_up_to);
+    if (issue > last) {
+      issue = last;
+    } else {
+      issued_up_to = issue;
+    }
+    copies[static_cast<std::size_t>(v)] = {issue, rank++};
+  }
+  return copies;
+}
+
+// When each version's copy to host completes on the FIFO engine, over
+// estimated times, for copies issued as in `copies` (0 when not copied).
+std::vector<double> host_copy_ready_ms(const Trace& trace, const PeakModel& model, std::span<const HostCopy> copies,
+                                       std::span<const double> start_ms) {
+  std::vector<std::size_t> issued;
+  for (std::size_t v = 0; v < copies.size(); ++v) {
+    if (copies[v].issue_op >= 0) issued.push_back(v);
+  }
+  std::sort(issued.begin(), issued.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(copies[a].issue_op, copies[a].rank) < std::tie(copies[b].issue_op, copies[b].rank);
+  });
+  std::vector<double> ready_ms(model.versions.size(), 0.0);
+  double engine_free_ms = 0.0;
+  for (const std::size_t v : issued) {
+    engine_free_ms = std::max(engine_free_ms, start_ms[static_cast<std::size_t>(copies[v].issue_op) + 1]) +
+                     trace.d2h_ms(trace.storage(model.versions[v].storage).size_bytes);
+    ready_ms[v] = engine_free_ms;
+  }
+  return ready_ms;
+}
+
+// The first placement's estimate: every copy to host issued right after its
+// version's copy op, in op order (ties by version).
+std::vector<double> copy_op_ready_ms(const Trace& trace, const PeakModel& model, std::span<const std::int32_t> selected,
+                                     std::span<const double> start_ms) {
+  std::vector<HostCopy> copies(model.versions.size());
+  for (const std::int32_t k : selected) {
+    const auto v = static_cast<std::size_t>(model.interior[static_cast<std::size_t>(k)].version);
+    copies[v] = {model.versions[v].copy_op, static_cast<std::int64_t>(v)};
+  }
+  return host_copy_ready_ms(trace, model, copies, start_ms);
+}
+
+// Copies to host (docs/PEAK_PLANNER.md, "Copies to host"): one per version
+// that a placed candidate evicts, run on the FIFO D2H engine in the order
+// their data is needed rather than in the order it was written. A version is
+// needed by the copy back of each of its candidates — the H2D must start by
+// the end op's start minus the H2D time — and, on a device that holds only the
+// budget, by the op after each release (the release frees memory only once the
+// copy has completed). Sequenced work-conserving from when each version's copy
+// op ends; ready_ms follows from issuing them by the releases of `placements`.
+struct HostCopyOrder {
+  std::vector<std::int32_t> versions;  // in engine order
+  std::vector<double> ready_ms;        // per model version: estimated completion (0 when not copied)
+};
+
+// The latest op after which each version's copy to host can be issued: its
+// first release or boundary eviction (kNoRelease when it has neither).
+std::vector<OpIndex> first_releases(const PeakModel& model, std::span<const Placement> placements,
+                                    std::span<const std::int32_t> boundary_picks) {
+  std::vector<OpIndex> latest(model.versions.size(), kNoRelease);
+  for (const Placement& p : placements) {
+    OpIndex& at = latest[static_cast<std::size_t>(model.interior[static_cast<std::size_t>(p.candidate)].version)];
+    at = std::min(at, p.release_op);
+  }
+  for (const std::int32_t k : boundary_picks) {
+    const PeakCandidate& c = model.boundary[static_cast<std::size_t>(k)];
+    OpIndex& at = latest[static_cast<std::size_t>(c.version)];
+    at = std::min(at, c.start_op);
+  }
+  return latest;
+}
+
+HostCopyOrder order_host_copies(const Trace& trace, const PeakModel& model, std::span<const Placement> placements,
+                                std::span<const std::int32_t> boundary_picks, std::span<const double> start_ms,
+                                DeviceMemory device) {
+  std::vector<std::int32_t> job_of(model.versions.size(), -1);
+  std::vector<std::int32_t> version_of_job;
+  std::vector<EngineJob> jobs;
+  for (const Placement& p : placements) {
+    const PeakCandidate& c = model.interior[static_cast<std::size_t>(p.candidate)];
+    std::int32_t& job = job_of[static_cast<std::size_t>(c.version)];
+    if (job < 0) {
+      const OpIndex copy_op = model.versions[static_cast<std::size_t>(c.version)].copy_op;
+      job = static_cast<std::int32_t>(jobs.size());
+      version_of_job.push_back(c.version);
+      jobs.push_back({start_ms[static_cast<std::size_t>(copy_op) + 1], std::numeric_limits<double>::infinity(),
+                      tie_key(copy_op, c.version), trace.d2h_ms(c.size_bytes)});
+    }
+    double needed_ms = start_ms[static_cast<std::size_t>(c.end_op)] - trace.h2d_ms(c.size_bytes);
+    if (device == DeviceMemory::kBudget) {
+      needed_ms = std::min(needed_ms, start_ms[static_cast<std::size_t>(p.release_op) + 1]);
+    }
+    EngineJob& entry = jobs[static_cast<std::size_t>(job)];
+    entry.deadline_ms = std::min(entry.deadline_ms, needed_ms);
+  }
+  HostCopyOrder result;
+  result.versions.reserve(jobs.size());
+  for (const std::size_t j : sequence_jobs(jobs, EngineRule::kWorkConserving)) {
+    result.versions.push_back(version_of_job[j]);
+  }
+  const std::vector<OpIndex> latest = first_releases(model, placements, boundary_picks);
+  result.ready_ms = host_copy_ready_ms(trace, model, issue_host_copies(model, result.versions, latest), start_ms);
+  return result;
+}
+
+// The order in which the H2D engine should run the prefetches: a sequence over
+// estimated times, where a prefetch can start once its version's copy to host
+// is done (`ready_ms`, per version) and the budget has room for it, and is
+// needed when its end op starts.
+std::vector<std::int32_t> engine_order(const PeakModel& model, std::span<const std::int32_t> selected,
+                                       std::span<const double> start_ms, std::span<const double> ready_ms,
+                                       std::int64_t limit, const ProfileTree& profile, const Trace& trace,
+                                       EngineRule rule) {
+  std::vector<EngineJob> jobs;
+  jobs.reserve(selected.size());
+  for (const std::int32_t k : selected) {
+    const PeakCandidate& c = model.interior[static_cast<std::size_t>(k)];
+    const std::size_t blocked_last =
+        profile.find_last_above(static_cast<std::size_t>(c.interior_first()),
+                                static_cast<std::size_t>(c.interior_last()), limit - c.size_bytes);
+    const OpIndex room_from =
+        blocked_last == ProfileTree::kNotFound ? c.interior_first() : static_cast<OpIndex>(blocked_last) + 1;
+    jobs.push_back({std::max(ready_ms[static_cast<std::size_t>(c.version)], start_ms[static_cast<std::size_t>(room_from)]),
+                    start_ms[static_cast<std::size_t>(c.end_op)], tie_key(c.end_op, k), trace.h2d_ms(c.size_bytes)});
+  }
+  std::vector<std::int32_t> order;
+  order.reserve(jobs.size());
+  for (const std::size_t j : sequence_jobs(jobs, rule)) order.push_back(selected[j]);
   return order;
 }
 
@@ -432,9 +552,11 @@ std::vector<std::int32_t> engine_order(const Trace& trace, const PeakModel& mode
 // before: the engine is FIFO, so a copy issued out of that order would hold up
 // the copies queued behind it. Releases follow, in selection order.
 std::vector<Placement> place(const Trace& trace, const PeakModel& model, std::span<const std::int32_t> selected,
-                             std::int64_t limit, ProfileTree& profile, PrefetchOrder rule) {
+                             std::span<const double> start_ms, std::span<const double> ready_ms, std::int64_t limit,
+                             ProfileTree& profile, EngineRule rule) {
   auto interior = [&](std::int32_t k) -> const PeakCandidate& { return model.interior[static_cast<std::size_t>(k)]; };
-  const std::vector<std::int32_t> by_need = engine_order(trace, model, selected, limit, profile, rule);
+  const std::vector<std::int32_t> by_need =
+      engine_order(model, selected, start_ms, ready_ms, limit, profile, trace, rule);
   std::vector<std::int32_t> engine_rank(model.interior.size(), 0);
   for (std::size_t i = 0; i < by_need.size(); ++i)
     engine_rank[static_cast<std::size_t>(by_need[i])] = static_cast<std::int32_t>(i);
@@ -550,9 +672,9 @@ std::vector<std::int32_t> select_boundaries(const PeakModel& model, std::span<co
 
 struct PendingAction {
   Action action;
-  // Orders copies within one (op, phase): prefetches by engine order (those of
-  // boundary candidates, needed by the very next op, first), copies to host by
-  // the first release that waits for them.
+  // Orders copies within one (op, phase) by engine order: prefetches (those of
+  // boundary candidates, needed by the very next op, first) and copies to host
+  // (those of versions only boundary candidates use first).
   std::int64_t order_key;
 };
 
@@ -574,9 +696,8 @@ int kind_rank(ActionKind kind) {
 // pairs, one release_host per used version after its last prefetch, and the
 // end-of-life releases; then the fixed order and de-duplication.
 std::vector<Action> emit_actions(const Trace& trace, const PeakModel& model, std::span<const Placement> placements,
-                                 std::span<const std::int32_t> boundary_picks) {
+                                 std::span<const std::int32_t> boundary_picks, std::span<const HostCopy> host_copies) {
   struct VersionUse {
-    OpIndex first_release = -1;
     OpIndex last_end = -1;
     bool last_end_writes = false;
   };
@@ -587,7 +708,6 @@ std::vector<Action> emit_actions(const Trace& trace, const PeakModel& model, std
     pending.push_back({Action{release_op, Phase::kPost, ActionKind::kReleaseDevice, id}, 0});
     pending.push_back({Action{prefetch_op, Phase::kPre, ActionKind::kCopyH2D, id}, engine_rank});
     VersionUse& use = uses[static_cast<std::size_t>(c.version)];
-    if (use.first_release < 0 || release_op < use.first_release) use.first_release = release_op;
     if (c.end_op > use.last_end) {
       use.last_end = c.end_op;
       use.last_end_writes = c.end_op_writes;
@@ -604,7 +724,10 @@ std::vector<Action> emit_actions(const Trace& trace, const PeakModel& model, std
     const VersionUse& use = uses[v];
     if (use.last_end < 0) continue;
     const StorageId id = trace.storage(model.versions[v].storage).id;
-    pending.push_back({Action{model.versions[v].copy_op, Phase::kPost, ActionKind::kCopyD2H, id}, use.first_release});
+    const HostCopy& copy = host_copies[v];
+    pending.push_back(
+        {Action{copy.issue_op >= 0 ? copy.issue_op : model.versions[v].copy_op, Phase::kPost, ActionKind::kCopyD2H, id},
+         copy.rank});
     // The host copy is last used by the prefetch before op last_end. When that
     // op writes the storage, the next version's copy may be taken right after
     // it, so the stale copy goes before the op.
@@ -673,29 +796,49 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   // Below the floor the selection stops at the floor; placement then keeps to
   // what was reached instead of the unreachable budget.
   const std::int64_t placement_limit = std::max(limit, profile.max());
+  const std::vector<double> start_ms = op_start_ms(trace);
+  // The first placement's copies to host follow their copy ops.
+  const std::vector<double> copy_op_ready = copy_op_ready_ms(trace, model, selected, start_ms);
+  // The stall estimate models the device the schedule is tuned for.
+  const std::optional<std::int64_t> memory_cap =
+      options_.device_memory == DeviceMemory::kBudget ? std::optional<std::int64_t>(limit) : std::nullopt;
   struct Variant {
     std::vector<Action> actions;
     std::size_t boundary_picks = 0;
     std::int64_t peak_bytes = 0;
     double stall_ms = 0.0;
   };
-  auto build = [&](PrefetchOrder rule, ProfileTree& tree) {
-    const std::vector<Placement> placements = place(trace, model, selected, placement_limit, tree, rule);
-    const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit);
-    Variant variant{emit_actions(trace, model, placements, boundary_picks), boundary_picks.size(), tree.max(), 0.0};
-    variant.stall_ms = internal::estimate_stall_ms(trace, accesses, variant.actions);
+  // Two placements (docs/PEAK_PLANNER.md, "Copies to host"): the first, with
+  // copies to host in op order, gives the releases and copy backs that say
+  // when each version is needed; the second places the prefetches again with
+  // the copies to host in that order.
+  auto build = [&](EngineRule rule, ProfileTree& tree) {
+    const ProfileTree selected_profile = tree;
+    std::vector<Placement> placements =
+        place(trace, model, selected, start_ms, copy_op_ready, placement_limit, tree, rule);
+    std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit);
+    const HostCopyOrder host_order =
+        order_host_copies(trace, model, placements, boundary_picks, start_ms, options_.device_memory);
+    tree = selected_profile;
+    placements = place(trace, model, selected, start_ms, host_order.ready_ms, placement_limit, tree, rule);
+    boundary_picks = select_boundaries(model, placements, limit);
+    const std::vector<HostCopy> host_copies =
+        issue_host_copies(model, host_order.versions, first_releases(model, placements, boundary_picks));
+    Variant variant{emit_actions(trace, model, placements, boundary_picks, host_copies), boundary_picks.size(),
+                    tree.max(), 0.0};
+    variant.stall_ms = internal::estimate_stall_ms(trace, accesses, variant.actions, memory_cap);
     return variant;
   };
-  // The two orders are independent: the idle-filling one runs on a second
-  // thread, on its own copy of the profile.
+  // The two prefetch orders are independent: the idle-filling one runs on a
+  // second thread, on its own copy of the profile.
   Variant chosen;
   if (selected.empty()) {
-    chosen = build(PrefetchOrder::kSoonestNeeded, profile);
+    chosen = build(EngineRule::kSoonestNeeded, profile);
   } else {
     ProfileTree fill_profile = profile;
     Variant fill;
-    std::jthread worker([&] { fill = build(PrefetchOrder::kFillIdleEngine, fill_profile); });
-    chosen = build(PrefetchOrder::kSoonestNeeded, profile);
+    std::jthread worker([&] { fill = build(EngineRule::kFillIdleEngine, fill_profile); });
+    chosen = build(EngineRule::kSoonestNeeded, profile);
     worker.join();
     if (fill.stall_ms < chosen.stall_ms) chosen = std::move(fill);
   }

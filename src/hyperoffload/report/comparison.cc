@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/peak_planner.h"
 
 namespace hyperoffload {
 namespace {
@@ -23,13 +24,17 @@ Result<std::vector<NamedPlanner>> make_planners(const ComparisonOptions& options
   std::vector<NamedPlanner> planners;
   bool weights_used = false;
   for (const std::string& name : options.planners) {
-    PlannerOptions planner_options;
-    // Only the peak planner has score weights; the others get none.
     if (name == "peak") {
-      planner_options.score_weights = options.score_weights;
+      // Only the peak planner has score weights, and it tunes its schedule to
+      // the simulated device (DeviceMemory mirrors the memory cap).
+      HO_ASSIGN_OR_RETURN(PeakPlannerOptions peak_options, peak_planner_options(options.score_weights));
+      peak_options.device_memory =
+          options.memory_cap == MemoryCap::kBudget ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
+      planners.push_back({name, std::make_unique<PeakPlanner>(peak_options)});
       weights_used = true;
+      continue;
     }
-    HO_ASSIGN_OR_RETURN(std::unique_ptr<Planner> planner, make_planner(name, planner_options));
+    HO_ASSIGN_OR_RETURN(std::unique_ptr<Planner> planner, make_planner(name));
     planners.push_back({name, std::move(planner)});
   }
   if (!options.score_weights.empty() && !weights_used) {
