@@ -96,6 +96,44 @@ TEST(CoveringIndex, ReturnsTheBestActiveIntervalContainingEachOp) {
   }
 }
 
+TEST(CoveringIndex, CachedQueriesMatchFreshOnesAfterEveryChange) {
+  // The planner asks at the same op over and over while re-evaluating one
+  // entry at a time; now and then the op moves or everything is re-activated.
+  std::mt19937_64 rng(23);
+  for (int round = 0; round < 40; ++round) {
+    const auto ops = static_cast<OpIndex>(1 + rng() % 120);
+    std::vector<OpInterval> intervals(rng() % 150);
+    std::vector<double> keys(intervals.size());
+    for (std::size_t e = 0; e < intervals.size(); ++e) {
+      OpIndex a = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      OpIndex b = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      intervals[e] = {std::min(a, b), std::max(a, b)};
+      keys[e] = static_cast<double>(rng() % 10);
+    }
+    CoveringIndex index(ops, intervals);
+    index.activate_all(IndexGroup::kSmall, keys);
+    auto op = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+    for (int step = 0; step < 400; ++step) {
+      const std::uint64_t what = rng() % 10;
+      if (what == 0) {
+        op = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      } else if (what == 1 && step % 97 == 0) {
+        for (double& key : keys) key = static_cast<double>(rng() % 10);
+        CoveringIndex fresh(ops, intervals);
+        fresh.activate_all(IndexGroup::kLarge, keys);
+        index = std::move(fresh);
+      } else if (!intervals.empty()) {
+        const auto e = static_cast<std::int32_t>(rng() % intervals.size());
+        index.set(e, static_cast<IndexGroup>(rng() % 3), static_cast<double>(rng() % 10));
+      }
+      const CoveringIndex::Best cached = index.query_cached(op);
+      const CoveringIndex::Best fresh = index.query(op);
+      ASSERT_EQ(cached.small, fresh.small) << "round " << round << " step " << step;
+      ASSERT_EQ(cached.large, fresh.large) << "round " << round << " step " << step;
+    }
+  }
+}
+
 TEST(CoveringIndex, BulkActivationMatchesOneByOne) {
   std::mt19937_64 rng(17);
   for (int round = 0; round < 20; ++round) {

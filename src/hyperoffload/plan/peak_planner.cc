@@ -212,7 +212,7 @@ class Selection {
 
   std::int32_t best_at(OpIndex peak_op, std::int64_t excess, std::int32_t step) {
     for (;;) {
-      const CoveringIndex::Best best = index_.query(peak_op);
+      const CoveringIndex::Best best = index_.query_cached(peak_op);
       std::int32_t pick = best.small;
       if (best.large != kNone) {
         if (pick == kNone) {
@@ -597,13 +597,27 @@ std::vector<Placement> place(const Trace& trace, const PeakModel& model, std::sp
   return placements;
 }
 
+// Boundary candidates grouped by boundary, smallest first: the order in which
+// select_boundaries considers them. Independent of the placements, so built once.
+std::vector<std::int32_t> boundaries_by_edge(const PeakModel& model) {
+  std::vector<std::int32_t> order(model.boundary.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    const PeakCandidate& x = model.boundary[static_cast<std::size_t>(a)];
+    const PeakCandidate& y = model.boundary[static_cast<std::size_t>(b)];
+    return std::tie(x.start_op, x.size_bytes) < std::tie(y.start_op, y.size_bytes);
+  });
+  return order;
+}
+
 // Boundary candidates (docs/PEAK_PLANNER.md, "Boundaries"): for each boundary
 // whose edge memory is still over the limit after placement, and whose boundary
 // candidates together can bring it within the limit, take them by the edge
 // reduction max(0, before - max(after, limit)) — the smallest candidate that
-// clears the excess, else the largest — until it fits.
+// clears the excess, else the largest — until it fits. `by_edge` is
+// boundaries_by_edge(model).
 std::vector<std::int32_t> select_boundaries(const PeakModel& model, std::span<const Placement> placements,
-                                            std::int64_t limit) {
+                                            std::int64_t limit, std::span<const std::int32_t> by_edge) {
   std::vector<std::int32_t> chosen;
   const std::size_t boundaries = model.edge_bytes.size();
   if (boundaries == 0 || model.boundary.empty()) return chosen;
@@ -613,57 +627,38 @@ std::vector<std::int32_t> select_boundaries(const PeakModel& model, std::span<co
     freed_delta[static_cast<std::size_t>(p.release_op)] += size;
     freed_delta[static_cast<std::size_t>(p.prefetch_op)] -= size;
   }
-  // Boundary candidates grouped by boundary, smallest first.
-  std::vector<std::int32_t> order(model.boundary.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-    const PeakCandidate& x = model.boundary[static_cast<std::size_t>(a)];
-    const PeakCandidate& y = model.boundary[static_cast<std::size_t>(b)];
-    return std::tie(x.start_op, x.size_bytes) < std::tie(y.start_op, y.size_bytes);
-  });
+  auto size_of = [&](std::int32_t k) { return model.boundary[static_cast<std::size_t>(k)].size_bytes; };
+  std::vector<std::int32_t> unused;  // the candidates of one boundary not taken yet, smallest first
   std::int64_t freed = 0;
   std::size_t at = 0;
   for (std::size_t boundary = 0; boundary < boundaries; ++boundary) {
     freed += freed_delta[boundary];
     std::size_t group_end = at;
-    while (group_end < order.size() &&
-           model.boundary[static_cast<std::size_t>(order[group_end])].start_op == static_cast<OpIndex>(boundary)) {
+    while (group_end < by_edge.size() &&
+           model.boundary[static_cast<std::size_t>(by_edge[group_end])].start_op == static_cast<OpIndex>(boundary)) {
       ++group_end;
     }
     std::int64_t edge = model.edge_bytes[boundary] - freed;
     // Only when the boundary candidates here can bring the edge within the
     // limit: a partial reduction would add round trips and leave it over.
     std::int64_t available = 0;
-    for (std::size_t i = at; i < group_end; ++i)
-      available += model.boundary[static_cast<std::size_t>(order[i])].size_bytes;
-    if (edge - available > limit) {
+    for (std::size_t i = at; i < group_end; ++i) available += size_of(by_edge[i]);
+    if (edge <= limit || edge - available > limit) {
       at = group_end;
       continue;
     }
-    std::size_t remaining_end = group_end;  // candidates [at, remaining_end) are unused
-    while (edge > limit && remaining_end > at) {
+    unused.assign(by_edge.begin() + static_cast<std::ptrdiff_t>(at),
+                  by_edge.begin() + static_cast<std::ptrdiff_t>(group_end));
+    while (edge > limit && !unused.empty()) {
       const std::int64_t excess = edge - limit;
-      auto size_of = [&](std::size_t i) { return model.boundary[static_cast<std::size_t>(order[i])].size_bytes; };
-      std::size_t pick = remaining_end - 1;  // the largest: removes the most when none clears the excess
-      if (size_of(pick) >= excess) {
-        // The smallest that clears it: same reduction, fewest bytes moved.
-        std::size_t lo = at, hi = remaining_end - 1;
-        while (lo < hi) {
-          const std::size_t mid = lo + (hi - lo) / 2;
-          if (size_of(mid) >= excess) {
-            hi = mid;
-          } else {
-            lo = mid + 1;
-          }
-        }
-        pick = lo;
-      }
-      chosen.push_back(order[pick]);
-      edge -= size_of(pick);
-      std::rotate(order.begin() + static_cast<std::ptrdiff_t>(pick),
-                  order.begin() + static_cast<std::ptrdiff_t>(pick) + 1,
-                  order.begin() + static_cast<std::ptrdiff_t>(remaining_end));
-      --remaining_end;
+      // The smallest that clears the excess (same reduction, fewest bytes
+      // moved), else the largest (removes the most).
+      auto pick = std::partition_point(unused.begin(), unused.end(),
+                                       [&](std::int32_t k) { return size_of(k) < excess; });
+      if (pick == unused.end()) --pick;
+      chosen.push_back(*pick);
+      edge -= size_of(*pick);
+      unused.erase(pick);
     }
     at = group_end;
   }
@@ -797,6 +792,7 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   // what was reached instead of the unreachable budget.
   const std::int64_t placement_limit = std::max(limit, profile.max());
   const std::vector<double> start_ms = op_start_ms(trace);
+  const std::vector<std::int32_t> by_edge = boundaries_by_edge(model);
   // The first placement's copies to host follow their copy ops.
   const std::vector<double> copy_op_ready = copy_op_ready_ms(trace, model, selected, start_ms);
   // The stall estimate models the device the schedule is tuned for.
@@ -816,12 +812,13 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
     const ProfileTree selected_profile = tree;
     std::vector<Placement> placements =
         place(trace, model, selected, start_ms, copy_op_ready, placement_limit, tree, rule);
-    std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit);
+    // Boundary candidates only matter below the floor; the first placement
+    // leaves them out.
     const HostCopyOrder host_order =
-        order_host_copies(trace, model, placements, boundary_picks, start_ms, options_.device_memory);
+        order_host_copies(trace, model, placements, {}, start_ms, options_.device_memory);
     tree = selected_profile;
     placements = place(trace, model, selected, start_ms, host_order.ready_ms, placement_limit, tree, rule);
-    boundary_picks = select_boundaries(model, placements, limit);
+    const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit, by_edge);
     const std::vector<HostCopy> host_copies =
         issue_host_copies(model, host_order.versions, first_releases(model, placements, boundary_picks));
     Variant variant{emit_actions(trace, model, placements, boundary_picks, host_copies), boundary_picks.size(),

@@ -20,27 +20,23 @@ CoveringIndex::CoveringIndex(OpIndex op_count, std::span<const OpInterval> inter
   }
   std::partial_sum(offsets_.begin(), offsets_.end(), offsets_.begin());
 
-  by_first_.entries.resize(entries);
-  {
+  // Each node's entries sorted by first ascending (by_first_) and by last
+  // descending (by_last_), ties by entry index: a stable counting sort of all
+  // entries by that op, then a stable distribution to their nodes.
+  auto distribute = [&](auto op_key) {
+    std::vector<std::uint32_t> start(static_cast<std::size_t>(ops) + 1, 0);
+    for (std::size_t e = 0; e < entries; ++e) ++start[op_key(intervals[e]) + 1];
+    std::partial_sum(start.begin(), start.end(), start.begin());
+    std::vector<std::int32_t> by_op(entries);
+    for (std::size_t e = 0; e < entries; ++e) by_op[start[op_key(intervals[e])]++] = static_cast<std::int32_t>(e);
+    std::vector<std::int32_t> out(entries);
     std::vector<std::uint32_t> cursor(offsets_.begin(), offsets_.end() - 1);
-    for (std::size_t e = 0; e < entries; ++e) by_first_.entries[cursor[node_[e]]++] = static_cast<std::int32_t>(e);
-  }
-  by_last_.entries = by_first_.entries;
-  for (std::size_t node = 0; node < nodes; ++node) {
-    const auto begin = static_cast<std::ptrdiff_t>(offsets_[node]);
-    const auto end = static_cast<std::ptrdiff_t>(offsets_[node + 1]);
-    if (end - begin < 2) continue;
-    std::sort(by_first_.entries.begin() + begin, by_first_.entries.begin() + end, [&](std::int32_t a, std::int32_t b) {
-      const OpInterval& x = intervals[static_cast<std::size_t>(a)];
-      const OpInterval& y = intervals[static_cast<std::size_t>(b)];
-      return x.first != y.first ? x.first < y.first : a < b;
-    });
-    std::sort(by_last_.entries.begin() + begin, by_last_.entries.begin() + end, [&](std::int32_t a, std::int32_t b) {
-      const OpInterval& x = intervals[static_cast<std::size_t>(a)];
-      const OpInterval& y = intervals[static_cast<std::size_t>(b)];
-      return x.last != y.last ? x.last > y.last : a < b;
-    });
-  }
+    for (const std::int32_t e : by_op) out[cursor[node_[static_cast<std::size_t>(e)]]++] = e;
+    return out;
+  };
+  by_first_.entries = distribute([](const OpInterval& i) { return static_cast<std::uint32_t>(i.first); });
+  by_last_.entries =
+      distribute([ops](const OpInterval& i) { return ops - 1 - static_cast<std::uint32_t>(i.last); });
   position_in_first_.resize(entries);
   position_in_last_.resize(entries);
   by_first_.ops.resize(entries);
@@ -132,6 +128,7 @@ void CoveringIndex::place(std::int32_t entry, IndexGroup group, bool present) {
 
 void CoveringIndex::set(std::int32_t entry, IndexGroup group, double key) {
   const auto e = static_cast<std::size_t>(entry);
+  touch(node_[e]);
   const IndexGroup old = group_[e];
   // Clear the old group's leaves first, while the old key still orders them.
   if (old != group && old != IndexGroup::kNone) place(entry, old, false);
@@ -143,6 +140,7 @@ void CoveringIndex::set(std::int32_t entry, IndexGroup group, double key) {
 }
 
 void CoveringIndex::activate_all(IndexGroup group, std::span<const double> keys) {
+  cached_op_ = -1;
   std::copy(keys.begin(), keys.end(), key_.begin());
   std::fill(group_.begin(), group_.end(), group);
   for (Order* order : {&by_first_, &by_last_}) {
@@ -192,6 +190,71 @@ CoveringIndex::Best CoveringIndex::query(OpIndex op) const {
   }
   const std::size_t leaf = (std::size_t{1} << levels_) + p;
   visit(leaf, by_first_, offsets_[leaf + 1] - offsets_[leaf]);
+  return best;
+}
+
+void CoveringIndex::touch(std::size_t node) {
+  if (cached_op_ < 0) return;
+  const auto depth = static_cast<std::size_t>(std::bit_width(node) - 1);
+  if (path_[depth].node == node) path_[depth].dirty = true;
+}
+
+CoveringIndex::Best CoveringIndex::node_best(const PathNode& at) const {
+  if (at.count == 0) return {};
+  const Order& order = at.by_first ? by_first_ : by_last_;
+  return {prefix_best(order, IndexGroup::kSmall, at.node, at.count),
+          prefix_best(order, IndexGroup::kLarge, at.node, at.count)};
+}
+
+// The same walk as query(): at depth d the path node of p is (1 << d) + (p >>
+// (levels_ - d)); left of its split the entries containing p are a prefix of
+// by_first_, right of it a prefix of by_last_; at the leaf all of them.
+void CoveringIndex::fill_path(OpIndex op) {
+  const auto p = static_cast<std::uint32_t>(op);
+  path_.assign(static_cast<std::size_t>(levels_) + 1, PathNode{});
+  for (int depth = 0; depth < levels_; ++depth) {
+    PathNode& at = path_[static_cast<std::size_t>(depth)];
+    const int level = levels_ - 1 - depth;
+    at.node = (std::size_t{1} << depth) + (p >> (level + 1));
+    const std::uint32_t begin = offsets_[at.node];
+    const std::uint32_t end = offsets_[at.node + 1];
+    if (((p >> level) & 1U) == 0) {
+      at.by_first = true;
+      const auto it = std::upper_bound(by_first_.ops.begin() + begin, by_first_.ops.begin() + end, op);
+      at.count = static_cast<std::size_t>(it - (by_first_.ops.begin() + begin));
+    } else {
+      at.by_first = false;
+      const auto it = std::partition_point(by_last_.ops.begin() + begin, by_last_.ops.begin() + end,
+                                           [op](OpIndex last) { return last >= op; });
+      at.count = static_cast<std::size_t>(it - (by_last_.ops.begin() + begin));
+    }
+    at.best = node_best(at);
+  }
+  PathNode& leaf = path_[static_cast<std::size_t>(levels_)];
+  leaf.node = (std::size_t{1} << levels_) + p;
+  leaf.by_first = true;
+  leaf.count = offsets_[leaf.node + 1] - offsets_[leaf.node];
+  leaf.best = node_best(leaf);
+  cached_op_ = op;
+}
+
+CoveringIndex::Best CoveringIndex::query_cached(OpIndex op) {
+  if (op != cached_op_) {
+    fill_path(op);
+  } else {
+    for (PathNode& at : path_) {
+      if (!at.dirty) continue;
+      at.best = node_best(at);
+      at.dirty = false;
+    }
+  }
+  // Keys only change through set(), which marks the node: the per-node bests
+  // are current, and combining them compares current keys.
+  Best best;
+  for (const PathNode& at : path_) {
+    if (better(at.best.small, best.small)) best.small = at.best.small;
+    if (better(at.best.large, best.large)) best.large = at.best.large;
+  }
   return best;
 }
 

@@ -17,7 +17,8 @@
 // carries a per-node segment tree of the best entry per group, so a prefix
 // maximum is O(log n).
 //
-// Thread-safety: query() is const; set() needs exclusive access.
+// Thread-safety: query() is const; set() and query_cached() need exclusive
+// access.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +63,13 @@ class CoveringIndex {
   // The best active entry of each group whose interval contains `op`.
   Best query(OpIndex op) const;
 
+  // The same as query(op), but remembers the per-node results along op's path
+  // and, when asked at the same op again, recomputes only the nodes whose
+  // entries set() has changed since: O(log n) per changed node plus O(log n),
+  // instead of O(log² n). The planner re-asks at the peak op after every lazy
+  // re-evaluation, which changes one entry. Not const (it updates the cache).
+  Best query_cached(OpIndex op);
+
  private:
   // One of the two orders of every node's entries: the entries, their sort key
   // (first or last op), their score keys (copied here so that the per-node
@@ -99,6 +107,23 @@ class CoveringIndex {
   std::vector<std::uint32_t> position_in_last_;
   std::vector<IndexGroup> group_;
   std::vector<double> key_;
+
+  // query_cached's path: per depth d (root 0 .. leaves levels_), the node on
+  // the cached op's path, how many of its entries in which order contain the
+  // op, the best of each group among them, and whether set() touched the node
+  // since. cached_op_ -1: no cache.
+  struct PathNode {
+    std::size_t node = 0;
+    bool by_first = true;  // which order holds the entries containing the op as a prefix
+    std::size_t count = 0;
+    Best best;
+    bool dirty = false;
+  };
+  OpIndex cached_op_ = -1;
+  std::vector<PathNode> path_;
+  Best node_best(const PathNode& at) const;
+  void fill_path(OpIndex op);
+  void touch(std::size_t node);
 };
 
 }  // namespace hyperoffload::internal
