@@ -26,7 +26,8 @@ using testing::ScratchDir;
 // Floor 200 at op 2 ("c"): only storage 2 can leave, and only over op 3.
 // At budget 200: greedy (which counts storage 1 only to op 1) plans nothing and
 // peaks at 300; peak evicts storage 2 over op 3 with 1 ms of stall (see
-// tests/report/comparison_test.cc for the timeline).
+// tests/report/comparison_test.cc for the timeline), which is the least any
+// plan can do: the stall lower bound is 1 ms.
 constexpr const char* kTrace = R"({"format": "hyperoffload.trace", "version": 1,
  "d2h_bandwidth_gbps": 9.313225746154785e-05, "h2d_bandwidth_gbps": 9.313225746154785e-05,
  "storages": [{"id": 1, "size_bytes": 100, "retained": true}, {"id": 2, "size_bytes": 100},
@@ -43,12 +44,30 @@ TEST(CompareCli, PrintsOneTableRowPerPlanner) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("ops, 3 storages, 5.000 ms of compute"));
   EXPECT_THAT(run.out, HasSubstr("unplanned  300 B op-granular peak (op 3)"));
-  EXPECT_THAT(run.out, HasSubstr("budget 200 B (66.7% of the unplanned peak), floor 200 B at op 2"));
-  EXPECT_THAT(run.out,
-              HasSubstr("planner  feasible  op peak  timed peak  stall ms  overhead %  bytes moved  planning ms"));
+  EXPECT_THAT(run.out, HasSubstr("budget 200 B (66.7% of the unplanned peak), floor 200 B at op 2; stall lower "
+                                 "bound 1.000 ms\n"));
+  EXPECT_THAT(run.out, HasSubstr("planner  feasible  op peak  timed peak  stall ms  above bound  overhead %  bytes "
+                                 "moved  planning ms"));
   EXPECT_THAT(run.out, HasSubstr("copies     2 engines, one per direction, D2H 9.313e-05 GiB/s, H2D 9.313e-05 GiB/s"));
-  EXPECT_THAT(run.out, HasSubstr("greedy   no          300 B     300 B !     0.000       0.00%          0 B"));
-  EXPECT_THAT(run.out, HasSubstr("peak     yes         200 B     300 B !     1.000      20.00%        200 B"));
+  EXPECT_THAT(run.out,
+              HasSubstr("greedy   no          300 B     300 B !     0.000            -       0.00%          0 B"));
+  EXPECT_THAT(run.out,
+              HasSubstr("peak     yes         200 B     300 B !     1.000        0.000      20.00%        200 B"));
+}
+
+TEST(CompareCli, TunesThePeakPlannerToADeviceThatHoldsOnlyTheBudget) {
+  // Capped at 200 B, op d must wait for storage 2's release, which completes
+  // with its copy to host at 4 ms (c ends at 3): d runs 4-5; storage 3 is freed
+  // after d, so storage 2 comes back 5-6 and e starts at 6 instead of 4. The
+  // bound is the same 2 ms, and the timed peak stays within the budget.
+  ScratchDir dir;
+  const testing::CliRun run =
+      run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200", "--memory-cap", "budget"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("memory     capped at the budget"));
+  EXPECT_THAT(run.out, HasSubstr("floor 200 B at op 2; stall lower bound 2.000 ms\n"));
+  EXPECT_THAT(run.out,
+              HasSubstr("peak     yes         200 B     200 B       2.000        0.000      40.00%        200 B"));
 }
 
 TEST(CompareCli, SweepsBudgetsGivenAsAList) {
@@ -56,7 +75,7 @@ TEST(CompareCli, SweepsBudgetsGivenAsAList) {
   const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budgets", "250,50%"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("budget 250 B (83.3% of the unplanned peak)"));
-  EXPECT_THAT(run.out, HasSubstr("budget 150 B (50.0% of the unplanned peak)"));
+  EXPECT_THAT(run.out, HasSubstr("budget 150 B (50.0% of the unplanned peak), floor 200 B at op 2; no plan fits it"));
   EXPECT_THAT(run.out, HasSubstr("note (peak): budget 150 B (150 bytes) is below the unavoidable floor"));
   EXPECT_LT(run.out.find("budget 250 B"), run.out.find("budget 150 B"));
 }
@@ -73,6 +92,9 @@ TEST(CompareCli, PrintsJsonWithOneResultPerPlannerAndBudget) {
   EXPECT_EQ(json["results"][0]["budget_bytes"], 200);
   EXPECT_EQ(json["results"][0]["feasible"], true);
   EXPECT_EQ(json["results"][1]["budget_bytes"], 250);
+  // One shared engine: storage 2's copy back queues behind its copy to host,
+  // which it waits for anyway; the bound is 1 ms at 200 B as with two.
+  EXPECT_DOUBLE_EQ(json["results"][0]["stall_lower_bound_ms"].get<double>(), 1.0);
 }
 
 TEST(CompareCli, PassesScoreWeightsToThePeakPlanner) {

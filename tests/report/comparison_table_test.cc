@@ -12,7 +12,8 @@ constexpr std::int64_t kGiB = kBytesPerGiB;
 
 // Budget 1 GiB = 50% of a 2 GiB unplanned peak. greedy: 1 GiB op peak, 1.5 GiB
 // in time (over: "!"), 12.3456 ms of stall on 12.5 ms of compute; peak: 768 MiB
-// both ways, no stall, a floor of 512 MiB at op 3.
+// both ways, no stall, a floor of 512 MiB at op 3. The stall lower bound is 0
+// (the peak plan does not stall), so each feasible row is its stall above it.
 Comparison sample() {
   Comparison c;
   c.op_count = 1234;
@@ -24,6 +25,7 @@ Comparison sample() {
   c.h2d_bandwidth_gib_per_s = 16;
   c.copy_engines = CopyEngines::kTwo;
   c.budgets_bytes = {kGiB};
+  c.stall_bounds_ms = {0.0};
   c.planner_count = 2;
   ComparisonRow greedy;
   greedy.planner = "greedy";
@@ -56,13 +58,14 @@ TEST(ComparisonTable, AlignsOneRowPerPlannerUnderABudgetHeader) {
             "unplanned  2.00 GiB op-granular peak (op 7)\n"
             "copies     2 engines, one per direction, D2H 16 GiB/s, H2D 16 GiB/s\n"
             "\n"
-            "budget 1.00 GiB (50.0% of the unplanned peak), floor 512.00 MiB at op 3\n"
-            "planner  feasible     op peak    timed peak  stall ms  overhead %  bytes moved  planning ms\n"
-            "greedy   yes         1.00 GiB    1.50 GiB !    12.346      98.76%     1.00 GiB         0.12\n"
-            "peak     yes       768.00 MiB  768.00 MiB       0.000       0.00%     1.50 GiB         1.50\n"
+            "budget 1.00 GiB (50.0% of the unplanned peak), floor 512.00 MiB at op 3; stall lower bound 0.000 ms\n"
+            "planner  feasible     op peak    timed peak  stall ms  above bound  overhead %  bytes moved  planning ms\n"
+            "greedy   yes         1.00 GiB    1.50 GiB !    12.346       12.346      98.76%     1.00 GiB         0.12\n"
+            "peak     yes       768.00 MiB  768.00 MiB       0.000        0.000       0.00%     1.50 GiB         1.50\n"
             "\n"
             "feasible: valid, no faults and op-granular peak within the budget; ! marks a timed peak above the "
-            "budget; overhead is stall as a percentage of compute\n");
+            "budget; above bound: stall minus the lower bound for the budget (feasible plans; docs/PEAK_PLANNER.md); "
+            "overhead is stall as a percentage of compute\n");
 }
 
 TEST(ComparisonTable, ListsProblemsAndNotesUnderTheTable) {
@@ -77,6 +80,9 @@ TEST(ComparisonTable, ListsProblemsAndNotesUnderTheTable) {
   EXPECT_NE(text.find("copies     1 engine shared by both directions"), std::string::npos) << text;
   EXPECT_NE(text.find("greedy   INVALID"), std::string::npos) << text;
   EXPECT_NE(text.find("\npeak     no "), std::string::npos) << text;
+  // The bound covers feasible plans only: no "above bound" for either row.
+  EXPECT_NE(text.find("12.346            -"), std::string::npos) << text;
+  EXPECT_NE(text.find("0.000            -"), std::string::npos) << text;
   EXPECT_NE(text.find("problem (greedy): 2 problem(s); first: op 4 read of storage 9: data lost\n"), std::string::npos);
   EXPECT_NE(text.find("note (peak): budget is below the floor\n"), std::string::npos);
 }
@@ -96,11 +102,23 @@ TEST(ComparisonTable, WritesEveryRowAsJson) {
   EXPECT_EQ(greedy["timed_within_budget"], false);
   EXPECT_EQ(greedy["bytes_moved"], kGiB);
   EXPECT_DOUBLE_EQ(greedy["stall_ms"].get<double>(), 12.3456);
+  EXPECT_DOUBLE_EQ(greedy["stall_lower_bound_ms"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(greedy["stall_above_bound_ms"].get<double>(), 12.3456);
   EXPECT_FALSE(greedy.contains("floor"));
   const nlohmann::json& peak = json["results"][1];
   EXPECT_EQ(peak["floor"]["op"], 3);
   EXPECT_EQ(peak["floor"]["bytes"], kGiB / 2);
   EXPECT_TRUE(peak["notes"].is_array());
+}
+
+TEST(ComparisonTable, SaysWhenNoPlanFitsTheBudget) {
+  Comparison c = sample();
+  c.stall_bounds_ms = {std::nullopt};
+  const std::string text = format_comparison_table(c, "t.json");
+  EXPECT_NE(text.find("floor 512.00 MiB at op 3; no plan fits it\n"), std::string::npos) << text;
+  const nlohmann::json json = nlohmann::json::parse(comparison_to_json(c, "t.json"));
+  EXPECT_TRUE(json["results"][0]["stall_lower_bound_ms"].is_null());
+  EXPECT_TRUE(json["results"][0]["stall_above_bound_ms"].is_null());
 }
 
 }  // namespace

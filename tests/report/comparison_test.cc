@@ -74,6 +74,17 @@ TEST(Comparison, RunsEveryPlannerThroughTheValidatorAndTheSimulator) {
   EXPECT_EQ(peak.floor->bytes, 200);
   EXPECT_TRUE(peak.memory.empty());  // no timeline asked for
   EXPECT_GE(peak.planning_ms, 0.0);
+
+  // The stall bound: s2 is the only storage that can be off during op 3, its
+  // copy to host runs 3-4 ms at the earliest (after c), its copy back after op
+  // d ends (4 ms): 4-5 ms, so e starts at 5 ms at the earliest, 1 ms late. The
+  // peak plan reaches it; greedy's plan is not feasible, so the bound says
+  // nothing about it.
+  ASSERT_EQ(comparison->stall_bounds_ms.size(), 1U);
+  ASSERT_TRUE(comparison->stall_bounds_ms[0].has_value());
+  EXPECT_NEAR(*comparison->stall_bounds_ms[0], 1.0, 1e-9);
+  EXPECT_NEAR(*peak.stall_above_bound_ms(comparison->stall_bound_ms(0)), 0.0, 1e-9);
+  EXPECT_FALSE(greedy.stall_above_bound_ms(comparison->stall_bound_ms(0)).has_value());
 }
 
 TEST(Comparison, SweepsBudgetsInOrderWithPlannersInTheGivenOrder) {

@@ -7,6 +7,7 @@
 
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/peak_planner.h"
+#include "hyperoffload/report/stall_bound.h"
 
 namespace hyperoffload {
 namespace {
@@ -111,7 +112,11 @@ Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& o
     comparison.budgets_bytes.push_back(resolve_budget_bytes(spec, unplanned.bytes));
   }
 
+  StallBoundOptions bound_options;
+  bound_options.copy_engines = options.copy_engines;
+  bound_options.memory_cap = options.memory_cap;
   for (const std::int64_t budget : comparison.budgets_bytes) {
+    comparison.stall_bounds_ms.push_back(stall_lower_bound_ms(trace, budget, bound_options));
     for (const NamedPlanner& planner : planners) {
       HO_ASSIGN_OR_RETURN(ComparisonRow row, run_one(trace, planner, budget, options));
       comparison.rows.push_back(std::move(row));

@@ -68,6 +68,13 @@ struct ComparisonRow {
   // planner promises. The timed peak is reported separately.
   bool feasible() const { return valid && faults == 0 && op_peak_bytes <= budget_bytes; }
   bool timed_within_budget() const { return timed_peak_bytes <= budget_bytes; }
+  // How much more this row stalls than the budget's lower bound; nullopt when
+  // the row is not feasible (the bound holds for feasible plans only) or there
+  // is no bound.
+  std::optional<double> stall_above_bound_ms(std::optional<double> bound_ms) const {
+    if (!feasible() || !bound_ms) return std::nullopt;
+    return stall_ms - *bound_ms;
+  }
 };
 
 struct Comparison {
@@ -81,9 +88,17 @@ struct Comparison {
   CopyEngines copy_engines = CopyEngines::kTwo;
   MemoryCap memory_cap = MemoryCap::kUnlimited;
   std::vector<std::int64_t> budgets_bytes;  // in the requested order
+  // Per budget: the least stall any plan within it can have (report/stall_bound.h)
+  // under these copy engines and memory cap; nullopt when no plan fits it.
+  std::vector<std::optional<double>> stall_bounds_ms;
   // Budget-major: rows[b * planners + p] is planner p at budgets_bytes[b].
   std::vector<ComparisonRow> rows;
   std::size_t planner_count = 0;
+
+  // The stall bound of budgets_bytes[b]; nullopt when none (or not computed).
+  std::optional<double> stall_bound_ms(std::size_t b) const {
+    return b < stall_bounds_ms.size() ? stall_bounds_ms[b] : std::nullopt;
+  }
 
   double budget_percent(std::int64_t budget_bytes) const {
     return unplanned_peak_bytes > 0

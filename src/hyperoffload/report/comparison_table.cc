@@ -14,32 +14,35 @@ struct Column {
   bool right_aligned;
 };
 
-constexpr std::array<Column, 8> kColumns = {{{"planner", false},
+constexpr std::array<Column, 9> kColumns = {{{"planner", false},
                                              {"feasible", false},
                                              {"op peak", true},
                                              {"timed peak", true},
                                              {"stall ms", true},
+                                             {"above bound", true},
                                              {"overhead %", true},
                                              {"bytes moved", true},
                                              {"planning ms", true}}};
 
-std::array<std::string, kColumns.size()> cells(const ComparisonRow& row) {
+std::array<std::string, kColumns.size()> cells(const ComparisonRow& row, std::optional<double> bound_ms) {
+  const std::optional<double> above = row.stall_above_bound_ms(bound_ms);
   return {row.planner,
           row.valid ? (row.feasible() ? "yes" : "no") : "INVALID",
           format_bytes(row.op_peak_bytes),
           format_bytes(row.timed_peak_bytes) + (row.timed_within_budget() ? "  " : " !"),
           fmt::format("{:.3f}", row.stall_ms),
+          above ? fmt::format("{:.3f}", *above) : "-",
           fmt::format("{:.2f}%", row.overhead_percent),
           format_bytes(row.bytes_moved()),
           fmt::format("{:.2f}", row.planning_ms)};
 }
 
-void append_table(std::string& out, std::span<const ComparisonRow> rows) {
+void append_table(std::string& out, std::span<const ComparisonRow> rows, std::optional<double> bound_ms) {
   std::vector<std::array<std::string, kColumns.size()>> body;
   std::array<std::size_t, kColumns.size()> widths{};
   for (std::size_t c = 0; c < kColumns.size(); ++c) widths[c] = kColumns[c].header.size();
   for (const ComparisonRow& row : rows) {
-    body.push_back(cells(row));
+    body.push_back(cells(row, bound_ms));
     for (std::size_t c = 0; c < kColumns.size(); ++c) widths[c] = std::max(widths[c], body.back()[c].size());
   }
   auto append_line = [&](auto cell_at) {
@@ -83,9 +86,15 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
         break;
       }
     }
-    out += fmt::format("\nbudget {} ({:.1f}% of the unplanned peak){}\n", format_bytes(budget),
-                       comparison.budget_percent(budget), floor);
-    append_table(out, rows);
+    const std::optional<double> bound_ms = comparison.stall_bound_ms(b);
+    std::string bound;
+    if (b < comparison.stall_bounds_ms.size()) {
+      bound = bound_ms ? fmt::format("; stall lower bound {:.3f} ms", *bound_ms)
+                       : std::string("; no plan fits it");
+    }
+    out += fmt::format("\nbudget {} ({:.1f}% of the unplanned peak){}{}\n", format_bytes(budget),
+                       comparison.budget_percent(budget), floor, bound);
+    append_table(out, rows, bound_ms);
     for (const ComparisonRow& row : rows) {
       if (!row.valid)
         out +=
@@ -95,7 +104,8 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
   }
   out +=
       "\nfeasible: valid, no faults and op-granular peak within the budget; ! marks a timed peak above the "
-      "budget; overhead is stall as a percentage of compute\n";
+      "budget; above bound: stall minus the lower bound for the budget (feasible plans; docs/PEAK_PLANNER.md); "
+      "overhead is stall as a percentage of compute\n";
   return out;
 }
 
@@ -112,7 +122,11 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
   root["copy_engines"] = static_cast<int>(comparison.copy_engines);
   root["memory_cap"] = comparison.memory_cap == MemoryCap::kBudget ? "budget" : "unlimited";
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
-  for (const ComparisonRow& row : comparison.rows) {
+  for (std::size_t r = 0; r < comparison.rows.size(); ++r) {
+    const ComparisonRow& row = comparison.rows[r];
+    const std::optional<double> bound_ms =
+        comparison.planner_count > 0 ? comparison.stall_bound_ms(r / comparison.planner_count) : std::nullopt;
+    const std::optional<double> above_ms = row.stall_above_bound_ms(bound_ms);
     nlohmann::ordered_json item = {{"planner", row.planner},
                                    {"budget_bytes", row.budget_bytes},
                                    {"budget_percent", comparison.budget_percent(row.budget_bytes)},
@@ -125,6 +139,8 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
                                    {"timed_within_budget", row.timed_within_budget()},
                                    {"stall_ms", row.stall_ms},
                                    {"memory_stall_ms", row.memory_stall_ms},
+                                   {"stall_lower_bound_ms", bound_ms ? nlohmann::ordered_json(*bound_ms) : nullptr},
+                                   {"stall_above_bound_ms", above_ms ? nlohmann::ordered_json(*above_ms) : nullptr},
                                    {"overhead_percent", row.overhead_percent},
                                    {"makespan_ms", row.makespan_ms},
                                    {"bytes_moved", row.bytes_moved()},
