@@ -7,7 +7,9 @@
 # 30%, 50% and 70% of the unplanned peak with two copy engines. Prints each
 # `hyperoffload compare` table, then a summary that checks the targets: peak is
 # feasible wherever greedy is, and its stall is at most half of greedy's
-# wherever greedy stalls.
+# wherever greedy stalls. Each case also shows the lower bound on stall for its
+# budget (docs/PEAK_PLANNER.md, "How far from optimal"), and a missed target is
+# marked unreachable when no plan could meet it.
 #
 #   scripts/compare-benchmarks.sh                       GPT presets
 #   scripts/compare-benchmarks.sh --g10                 also the real G10 traces in examples/traces/g10
@@ -64,10 +66,11 @@ if ! command -v python3 >/dev/null; then
   exit 0
 fi
 echo "== summary (memory cap: $memory_cap): stall ratio = peak / greedy; targets: peak feasible where greedy is, ratio <= 0.5 where greedy stalls"
-python3 - "$scratch"/*.result.json <<'EOF'
+echo "   bound: the least stall any plan within the budget can have (report/stall_bound.h); 'unreachable': bound > 0.5 x greedy"
+python3 - "$scratch"/*.result.json <<'PY'
 import json, os, sys
-print(f"{'trace':24s} {'budget':>6s}  {'greedy':>8s} {'stall ms':>10s}  {'peak':>8s} {'stall ms':>10s}  {'ratio':>6s}  targets")
-met = total = 0
+print(f"{'trace':24s} {'budget':>6s}  {'greedy':>8s} {'stall ms':>10s}  {'peak':>8s} {'stall ms':>10s}  {'ratio':>6s}  {'bound ms':>10s}  targets")
+met = total = unreachable = 0
 for path in sys.argv[1:]:
     results = json.load(open(path))["results"]
     name = os.path.basename(path).removesuffix(".result.json")
@@ -76,13 +79,18 @@ for path in sys.argv[1:]:
         rows.setdefault(r["budget_bytes"], {})[r["planner"]] = r
     for budget, pair in rows.items():
         g, p = pair["greedy"], pair["peak"]
+        bound = p.get("stall_lower_bound_ms")
         feasible_ok = p["feasible"] or not g["feasible"]
         stall_ok = g["stall_ms"] <= 0 or p["stall_ms"] <= 0.5 * g["stall_ms"]
         ratio = p["stall_ms"] / g["stall_ms"] if g["stall_ms"] > 0 else 0.0
         total += 1
         met += feasible_ok and stall_ok
         flag = "ok" if feasible_ok and stall_ok else ("stall" if feasible_ok else "FEASIBILITY")
+        if not stall_ok and bound is not None and bound > 0.5 * g["stall_ms"]:
+            flag += " (unreachable)"
+            unreachable += 1
+        bound_text = f"{bound:10.2f}" if bound is not None else f"{'-':>10s}"
         print(f"{name:24s} {g['budget_percent']:5.0f}%  {'yes' if g['feasible'] else 'no':>8s} {g['stall_ms']:10.2f}  "
-              f"{'yes' if p['feasible'] else 'no':>8s} {p['stall_ms']:10.2f}  {ratio:6.2f}  {flag}")
-print(f"targets met in {met} of {total} cases")
-EOF
+              f"{'yes' if p['feasible'] else 'no':>8s} {p['stall_ms']:10.2f}  {ratio:6.2f}  {bound_text}  {flag}")
+print(f"targets met in {met} of {total} cases; {unreachable} of the others cannot be met by any plan (bound > 0.5 x greedy)")
+PY

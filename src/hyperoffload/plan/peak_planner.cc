@@ -455,12 +455,17 @@ std::vector<double> copy_op_ready_ms(const Trace& trace, const PeakModel& model,
 
 // Copies to host (docs/PEAK_PLANNER.md, "Copies to host"): one per version
 // that a placed candidate evicts, run on the FIFO D2H engine in the order
-// their data is needed rather than in the order it was written. A version is
-// needed by the copy back of each of its candidates — the H2D must start by
-// the end op's start minus the H2D time — and, on a device that holds only the
-// budget, by the op after each release (the release frees memory only once the
-// copy has completed). Sequenced work-conserving from when each version's copy
-// op ends; ready_ms follows from issuing them by the releases of `placements`.
+// their data is needed rather than in the order it was written, sequenced
+// work-conserving from when each version's copy op ends. When a version is
+// needed depends on the device:
+//  - unlimited memory: by the latest start of each of its copies back that
+//    keeps the H2D engine on time for every later use (nothing waits for the
+//    release);
+//  - a device that holds only the budget: by each copy back's own latest start
+//    (its use minus its copy time; copies back wait for room there, not for the
+//    engine) and by the op after each release, which frees memory only once the
+//    copy to host has completed.
+// ready_ms follows from issuing the copies by the releases of `placements`.
 struct HostCopyOrder {
   std::vector<std::int32_t> versions;  // in engine order
   std::vector<double> ready_ms;        // per model version: estimated completion (0 when not copied)
@@ -486,10 +491,31 @@ std::vector<OpIndex> first_releases(const PeakModel& model, std::span<const Plac
 HostCopyOrder order_host_copies(const Trace& trace, const PeakModel& model, std::span<const Placement> placements,
                                 std::span<const std::int32_t> boundary_picks, std::span<const double> start_ms,
                                 DeviceMemory device) {
+  // Unlimited memory: when each copy back must start at the latest so that it
+  // and every copy back needed after it still make their uses on the FIFO H2D
+  // engine (scheduled backwards from the last use). In a transfer-bound stretch
+  // that is well before its own use minus its own copy time.
+  std::vector<double> latest_start_ms;
+  if (device == DeviceMemory::kUnlimited) {
+    latest_start_ms.resize(placements.size());
+    std::vector<std::size_t> by_use(placements.size());
+    std::iota(by_use.begin(), by_use.end(), std::size_t{0});
+    auto use_op = [&](std::size_t i) {
+      return model.interior[static_cast<std::size_t>(placements[i].candidate)].end_op;
+    };
+    std::stable_sort(by_use.begin(), by_use.end(), [&](std::size_t a, std::size_t b) { return use_op(a) > use_op(b); });
+    double next_ms = std::numeric_limits<double>::infinity();
+    for (const std::size_t i : by_use) {
+      const PeakCandidate& c = model.interior[static_cast<std::size_t>(placements[i].candidate)];
+      next_ms = std::min(next_ms, start_ms[static_cast<std::size_t>(c.end_op)]) - trace.h2d_ms(c.size_bytes);
+      latest_start_ms[i] = next_ms;
+    }
+  }
   std::vector<std::int32_t> job_of(model.versions.size(), -1);
   std::vector<std::int32_t> version_of_job;
   std::vector<EngineJob> jobs;
-  for (const Placement& p : placements) {
+  for (std::size_t pi = 0; pi < placements.size(); ++pi) {
+    const Placement& p = placements[pi];
     const PeakCandidate& c = model.interior[static_cast<std::size_t>(p.candidate)];
     std::int32_t& job = job_of[static_cast<std::size_t>(c.version)];
     if (job < 0) {
@@ -499,10 +525,14 @@ HostCopyOrder order_host_copies(const Trace& trace, const PeakModel& model, std:
       jobs.push_back({start_ms[static_cast<std::size_t>(copy_op) + 1], std::numeric_limits<double>::infinity(),
                       tie_key(copy_op, c.version), trace.d2h_ms(c.size_bytes)});
     }
-    double needed_ms = start_ms[static_cast<std::size_t>(c.end_op)] - trace.h2d_ms(c.size_bytes);
-    if (device == DeviceMemory::kBudget) {
-      needed_ms = std::min(needed_ms, start_ms[static_cast<std::size_t>(p.release_op) + 1]);
-    }
+    // On a capped device the copies back wait for room rather than for the
+    // engine; there a version is needed by its first copy back's own latest
+    // start, and by the op after each release.
+    const double needed_ms =
+        device == DeviceMemory::kUnlimited
+            ? latest_start_ms[pi]
+            : std::min(start_ms[static_cast<std::size_t>(c.end_op)] - trace.h2d_ms(c.size_bytes),
+                       start_ms[static_cast<std::size_t>(p.release_op) + 1]);
     EngineJob& entry = jobs[static_cast<std::size_t>(job)];
     entry.deadline_ms = std::min(entry.deadline_ms, needed_ms);
   }
