@@ -12,6 +12,7 @@
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/greedy_planner.h"
 #include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/sim/simulator.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload {
@@ -599,22 +600,28 @@ TEST(PeakPlannerPlacement, IssuesSimultaneousPrefetchesSoonestNeededFirst) {
 }
 
 TEST(PeakPlannerPlacement, RunsALaterPrefetchWhileTheSoonerOneWaitsForItsData) {
-  // s1 100: W@0 R@9; s2 100: W@0 R@6; s3 200 at op 3. Budget 200. Zero compute;
-  // copies take d each.
-  //   op:    0    1    2    3    4    5    6    7    8    9
-  //   res:  200  200  200  400  200  200  200  100  100  100
-  // Both leave after op 2 and may return before op 4. Both are copied to host
-  // after op 0, s1 first (lower id): its data is on the host at d, s2's at 2d.
-  // Soonest-needed order would run s2 first and idle until 2d; running s1 in
-  // that idle time finishes by 2d without delaying s2, and the stall estimate
-  // (op 6 waits for s2 until 3d in both orders, op 9 for s1 until 4d or 2d)
-  // prefers it: pre 4 copies s1 first.
+  // Copies of 100 bytes take 1 ms; op b runs 1 ms, the others 0. s1 100: W@0
+  // R@9; s2 100: W@1 R@6; s3 200 at op 3. Budget 200.
+  //   op:     0    1    2    3    4    5    6    7    8    9
+  //   res:   100  200  200  400  200  200  200  100  100  100
+  //   start:  0    0    1    1    1    1    1    1    1    1   (ms, no stall)
+  // Both leave after op 2 (op 3 cannot hold them) and may return before op 4.
+  // Copies to host, by when their copies back must start at the latest (s2's
+  // use at 6 comes first: by -1 ms; s1's at 9: by 0 ms): s2 is due first but
+  // cannot start before b ends at 1 ms, so s1 runs 0-1 and s2 1-2.
+  // Soonest-needed order would copy s2 back first, idle until 2 ms, then s1:
+  // g starts at 3, j at 4 (3 ms of stall). Running s1 (ready at 1) in that idle
+  // time finishes by 2 without delaying s2: g starts at 3, j at 3 (2 ms), so
+  // the stall estimate picks it: pre 4 copies s1 first.
+  //   D2H   [s1][s2]
+  //   H2D       [s1][s2]
   const Trace trace = TraceDsl()
                           .storage(1, 100)
                           .storage(2, 100)
                           .storage(3, 200)
-                          .op("a", "W1 W2")
-                          .op("b", "")
+                          .bandwidth(100.0 * 1000.0 / static_cast<double>(kBytesPerGiB))
+                          .op("a", "W1")
+                          .op("b", "W2", 1)
                           .op("c", "")
                           .op("d", "W3")
                           .op("e", "")
@@ -626,9 +633,103 @@ TEST(PeakPlannerPlacement, RunsALaterPrefetchWhileTheSoonerOneWaitsForItsData) {
                           .build();
   const PlanResult plan = plan_peak(trace, 200);
   EXPECT_EQ(plan.schedule.actions,
-            actions("post 0 copy_d2h 1; post 0 copy_d2h 2; post 2 release_device 1; post 2 release_device 2;"
+            actions("post 0 copy_d2h 1; post 1 copy_d2h 2; post 2 release_device 1; post 2 release_device 2;"
                     "post 3 release_device 3; pre 4 copy_h2d 1; pre 4 copy_h2d 2; post 6 release_device 2;"
                     "post 6 release_host 2; post 9 release_device 1; post 9 release_host 1"));
+  EXPECT_DOUBLE_EQ(simulate(trace, plan.schedule).stall_ms, 2.0);
+}
+
+TEST(PeakPlannerCopiesToHost, RunsTheCopyNeededFirstFirst) {
+  // s1 and s2 (100 bytes, 1 ms per copy) are both written by op a; ops h and i
+  // run 1 ms, the others 0. Both must leave during op d (s3 takes the whole
+  // budget of 200 there); s2 is read again at op g (starts at 0 ms without
+  // stall), s1 at op j (2 ms).
+  //   op:     0    1    2    3    4    5    6    7    8    9
+  //   res:   200  200  200  400  200  200  200  100  100  100
+  // Copies to host are due by the latest start of their copies back, scheduled
+  // backwards from the last use: s1 by 2 - 1 = 1 ms, s2 by min(1, 0) - 1 = -1
+  // ms. So s2 is copied first although s1 comes first in the op (the order
+  // copies used to run in):
+  //   D2H   [s2][s1]           g waits for s2 until 2 ms; h, i run 2-4; s1
+  //   H2D       [s2][s1]       is back at 3, before j: 2 ms of stall.
+  // In write order (s1 first) s2 would be back at 3 at the earliest: 3 ms.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 100)
+                          .storage(3, 200)
+                          .bandwidth(100.0 * 1000.0 / static_cast<double>(kBytesPerGiB))
+                          .op("a", "W1 W2")
+                          .op("b", "")
+                          .op("c", "")
+                          .op("d", "W3")
+                          .op("e", "")
+                          .op("f", "")
+                          .op("g", "R2")
+                          .op("h", "", 1)
+                          .op("i", "", 1)
+                          .op("j", "R1")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 200);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 0 copy_d2h 2; post 0 copy_d2h 1; post 2 release_device 1; post 2 release_device 2;"
+                    "post 3 release_device 3; pre 4 copy_h2d 2; pre 4 copy_h2d 1; post 6 release_device 2;"
+                    "post 6 release_host 2; post 9 release_device 1; post 9 release_host 1"));
+  EXPECT_DOUBLE_EQ(simulate(trace, plan.schedule).stall_ms, 2.0);
+}
+
+TEST(PeakPlannerCopiesToHost, OnACappedDeviceRunsTheCopyWhoseReleaseFreesMemoryFirst) {
+  // Every op runs 1 ms; copies of 100 bytes take 1 ms. Budget 200. s1 and s2
+  // (100) are written by op a (s2 first); s2 is read at op g, s1 at op j. s3
+  // (100, W@2 R@3) and s4 (100, W@3 R@4) live across no op: s1 and s2 must make
+  // room for them.
+  //   op:     a(0) b(1) c(2) d(3) e(4) f(5) g(6) h(7) i(8) j(9)
+  //   res:    200  200  300  400  300  200  200  100  100  100
+  // Selection takes s2 (same score, generated first), then s1. Placement: s2
+  // back before e, s1 before f; released as late as possible in selection
+  // order, s2 after c and s1 after b (c has room for only one of them).
+  // When is each copy to host needed?
+  //  - unlimited memory: by its copy back, s2's (for g) before s1's (for j);
+  //  - capped: first by its release: s1 frees memory for c (by 2 ms), s2 for d
+  //    (by 3 ms). s1 goes first, on the host at 2, so c starts on time:
+  //      compute [a][b][c][d][e][f][g]...     D2H [s1][s2]  (from 1 ms)
+  //    no stall at all; with s2 first, c would wait until 3 ms for s1's
+  //    release (1 ms of stall, and everything after it 1 ms late).
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 100)
+                          .storage(3, 100)
+                          .storage(4, 100)
+                          .bandwidth(100.0 * 1000.0 / static_cast<double>(kBytesPerGiB))
+                          .op("a", "W2 W1", 1)
+                          .op("b", "", 1)
+                          .op("c", "W3", 1)
+                          .op("d", "R3 W4", 1)
+                          .op("e", "R4", 1)
+                          .op("f", "", 1)
+                          .op("g", "R2", 1)
+                          .op("h", "", 1)
+                          .op("i", "", 1)
+                          .op("j", "R1", 1)
+                          .build();
+  const char* rest =
+      "post 1 release_device 1; post 2 release_device 2; post 3 release_device 3; pre 4 copy_h2d 2;"
+      "post 4 release_device 4; pre 5 copy_h2d 1; post 6 release_device 2; post 6 release_host 2;"
+      "post 9 release_device 1; post 9 release_host 1";
+  SimulatorOptions capped;
+  capped.memory_cap = MemoryCap::kBudget;
+  capped.budget_bytes = 200;
+
+  const PlanResult unlimited = plan_peak(trace, 200);
+  EXPECT_EQ(unlimited.schedule.actions, actions(std::string("post 0 copy_d2h 2; post 0 copy_d2h 1;") + rest));
+  EXPECT_DOUBLE_EQ(simulate(trace, unlimited.schedule).stall_ms, 0.0);
+  EXPECT_DOUBLE_EQ(simulate(trace, unlimited.schedule, capped).stall_ms, 1.0);
+
+  PeakPlannerOptions options;
+  options.device_memory = DeviceMemory::kBudget;
+  const Result<PlanResult> tuned = PeakPlanner(options).plan(trace, 200);
+  ASSERT_TRUE(tuned.has_value());
+  EXPECT_EQ(tuned->schedule.actions, actions(std::string("post 0 copy_d2h 1; post 0 copy_d2h 2;") + rest));
+  EXPECT_DOUBLE_EQ(simulate(trace, tuned->schedule, capped).stall_ms, 0.0);
 }
 
 // ---- Options and edge cases -------------------------------------------------------------
