@@ -85,6 +85,10 @@ class StorageRegistry {
   bool live(StorageId id) const {
     return id >= 0 && static_cast<std::size_t>(id) < tracked_.size() && tracked_[static_cast<std::size_t>(id)].live;
   }
+  // The storage behind a tracked id (expired once it died).
+  c10::weak_intrusive_ptr<c10::StorageImpl> weak_storage(StorageId id) const {
+    return tracked_[static_cast<std::size_t>(id)].storage;
+  }
   // Tracked storages, in id order.
   std::vector<StorageId> live_ids() const;
   std::size_t live_count() const { return ids_.size(); }

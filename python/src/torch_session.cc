@@ -138,7 +138,7 @@ TorchStatus TorchSession::report_deaths() {
 
 TorchStatus TorchSession::begin_op(std::string_view name, std::span<c10::StorageImpl* const> inputs,
                                    std::span<c10::StorageImpl* const> written) {
-  if (mode_ != StepMode::kTracking) return {};
+  if (mode_ != StepMode::kTracking) return lost_.empty() ? TorchStatus{} : check_lost(name, inputs);
   in_op_ = true;
   op_inputs_.assign(inputs.begin(), inputs.end());
   if (session_ == nullptr) {
@@ -274,16 +274,22 @@ TorchStatus TorchSession::hook_failed(const Error& error) {
 void TorchSession::stop_tracking() {
   if (session_ != nullptr && in_runtime_step_) {
     // Every storage comes back before the runtime forgets them, so every
-    // tensor keeps its data. A storage that cannot (its data was lost in the
-    // failure) gets fresh memory in hand_back_storages().
+    // tensor keeps its data. One the plan released after its last traced use
+    // while Python still held it has no copy to come back from: it is "lost"
+    // (Note [Lost storages] in torch_session.h).
     ResidencyManager& residency = session_->residency();
     for (StorageId id : registry_->live_ids()) {
-      if (residency.tracked(id) && !residency.resident(id)) (void)residency.device_ptr(id);
+      if (!residency.tracked(id) || residency.resident(id)) continue;
+      if (!residency.device_ptr(id)) {
+        c10::weak_intrusive_ptr<c10::StorageImpl> weak = registry_->weak_storage(id);
+        lost_impls_.insert(weak._unsafe_get_target());
+        lost_.push_back(std::move(weak));
+      }
     }
     (void)session_->abort_step();
     in_runtime_step_ = false;
   }
-  hand_back_storages();
+  if (registry_ != nullptr) registry_->release_all();
   if (mode_ == StepMode::kTracking) {
     mode_ = StepMode::kPassthrough;
     last_step_passthrough_ = true;
@@ -291,24 +297,62 @@ void TorchSession::stop_tracking() {
   in_op_ = false;
 }
 
-void TorchSession::hand_back_storages() {
-  if (registry_ == nullptr) return;
-  if (const std::int64_t refilled = registry_->release_all(); refilled > 0) {
-    warnings_.push_back(fmt::format(
-        "hyperoffload: {} offloaded storage(s) could not be brought back after a failure; their tensors got fresh, "
-        "uninitialized memory",
-        refilled));
+TorchStatus TorchSession::check_lost(std::string_view name, std::span<c10::StorageImpl* const> inputs) const {
+  for (c10::StorageImpl* impl : inputs) {
+    if (lost_impls_.contains(impl)) {
+      return std::unexpected(TorchError{
+          ErrorKind::kDivergence,
+          fmt::format("after the step diverged from the traced step, op \"{}\" reads a tensor whose data the "
+                      "replay had already dropped (the traced step never used it again); wrap dynamic regions in "
+                      "skip_offload so they run as one opaque op",
+                      name)});
+    }
   }
+  return {};
+}
+
+TorchStatus TorchSession::check_lost_at_end() {
+  std::int64_t held = 0;
+  for (const auto& weak : lost_) held += weak.expired() ? 0 : 1;
+  lost_.clear();
+  lost_impls_.clear();
+  if (held == 0) return {};
+  return std::unexpected(TorchError{
+      ErrorKind::kDivergence,
+      fmt::format("the step diverged from the traced step and still holds {} tensor(s) whose data the replay had "
+                  "already dropped (the traced step never used them again); their contents are undefined",
+                  held)});
 }
 
 TorchStatus TorchSession::finish_runtime_step() {
   if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;
+  // A storage the user still holds must end the step on the device. One the
+  // traced step had freed before its end was released after its last traced
+  // use without a copy: its data is gone (Note [Lost storages]).
+  if (session_->next_step_kind() == StepKind::kReplay) {
+    const ResidencyManager& residency = session_->residency();
+    std::int64_t dropped = 0;
+    for (StorageId id : registry_->live_ids()) {
+      dropped += residency.tracked(id) && !residency.resident(id) && !residency.has_current_host_copy(id) ? 1 : 0;
+    }
+    if (dropped > 0) {
+      stop_tracking();
+      lost_.clear();
+      lost_impls_.clear();
+      return std::unexpected(TorchError{
+          ErrorKind::kDivergence,
+          fmt::format("the step diverged from the traced step: it ends holding {} tensor(s) that the traced step "
+                      "freed before its end, and the replay had already dropped their data after their last traced "
+                      "use (their contents are undefined); keep the same tensors past the end of every step",
+                      dropped)});
+    }
+  }
   const Status ended = session_->end_step();
   in_runtime_step_ = false;
   // Held storages ended the step resident; the runtime lets go of them now and
   // PyTorch gets their memory back.
   (void)session_->forget_held_storages();
-  hand_back_storages();
+  registry_->release_all();
   if (ended) {
     replays_since_warmup_ = step_was_replay_ ? replays_since_warmup_ + 1 : 0;
     return {};
@@ -339,6 +383,7 @@ TorchStatus TorchSession::end_step() {
   // In passthrough the runtime step was already aborted (and its error, if
   // any, raised from the op); without a device nothing was tracked.
   if (mode_ == StepMode::kTracking && session_ != nullptr) result = finish_runtime_step();
+  if (TorchStatus lost = check_lost_at_end(); !lost && result) result = std::move(lost);
   mode_ = StepMode::kIdle;
   in_op_ = false;
   early_ops_.clear();
@@ -353,6 +398,8 @@ TorchStatus TorchSession::end_step() {
 void TorchSession::abort_step() {
   if (mode_ == StepMode::kIdle) return;
   stop_tracking();
+  lost_.clear();
+  lost_impls_.clear();
   mode_ = StepMode::kIdle;
   early_ops_.clear();
   if (rewarm_next_) {

@@ -45,6 +45,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "hyperoffload/exec/session.h"
@@ -148,7 +149,8 @@ class TorchSession {
   // Brings every tracked storage back, aborts the runtime step, hands the
   // memory back to PyTorch and switches to passthrough.
   void stop_tracking();
-  void hand_back_storages();
+  TorchStatus check_lost(std::string_view name, std::span<c10::StorageImpl* const> inputs) const;
+  TorchStatus check_lost_at_end();
   TorchError divergence_error(const Error& error) const;
   bool first_replay() const;
 
@@ -170,6 +172,16 @@ class TorchSession {
   std::vector<StorageId> written_ids_;
   std::vector<OpOutput> outputs_;
   std::vector<StorageId> dead_;
+
+  // Note [Lost storages]. A replay releases a storage after its last traced
+  // use even while Python still holds it (the plan's memory counts on that);
+  // nothing reads it again in a step that matches the trace. When a step stops
+  // matching, such storages cannot be brought back: they get fresh memory (no
+  // tensor is left without any) and are remembered here until the step ends,
+  // so an op reading one, or the step ending while one is still held, is a
+  // DivergenceError instead of silently wrong data.
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> lost_;
+  std::unordered_set<const c10::StorageImpl*> lost_impls_;
 
   bool rewarm_used_ = false;
   bool rewarm_next_ = false;
