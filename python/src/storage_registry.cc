@@ -96,7 +96,7 @@ OpOutput StorageRegistry::adopt(const c10::Storage& storage) {
   // wrapper then replaces the placeholder.
   block->real = impl->set_data_ptr(c10::DataPtr(nullptr, device));
   impl->set_data_ptr_noswap(make_installed(deaths_, id, block, device));
-  tracked_.push_back(Tracked{storage.getWeakStorageImpl(), true});
+  tracked_.push_back(Tracked{storage.getWeakStorageImpl(), impl->allocator(), true});
   ids_.emplace(impl, id);
   return OpOutput{id, size_bytes, block->real.get(), make_release(block, tracked_.back().storage)};
 }
@@ -105,17 +105,17 @@ Result<AdoptedBuffer> StorageRegistry::rematerialize(StorageId id, std::int64_t 
   if (id < 0 || static_cast<std::size_t>(id) >= tracked_.size()) {
     return make_error(ErrorCode::kInternal, fmt::format("rematerializing storage {}: never adopted", id));
   }
+  Tracked& tracked = tracked_[static_cast<std::size_t>(id)];
   auto block = std::make_shared<MemBlock>();
   try {
     c10::DeviceGuard guard(device_);
-    block->real = c10::GetAllocator(device_.type())->allocate(static_cast<std::size_t>(size_bytes));
+    block->real = allocator_of(tracked)->allocate(static_cast<std::size_t>(size_bytes));
   } catch (const std::exception& error) {
     return make_error(ErrorCode::kOutOfMemory,
                       fmt::format("bringing storage {} back ({} bytes) on {}: {}", id, size_bytes, device_.str(),
                                   error.what()));
   }
   void* ptr = block->real.get();
-  Tracked& tracked = tracked_[static_cast<std::size_t>(id)];
   if (c10::intrusive_ptr<c10::StorageImpl> impl = tracked.storage.lock()) {
     // A storage an op gave other memory (its death is queued) keeps it: the
     // bytes copied into this block are then simply dropped.
@@ -124,6 +124,10 @@ Result<AdoptedBuffer> StorageRegistry::rematerialize(StorageId id, std::int64_t 
     }
   }
   return AdoptedBuffer{ptr, make_release(block, tracked.storage)};
+}
+
+c10::Allocator* StorageRegistry::allocator_of(const Tracked& tracked) const {
+  return tracked.allocator != nullptr ? tracked.allocator : c10::GetAllocator(device_.type());
 }
 
 void StorageRegistry::forget(StorageId id) {
@@ -173,7 +177,7 @@ std::int64_t StorageRegistry::release_all() {
           ++refilled;
           try {
             c10::DeviceGuard guard(device_);
-            real = c10::GetAllocator(device_.type())->allocate(impl->nbytes());
+            real = allocator_of(tracked)->allocate(impl->nbytes());
           } catch (const std::exception&) {
             real = c10::DataPtr(nullptr, impl->data_ptr().device());  // nothing left to give it
           }

@@ -18,8 +18,9 @@
 //    callback — lets go.
 //  - The runtime releasing the device copy (an offload) calls the callback:
 //    the StorageImpl gets a sentinel DataPtr (no data, nbytes unchanged).
-//  - Bringing it back calls rematerialize(): nbytes from the device's
-//    allocator, installed into the same StorageImpl, so every tensor and view
+//  - Bringing it back calls rematerialize(): nbytes from the allocator the
+//    storage was made with (the CUDA caching allocator on a GPU, on PyTorch's
+//    current stream), installed into the same StorageImpl, so every tensor and view
 //    of it keeps working; the runtime copies the host copy in.
 //  - Our deleter runs when the StorageImpl drops our DataPtr. Unless we replaced
 //    it ourselves, that means the storage died (or an op such as resize_ gave it
@@ -35,6 +36,7 @@
 // only the death queue (a mutex) and reference counts.
 #pragma once
 
+#include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 #include <c10/core/Storage.h>
 #include <c10/core/StorageImpl.h>
@@ -56,8 +58,9 @@ struct DeathQueue;
 
 class StorageRegistry {
  public:
-  // Rematerialized memory comes from c10::GetAllocator(device.type()) under a
-  // guard for `device`.
+  // Rematerialized memory comes from the allocator each storage was made with
+  // (c10::GetAllocator(device.type()) for one made without), under a guard for
+  // `device`.
   explicit StorageRegistry(c10::Device device);
   // Puts every live storage's memory back (release_all).
   ~StorageRegistry();
@@ -103,8 +106,13 @@ class StorageRegistry {
  private:
   struct Tracked {
     c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+    // The allocator the storage came from (the CUDA caching allocator, the
+    // CPU allocator); its memory comes back from the same one.
+    c10::Allocator* allocator = nullptr;
     bool live = false;
   };
+
+  c10::Allocator* allocator_of(const Tracked& tracked) const;
 
   void forget(StorageId id);
 

@@ -241,13 +241,15 @@ bool TorchSession::first_replay() const { return step_was_replay_ && replays_sin
 
 TorchError TorchSession::divergence_error(const Error& error) const {
   std::string message = error.message;
-  if (first_replay()) {
-    message += fmt::format(
-        ". This was the first replay after the warmup step{}: when a training loop's first step runs other ops than "
+  if (first_replay() && rewarm_used_) {
+    message += ". The session already warmed up again once after its first replay diverged, and the step still "
+               "differs from the one it traced: whatever changes from step to step belongs in skip_offload";
+  } else if (first_replay()) {
+    message +=
+        ". This was the first replay after the warmup step: when a training loop's first step runs other ops than "
         "the later ones (AccumulateGrad creates parameter .grad tensors in the first step and adds into them "
         "afterwards unless they are reset with optimizer.zero_grad(set_to_none=True); optimizers create their "
-        "state), let the session warm up once more with OffloadConfig(rewarm_on_first_divergence=True)",
-        rewarm_used_ ? ", which already warmed up again once" : "");
+        "state), OffloadConfig(rewarm_on_first_divergence=True) lets the session warm up once more";
   }
   return TorchError{ErrorKind::kDivergence, std::move(message)};
 }

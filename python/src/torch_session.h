@@ -17,8 +17,9 @@
 //    GPU session is left alone; any other device is a kDeviceMismatch error.
 //  - A failed op, a divergence or a runtime error ends offloading for the rest
 //    of the step: every tracked storage is brought back first (so every tensor
-//    keeps its data), then the runtime forgets them; the rest of the step runs
-//    as plain PyTorch ("passthrough").
+//    keeps its data; see Note [Lost storages] for the exception), then the
+//    runtime forgets them; the rest of the step runs as plain PyTorch
+//    ("passthrough").
 //  - Divergence policy: when the first replay after a warmup diverges and
 //    `rewarm_on_first_divergence` is set, the step finishes in passthrough
 //    without an error and the next step warms up again (once per session):
