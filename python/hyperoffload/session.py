@@ -311,8 +311,10 @@ def skip_offload(fn: Optional[Callable] = None, *, name: Optional[str] = None):
 
     def decorate(function: Callable) -> Callable:
         op_name = name or f"{function.__module__}.{function.__qualname__}"
+        # The region may write its arguments in place; its backward only reads
+        # what it saved and produces gradients.
         forward_info = _C.OpInfo(op_name, [], True)
-        backward_info = _C.OpInfo(op_name + ".backward", [], True)
+        backward_info = _C.OpInfo(op_name + ".backward", [], False)
 
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
