@@ -51,11 +51,15 @@ class OffloadConfig:
         device: the device whose activations are offloaded (``"cuda:0"``,
             ``"cpu"``). ``None``: the device of the first tensor a step
             produces.
-        rewarm_on_first_divergence: when the first replay after the warmup step
-            runs other ops (typically because the first training step creates
-            ``.grad`` tensors or optimizer state), finish that step without
-            offloading and warm up again — once per session — instead of
-            raising :class:`~hyperoffload.DivergenceError`.
+        rewarm_once: let the session warm up a second time, once, when the
+            first step of a training loop differs from the later ones
+            (typically because it creates the ``.grad`` tensors or the
+            optimizer state): when the first replay after the warmup diverges,
+            that step finishes without offloading (a RuntimeWarning) instead of
+            raising :class:`~hyperoffload.DivergenceError`; when the warmup's
+            plan cannot meet the budget, that is a RuntimeWarning instead of
+            :class:`~hyperoffload.BudgetError`. Either way the next step warms
+            up again; the second time, the error is raised.
         calibration_bytes: size of the warmup's copy-bandwidth calibration copy,
             used only for a copy direction the warmup step never used.
     """
@@ -67,7 +71,7 @@ class OffloadConfig:
     max_resident_activation_bytes: Optional[int] = None
     max_offload_activation_bytes: Optional[int] = None
     device: Optional[Union[str, torch.device]] = None
-    rewarm_on_first_divergence: bool = True
+    rewarm_once: bool = True
     calibration_bytes: int = 4 << 20
 
     def __post_init__(self) -> None:

@@ -99,7 +99,7 @@ class OffloadSession:
             copy_engines=self.config.copy_engines,
             device=self.config.device_name(),
             compute_stream=_compute_stream,
-            rewarm_on_first_divergence=self.config.rewarm_on_first_divergence,
+            rewarm_once=self.config.rewarm_once,
             calibration_bytes=self.config.calibration_bytes,
         )
         self._mode: Optional[_StepMode] = None

@@ -135,7 +135,7 @@ class Runtime {
  public:
   Runtime(std::optional<std::int64_t> budget_bytes, std::optional<std::int64_t> host_capacity_bytes,
           std::string planner, int copy_engines, std::optional<std::string> device, py::object compute_stream,
-          bool rewarm_on_first_divergence, std::int64_t calibration_bytes) {
+          bool rewarm_once, std::int64_t calibration_bytes) {
     TorchSessionOptions options;
     options.budget_bytes = budget_bytes;
     if (host_capacity_bytes) options.host_capacity_bytes = *host_capacity_bytes;
@@ -151,7 +151,7 @@ class Runtime {
         raise(TorchError{ErrorKind::kInvalidConfig, "device \"" + *device + "\": " + error.what()});
       }
     }
-    options.divergence = rewarm_on_first_divergence ? DivergencePolicy::kRewarmOnce : DivergencePolicy::kRaise;
+    options.rewarm = rewarm_once ? RewarmPolicy::kOnce : RewarmPolicy::kNever;
     options.calibration_bytes = calibration_bytes;
     TorchSession::ComputeStreamFn stream_fn;
     if (!compute_stream.is_none()) {
@@ -283,7 +283,7 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<std::optional<std::int64_t>, std::optional<std::int64_t>, std::string, int,
                     std::optional<std::string>, py::object, bool, std::int64_t>(),
            py::arg("budget_bytes"), py::arg("host_capacity_bytes"), py::arg("planner"), py::arg("copy_engines"),
-           py::arg("device"), py::arg("compute_stream"), py::arg("rewarm_on_first_divergence"),
+           py::arg("device"), py::arg("compute_stream"), py::arg("rewarm_once"),
            py::arg("calibration_bytes"))
       .def("begin_step", &Runtime::begin_step)
       .def("end_step", &Runtime::end_step)

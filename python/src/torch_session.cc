@@ -249,14 +249,14 @@ TorchError TorchSession::divergence_error(const Error& error) const {
         ". This was the first replay after the warmup step: when a training loop's first step runs other ops than "
         "the later ones (AccumulateGrad creates parameter .grad tensors in the first step and adds into them "
         "afterwards unless they are reset with optimizer.zero_grad(set_to_none=True); optimizers create their "
-        "state), OffloadConfig(rewarm_on_first_divergence=True) lets the session warm up once more";
+        "state), OffloadConfig(rewarm_once=True) lets the session warm up once more";
   }
   return TorchError{ErrorKind::kDivergence, std::move(message)};
 }
 
 TorchStatus TorchSession::hook_failed(const Error& error) {
   const bool diverged = error.code == ErrorCode::kDiverged;
-  const bool rewarm = diverged && options_.divergence == DivergencePolicy::kRewarmOnce && !rewarm_used_ &&
+  const bool rewarm = diverged && options_.rewarm == RewarmPolicy::kOnce && !rewarm_used_ &&
                       first_replay();
   TorchError reported = diverged ? divergence_error(error) : runtime_error(error);
   stop_tracking();
@@ -361,7 +361,7 @@ TorchStatus TorchSession::finish_runtime_step() {
   }
   const Error& error = ended.error();
   if (error.code == ErrorCode::kDiverged) {
-    if (options_.divergence == DivergencePolicy::kRewarmOnce && !rewarm_used_ && first_replay()) {
+    if (options_.rewarm == RewarmPolicy::kOnce && !rewarm_used_ && first_replay()) {
       rewarm_used_ = true;
       rewarm_next_ = true;
       warnings_.push_back(fmt::format(
@@ -374,6 +374,17 @@ TorchStatus TorchSession::finish_runtime_step() {
   }
   const std::optional<std::int64_t>& budget = options_.budget_bytes;
   if (session_->schedule() == nullptr && session_->floor() && budget && session_->floor()->bytes > *budget) {
+    // The session warms up again either way. A first step often holds more
+    // than the later ones (AccumulateGrad creates .grad tensors in it, which
+    // stay on the device to its end), so the first time is a warning.
+    if (options_.rewarm == RewarmPolicy::kOnce && !rewarm_used_) {
+      rewarm_used_ = true;
+      warnings_.push_back(fmt::format(
+          "hyperoffload: {}. This was the first warmup step; the next step warms up again (once per session; the "
+          "first step of a training loop often holds more, e.g. the parameter .grad tensors it creates)",
+          error.message));
+      return {};
+    }
     return std::unexpected(TorchError{ErrorKind::kBudget, error.message});
   }
   return std::unexpected(runtime_error(error));

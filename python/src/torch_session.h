@@ -20,12 +20,14 @@
 //    keeps its data; see Note [Lost storages] for the exception), then the
 //    runtime forgets them; the rest of the step runs as plain PyTorch
 //    ("passthrough").
-//  - Divergence policy: when the first replay after a warmup diverges and
-//    `rewarm_on_first_divergence` is set, the step finishes in passthrough
-//    without an error and the next step warms up again (once per session):
-//    the first step of a training loop often differs from the later ones
-//    (AccumulateGrad creates .grad in step 1 and adds into it afterwards;
-//    optimizers create their state). Other divergences are errors.
+//  - Re-warmup (RewarmPolicy::kOnce, once per session): the first step of a
+//    training loop often differs from the later ones (AccumulateGrad creates
+//    .grad in step 1, keeps it on the device to the end of the step and adds
+//    into it afterwards; optimizers create their state). So when the first
+//    replay after a warmup diverges, the step finishes in passthrough without
+//    an error, and when a warmup's plan fails because the budget is below the
+//    floor, that is a warning; either way the next step warms up again. Other
+//    divergences and budget failures are errors.
 //  - At the end of every step (also a failed one) the runtime lets go of the
 //    storages the user still holds and their memory goes back to plain PyTorch
 //    DataPtrs; nothing of the session stays attached to a tensor between steps.
@@ -73,7 +75,8 @@ template <class T>
 using TorchResult = std::expected<T, TorchError>;
 using TorchStatus = TorchResult<void>;
 
-enum class DivergencePolicy : std::uint8_t { kRaise, kRewarmOnce };
+// Whether the session may warm up again once (see above).
+enum class RewarmPolicy : std::uint8_t { kNever, kOnce };
 
 struct TorchSessionOptions {
   // Limit on resident bytes of tracked (activation) storages; nullopt: none.
@@ -84,7 +87,7 @@ struct TorchSessionOptions {
   CopyEngines copy_engines = CopyEngines::kTwo;
   // The session's device; nullopt: the first storage a step produces decides.
   std::optional<c10::Device> device;
-  DivergencePolicy divergence = DivergencePolicy::kRewarmOnce;
+  RewarmPolicy rewarm = RewarmPolicy::kOnce;
   // The warmup's bandwidth calibration copy (exec/warmup_executor.h).
   std::int64_t calibration_bytes = std::int64_t{4} << 20;
 };

@@ -130,11 +130,55 @@ def held_step(w1, x):
     return held, h.sum()
 
 
+def test_storages_are_identified_by_storage_not_by_address():
+    w1, _, x = make_weights()
+    w1 = w1.detach()
+    session = ho.OffloadSession()
+    addresses = []
+    with session:
+        for _ in range(4):
+            y = x @ w1  # the previous result dies first: its address is free again
+            addresses.append(y.data_ptr())
+            del y
+    if len(set(addresses)) == len(addresses):
+        pytest.skip("PyTorch's allocator handed out no address twice")
+    trace = session.trace()
+    # Four results, four storages, although addresses repeat.
+    assert [op["name"] for op in trace["ops"]] == ["aten::mm"] * 4
+    assert len(trace["storages"]) == 4
+    assert all(op["accesses"] == [{"storage": i, "kind": "write"}] for i, op in enumerate(trace["ops"]))
+
+
+def test_an_op_that_gives_a_tracked_storage_new_memory_stops_tracking_it():
+    w1, _, x = make_weights()
+    w1 = w1.detach()
+    x2 = torch.cat([x, x])
+
+    def body():
+        h = torch.tanh(x @ w1)
+        others = [torch.sin(h + i) for i in range(6)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PyTorch deprecates resizing a non-empty out=
+            torch.mm(x2, w1, out=h)  # resizes h: its storage gets new memory
+        return h.clone(), sum(t.sum() for t in others)
+
+    expected = body()
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=100_000))
+    for _ in range(3):
+        with session:
+            result = body()
+        assert torch.equal(result[0], expected[0]) and torch.equal(result[1], expected[1])
+    stats = session.stats()
+    assert stats["kind"] == "replay" and stats["offloaded_bytes"] > 0
+    names = [op["name"] for op in session.trace()["ops"]]
+    assert "aten::mm.out" in names
+
+
 def test_tensors_held_after_the_step_keep_their_data():
     w1, _, x = make_weights()
     w1 = w1.detach()
     expected_held, expected_total = held_step(w1, x)
-    probe = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=1))
+    probe = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=1, rewarm_once=False))
     with pytest.raises(ho.BudgetError):
         with probe:
             probe_results = held_step(w1, x)  # held past the step, as below
@@ -190,7 +234,7 @@ def test_skip_offload_regions_are_one_op_forward_and_backward():
         return out
 
     eager = run(None, dynamic_region.__wrapped__)
-    session = ho.OffloadSession(ho.OffloadConfig(rewarm_on_first_divergence=False))
+    session = ho.OffloadSession(ho.OffloadConfig(rewarm_once=False))
     assert_same(eager, run(session, dynamic_region))
     assert session.stats()["kind"] == "replay"
     names = [op["name"] for op in session.trace()["ops"]]
@@ -246,7 +290,7 @@ def test_a_step_that_raises_midway_is_aborted_and_the_next_step_is_correct():
         w1.grad = w2.grad = None
         eager.append((failing_step(w1, w2, x), w1.grad.clone(), w2.grad.clone()))
 
-    probe = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=1))
+    probe = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=1, rewarm_once=False))
     with pytest.raises(ho.BudgetError):
         with probe:
             failing_step(w1, w2, x)
@@ -318,7 +362,7 @@ def test_a_replay_that_ends_holding_a_tensor_the_warmup_freed_is_a_divergence():
 
 def test_a_replay_that_diverges_names_the_op_index_and_both_op_names():
     w1, w2, x = make_weights()
-    session = ho.OffloadSession(ho.OffloadConfig(rewarm_on_first_divergence=False))
+    session = ho.OffloadSession(ho.OffloadConfig(rewarm_once=False))
     with session:
         torch.tanh(x @ w1).relu()
     with pytest.raises(ho.DivergenceError) as raised:
@@ -377,11 +421,23 @@ def test_the_first_replay_may_diverge_once_then_the_session_warms_up_again():
 
 def test_a_budget_below_the_floor_reports_both():
     w1, w2, x = make_weights()
+    w1, w2 = w1.detach(), w2.detach()
+    # By default the first warmup only warns (a first step may hold more than
+    # the later ones) and warms up again; the second one raises.
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=1000))
+    with pytest.warns(RuntimeWarning, match="below the unavoidable floor .* the next step warms up again"):
+        with session:
+            failing_step(w1, w2, x)
+    with pytest.raises(ho.BudgetError, match="below the unavoidable floor"):
+        with session:
+            failing_step(w1, w2, x)
     for planner in ("greedy", "peak"):
-        session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=1000, planner=planner))
+        config = ho.OffloadConfig(max_resident_activation_bytes=1000, planner=planner,
+                                  rewarm_once=False)
+        session = ho.OffloadSession(config)
         with pytest.raises(ho.BudgetError) as raised:
             with session:
-                failing_step(w1.detach(), w2.detach(), x)
+                failing_step(w1, w2, x)
         message = str(raised.value)
         floor = session.floor_bytes()
         assert floor is not None and floor > 1000
