@@ -75,3 +75,19 @@ def test_compare_runs_every_planner_on_the_captured_trace(captured):
     assert all(r["feasible"] and r["faults"] == 0 for r in planners.values())
     table = run_cli("compare", trace_path, "--budget", "50%")
     assert table.returncode == 0 and "planner  feasible" in table.stdout
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_shipped_example_traces_describe_their_model_and_compare(name):
+    from conftest import REPO
+
+    path = REPO / "examples" / "traces" / f"{name}.json"
+    document = json.loads(path.read_text())
+    meta = document["meta"]
+    assert meta["model"] == CASES[name].description["model"]
+    assert meta["unplanned_peak_bytes"] == ho.unplanned_peak(document)
+    assert document["memory_limit_bytes"] == meta["unplanned_peak_bytes"] // 2
+    assert meta["replay_peak_resident_bytes"] <= document["memory_limit_bytes"]
+    result = run_cli("compare", path, "--budget", "50%", "--json")
+    assert result.returncode == 0, result.stderr
+    assert all(r["feasible"] for r in json.loads(result.stdout)["results"])
