@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Planner comparison benchmark: greedy vs peak on GPT-style training steps from
-# `hyperoffload generate transformer` (the gpt2-small, gpt2-medium and gpt2-large
-# presets: seq 1024, batch 8, fp16, A100 timing, 16 GiB/s each way) at budgets of
+# `hyperoffload generate transformer` — the GPT-3-sized presets gpt3-1.3b,
+# gpt3-2.7b and gpt3-6.7b (seq 2048, batch 16, flash attention) and the GPT-2
+# presets gpt2-small, gpt2-medium, gpt2-large (seq 1024, batch 8, materialized
+# attention), all fp16 with A100 timing and 16 GiB/s each way — at budgets of
 # 30%, 50% and 70% of the unplanned peak with two copy engines. Prints each
 # `hyperoffload compare` table, then a summary that checks the targets: peak is
 # feasible wherever greedy is, and its stall is at most half of greedy's
@@ -29,7 +31,7 @@ done
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 traces=()
-for preset in gpt2-small gpt2-medium gpt2-large; do
+for preset in gpt3-1.3b gpt3-2.7b gpt3-6.7b gpt2-small gpt2-medium gpt2-large; do
   "$cli" generate transformer --preset "$preset" -o "$scratch/$preset.json" >/dev/null
   traces+=("$scratch/$preset.json")
 done

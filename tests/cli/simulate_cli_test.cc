@@ -56,6 +56,30 @@ bool only_files(const std::filesystem::path& dir, std::size_t count) {
   return n == count;
 }
 
+TEST(SimulateCli, CapsMemoryAtTheBudgetWhenAsked) {
+  // Budget 9 MiB (the trace's limit), memory capped:
+  //   c: [a 0-1][wait 1-3][b 3-4][wait ........... 4-14][c 14-15]
+  //   d:        [D2H s1 1-3][D2H s2 4-12]
+  //   h:                                  [H2D s1 12-14]
+  // b's 8 MiB need s1's 2 MiB freed (3 ms). The prefetch of s1, issued at 4 ms,
+  // must reserve 2 MiB while s2's 8 MiB are held until its D2H ends (12 ms): the
+  // host waits for memory 2 + 8 = 10 ms, then c for the copy 2 ms more.
+  // Stall 12; peak 8 MiB.
+  Files files;
+  const testing::CliRun run =
+      run_cli({"simulate", files.trace, files.schedule, "--memory-cap", "budget", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json out = json::parse(run.out);
+  EXPECT_EQ(out["memory_cap"], "budget");
+  EXPECT_EQ(out["memory_stall_ms"], 10.0);
+  EXPECT_EQ(out["stall_ms"], 12.0);
+  EXPECT_EQ(out["makespan_ms"], 15.0);
+  EXPECT_EQ(out["peak_bytes_timed"], 8388608);
+  const testing::CliRun bad = run_cli({"simulate", files.trace, files.schedule, "--memory-cap", "tight"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--memory-cap tight: expected unlimited or budget"));
+}
+
 TEST(SimulateCli, PrintsASummary) {
   Files files;
   const testing::CliRun run = run_cli({"simulate", files.trace, files.schedule});

@@ -120,6 +120,66 @@ TEST(Simulator, DelaysAReleaseUntilItsD2HCompletesRaisingTheTimedPeak) {
   EXPECT_EQ(result.peak_time_ms, 1.0);
 }
 
+TEST(Simulator, WaitsForTheDelayedFreeWhenMemoryIsCappedAtTheBudget) {
+  // The same plan on a device that holds only 4 MiB: b's 1 MiB cannot be taken
+  // until storage 1's D2H ends and its release frees 4 MiB at 5 ms.
+  //   c: [a 0-1][wait 1-5][b 5-15 ..........]
+  //   d:        [D2H s1 1-5]
+  //   memory: +4 at 0; -4 at 5; +1 at 5 -> never above 4 MiB.
+  SimulatorOptions options;
+  options.record_timeline = RecordTimeline::kYes;
+  options.budget_bytes = 4 * kMiB;
+  options.memory_cap = MemoryCap::kBudget;
+  const SimulationResult result =
+      simulate(offload_trace(), schedule_of("post 0 copy_d2h 1; post 0 release_device 1"), options);
+  EXPECT_THAT(lane(result, Lane::kCompute), ElementsAre("op 0 0-1", "stall 1 1-5", "op 1 5-15"));
+  EXPECT_THAT(memory(result), ElementsAre("0:4", "5:0", "5:1"));
+  EXPECT_EQ(result.peak_bytes_timed, 4 * kMiB);
+  EXPECT_EQ(result.memory_stall_ms, 4.0);
+  EXPECT_EQ(result.stall_ms, 4.0);
+  EXPECT_EQ(result.makespan_ms, 15.0);
+  // A budget that holds both needs no waiting: the unlimited timeline.
+  options.budget_bytes = 5 * kMiB;
+  const SimulationResult roomy =
+      simulate(offload_trace(), schedule_of("post 0 copy_d2h 1; post 0 release_device 1"), options);
+  EXPECT_EQ(roomy.stall_ms, 0.0);
+  EXPECT_EQ(roomy.peak_bytes_timed, 5 * kMiB);
+}
+
+TEST(Simulator, DelaysAPrefetchUntilItsMemoryIsFreedWhenCapped) {
+  // storage 1 (4 MiB) offloaded after op 0 and prefetched before op 2; storage 2
+  // (4 MiB) lives in op 1 only. Budget 4 MiB, two engines.
+  //   c: [a 0-1][wait 1-5][b 5-7][wait 7-11][c 11-12]
+  //   d:        [D2H s1 1-5]
+  //   h:                        [H2D s1 7-11]
+  // b's 4 MiB waits for s1's release (5 ms); the prefetch issued before c (at
+  // b's end, 7 ms) reserves its 4 MiB at once: s2's release at 7 ms, earlier in
+  // program order, has freed them.
+  const Trace trace = TraceDsl()
+                          .bandwidth(kOneMiBPerMs)
+                          .storage(1, 4 * kMiB)
+                          .storage(2, 4 * kMiB)
+                          .op("a", "W1", 1)
+                          .op("b", "W2", 2)
+                          .op("c", "R1", 1)
+                          .build();
+  SimulatorOptions options;
+  options.record_timeline = RecordTimeline::kYes;
+  options.budget_bytes = 4 * kMiB;
+  options.memory_cap = MemoryCap::kBudget;
+  const SimulationResult result = simulate(
+      trace, schedule_of("post 0 copy_d2h 1; post 0 release_device 1; post 1 release_device 2; pre 2 copy_h2d 1"),
+      options);
+  EXPECT_TRUE(result.valid());
+  EXPECT_THAT(lane(result, Lane::kCompute),
+              ElementsAre("op 0 0-1", "stall 1 1-5", "op 1 5-7", "stall 2 7-11", "op 2 11-12"));
+  EXPECT_THAT(lane(result, Lane::kCopy1), ElementsAre("h2d 2 s1 7-11"));
+  EXPECT_EQ(result.peak_bytes_timed, 4 * kMiB);
+  EXPECT_THAT(memory(result), ElementsAre("0:4", "5:0", "5:4", "7:0", "7:4"));
+  EXPECT_EQ(result.memory_stall_ms, 4.0);  // c's wait is for the copy, not for memory
+  EXPECT_EQ(result.stall_ms, 8.0);
+}
+
 TEST(Simulator, ReleasesAtOnceWithoutACopyInFlight) {
   // Releasing without a D2H frees at issue time (1 ms), before b's allocation at
   // the same instant (program order): 4, then 0 and 1 at 1 ms; peak 4 at 0 ms.

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <chrono>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "hyperoffload/io/schedule_json.h"
@@ -28,6 +29,21 @@ TimedPlan plan_timed(const Planner& planner, const Trace& trace, std::optional<s
   PlanResult result = value_or_throw(planner.plan(trace, budget_bytes));
   const auto end = std::chrono::steady_clock::now();
   return {std::move(result), std::chrono::duration<double, std::milli>(end - start).count()};
+}
+
+MemoryCap parse_memory_cap(const std::string& text) {
+  if (text == "unlimited") return MemoryCap::kUnlimited;
+  if (text == "budget") return MemoryCap::kBudget;
+  throw HyperoffloadError({ErrorCode::kInvalidArgument,
+                           fmt::format("--memory-cap {}: expected unlimited or budget", text)});
+}
+
+void add_memory_cap_option(CLI::App& app, std::string& target) {
+  app.add_option("--memory-cap", target,
+                 "unlimited (memory is freed whenever copies allow; the timed peak may exceed the budget) or "
+                 "budget (the device holds only the budget: ops and prefetches wait for memory, as on a real "
+                 "device)")
+      ->capture_default_str();
 }
 
 std::vector<std::pair<std::string, double>> parse_score_weights(const std::vector<std::string>& items) {

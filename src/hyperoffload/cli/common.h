@@ -10,6 +10,11 @@
 #include "hyperoffload/ir/schedule.h"
 #include "hyperoffload/ir/trace.h"
 #include "hyperoffload/plan/planner.h"
+#include "hyperoffload/sim/simulator.h"
+
+namespace CLI {
+class App;
+}
 
 namespace hyperoffload::cli {
 
@@ -25,6 +30,12 @@ struct TimedPlan {
   double planning_ms = 0.0;
 };
 TimedPlan plan_timed(const Planner& planner, const Trace& trace, std::optional<std::int64_t> budget_bytes);
+
+// --memory-cap: "unlimited" or "budget" (sim/simulator.h, MemoryCap).
+MemoryCap parse_memory_cap(const std::string& text);
+
+// Adds --memory-cap to a command.
+void add_memory_cap_option(CLI::App& app, std::string& target);
 
 // Parses repeated NAME=VALUE options into planner score weights.
 std::vector<std::pair<std::string, double>> parse_score_weights(const std::vector<std::string>& items);

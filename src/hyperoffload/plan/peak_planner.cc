@@ -239,18 +239,21 @@ class Selection {
     }
   }
 
+  static constexpr double kMaxNeighbor = 2.0;
+
   void refresh(std::int32_t k) {
     const auto index = static_cast<std::size_t>(k);
     const PeakCandidate& c = model_.interior[index];
     const auto over_inside = static_cast<std::int64_t>(
         profile_.count_over(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last())));
     // Neighbour impact: the copy-engine time that selected candidates already
-    // claim inside this candidate's window, as a share of the compute there.
+    // claim inside this candidate's window per unit of compute there, capped at
+    // 2 so that a twice-oversubscribed window weighs more than a merely busy one.
     const auto [first, last] = window(c);
     const double committed_ms = load_.load(first, last);
     const double window_ms = compute_before_[last + 1] - compute_before_[first];
     const double neighbor =
-        window_ms > 0.0 ? std::min(1.0, committed_ms / window_ms) : (committed_ms > 0.0 ? 1.0 : 0.0);
+        window_ms > 0.0 ? std::min(kMaxNeighbor, committed_ms / window_ms) : (committed_ms > 0.0 ? kMaxNeighbor : 0.0);
     const double hiding = this->hiding(index);
     factor_[index] = combine(hiding, coverage_fraction(over_inside), neighbor);
     const IndexGroup group = index_.group(k);

@@ -46,7 +46,8 @@
 //       planning - 1): how much of the rest of the problem it also solves.
 //   N = copy-engine contention: the copy time of selected candidates (spread
 //       over the compute of their windows) falling inside this candidate's
-//       window (copy op to use), as a share of the compute there, capped at 1.
+//       window (copy op to use), per unit of compute there, capped at 2 (a
+//       window twice oversubscribed weighs more than one merely busy).
 //
 // Every term is credited per byte removed from the current peak, so a small
 // candidate with perfect hiding cannot outrank one that actually resolves the

@@ -57,6 +57,8 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   SimulatorOptions sim_options;
   sim_options.copy_engines = options.copy_engines;
   sim_options.record_timeline = options.record_timeline;
+  sim_options.budget_bytes = budget;
+  sim_options.memory_cap = options.memory_cap;
   SimulationResult sim = simulate(trace, plan.schedule, sim_options);
   row.valid = sim.valid();
   row.problem_count = sim.validation.problem_count;
@@ -65,6 +67,7 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   row.op_peak_bytes = sim.peak_bytes();
   row.timed_peak_bytes = sim.peak_bytes_timed;
   row.stall_ms = sim.stall_ms;
+  row.memory_stall_ms = sim.memory_stall_ms;
   row.overhead_percent = sim.overhead_percent();
   row.makespan_ms = sim.makespan_ms;
   row.d2h_bytes = sim.d2h_bytes;
@@ -89,6 +92,7 @@ Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& o
   comparison.d2h_bandwidth_gib_per_s = trace.d2h_bandwidth_gib_per_s();
   comparison.h2d_bandwidth_gib_per_s = trace.h2d_bandwidth_gib_per_s();
   comparison.copy_engines = options.copy_engines;
+  comparison.memory_cap = options.memory_cap;
   comparison.planner_count = planners.size();
 
   if (options.budgets.empty()) {

@@ -69,6 +69,9 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
       "copies     {} engine{}, D2H {:.4g} GiB/s, H2D {:.4g} GiB/s\n", static_cast<int>(comparison.copy_engines),
       comparison.copy_engines == CopyEngines::kOne ? " shared by both directions" : "s, one per direction",
       comparison.d2h_bandwidth_gib_per_s, comparison.h2d_bandwidth_gib_per_s);
+  if (comparison.memory_cap == MemoryCap::kBudget) {
+    out += "memory     capped at the budget: ops and prefetches wait for memory to be freed (stall includes it)\n";
+  }
   const std::size_t planners = comparison.planner_count;
   for (std::size_t b = 0; b < comparison.budgets_bytes.size(); ++b) {
     const std::int64_t budget = comparison.budgets_bytes[b];
@@ -107,6 +110,7 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
                    {"d2h_bandwidth_gib_per_s", comparison.d2h_bandwidth_gib_per_s},
                    {"h2d_bandwidth_gib_per_s", comparison.h2d_bandwidth_gib_per_s}};
   root["copy_engines"] = static_cast<int>(comparison.copy_engines);
+  root["memory_cap"] = comparison.memory_cap == MemoryCap::kBudget ? "budget" : "unlimited";
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   for (const ComparisonRow& row : comparison.rows) {
     nlohmann::ordered_json item = {{"planner", row.planner},
@@ -120,6 +124,7 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
                                    {"timed_peak_bytes", row.timed_peak_bytes},
                                    {"timed_within_budget", row.timed_within_budget()},
                                    {"stall_ms", row.stall_ms},
+                                   {"memory_stall_ms", row.memory_stall_ms},
                                    {"overhead_percent", row.overhead_percent},
                                    {"makespan_ms", row.makespan_ms},
                                    {"bytes_moved", row.bytes_moved()},

@@ -1,6 +1,8 @@
 #include "hyperoffload/sim/simulator.h"
 
 #include <algorithm>
+#include <functional>
+#include <queue>
 
 #include <nlohmann/json.hpp>
 
@@ -49,6 +51,8 @@ class Simulation {
   SimulationResult run(const Schedule& schedule) {
     result_.copy_engines = options_.copy_engines;
     result_.budget_bytes = options_.budget_bytes ? *options_.budget_bytes : trace_.memory_limit_bytes().value_or(-1);
+    result_.memory_cap = options_.memory_cap;
+    cap_ = options_.memory_cap == MemoryCap::kBudget && result_.budget_bytes >= 0;
     if (record_) result_.timeline.budget_bytes = result_.budget_bytes;
 
     const std::vector<ResolvedAction> actions = resolve_actions(trace_, schedule, {});
@@ -58,13 +62,15 @@ class Simulation {
     double previous_end_ms = 0.0;
     std::size_t next = 0;
     for (OpIndex op = 0; op < trace_.op_count(); ++op) {
-      const double pre_issue_ms = previous_end_ms;
+      // The host issues op's pre actions when the previous op has ended; with a
+      // memory cap an allocation among them can hold the host up (Note [Memory cap]).
+      double host_ms = previous_end_ms;
       prefetch_action_states(actions, next);
       for (; next < actions.size() && actions[next].action.op == op && actions[next].action.phase == Phase::kPre;
            ++next) {
-        apply(actions[next], pre_issue_ms);
+        host_ms = apply(actions[next], host_ms);
       }
-      previous_end_ms = run_op(op, pre_issue_ms);
+      previous_end_ms = run_op(op, previous_end_ms, host_ms);
       for (; next < actions.size() && actions[next].action.op == op; ++next) apply(actions[next], previous_end_ms);
     }
     result_.makespan_ms = std::max(previous_end_ms, copies_end_ms_);
@@ -116,37 +122,55 @@ class Simulation {
   }
 
   // Runs one op whose pre actions were issued at `ready_ms` (the previous op's
-  // end); returns when it ends.
-  double run_op(OpIndex op, double ready_ms) {
+  // end) and done by `host_ms` (later when one waited for memory); returns when
+  // it ends.
+  double run_op(OpIndex op, double ready_ms, double host_ms) {
     ++seq_;
-    double cursor_ms = ready_ms;
+    if (host_ms > ready_ms) {
+      add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, ready_ms, host_ms);
+      result_.memory_stall_ms += host_ms - ready_ms;
+    }
+    double cursor_ms = host_ms;
     std::int64_t first_access_bytes = 0;
+    std::int64_t fault_bytes = 0;
+    faults_.clear();
     prefetch_states(trace_.access_offset(op) + trace_.accesses(op).size());
     for (const Access& access : trace_.accesses(op)) {
       StorageState& state = state_of(access.storage);
-      const std::int64_t size = state.size_bytes;
       switch (classify_access(state.residency)) {
         case AccessOutcome::kResident: break;
         case AccessOutcome::kFirstAccess:
         case AccessOutcome::kDataLoss:
           // Data loss (the validator reports it) takes the storage as a first
           // access does, with nothing to copy.
-          first_access_bytes += size;
+          first_access_bytes += state.size_bytes;
           break;
-        case AccessOutcome::kFault: {
-          // A synchronous demand page on the compute stream.
-          const double start_ms = std::max(cursor_ms, state.d2h_end_ms);
-          const double end_ms = start_ms + trace_.h2d_ms(size);
-          if (start_ms > cursor_ms) add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, cursor_ms, start_ms);
-          add_span(SpanKind::kFault, Lane::kCompute, op, access.storage, size, start_ms, end_ms);
-          add_event(compute_events_, start_ms, size);
-          result_.fault_ms += end_ms - start_ms;
-          result_.h2d_bytes += size;
-          cursor_ms = end_ms;
+        case AccessOutcome::kFault:
+          faults_.push_back(access.storage);
+          fault_bytes += state.size_bytes;
           break;
-        }
       }
       apply_access(state.residency, access.kind);
+    }
+    if (cap_) {
+      // Everything this op allocates must fit before its faults and its start.
+      const double fits_ms = fit(cursor_ms, first_access_bytes + fault_bytes);
+      if (fits_ms > cursor_ms) add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, cursor_ms, fits_ms);
+      result_.memory_stall_ms += fits_ms - cursor_ms;
+      cursor_ms = fits_ms;
+      allocated_bytes_ += first_access_bytes + fault_bytes;
+    }
+    for (const StorageIndex s : faults_) {
+      // A synchronous demand page on the compute stream, after its D2H.
+      const StorageState& state = state_of(s);
+      const double start_ms = std::max(cursor_ms, state.d2h_end_ms);
+      const double end_ms = start_ms + trace_.h2d_ms(state.size_bytes);
+      if (start_ms > cursor_ms) add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, cursor_ms, start_ms);
+      add_span(SpanKind::kFault, Lane::kCompute, op, s, state.size_bytes, start_ms, end_ms);
+      add_event(compute_events_, start_ms, state.size_bytes);
+      result_.fault_ms += end_ms - start_ms;
+      result_.h2d_bytes += state.size_bytes;
+      cursor_ms = end_ms;
     }
     double start_ms = cursor_ms;
     for (const Access& access : trace_.accesses(op)) start_ms = std::max(start_ms, state_of(access.storage).h2d_end_ms);
@@ -161,9 +185,37 @@ class Simulation {
     return end_ms;
   }
 
+  // Note [Memory cap]: with MemoryCap::kBudget every allocation is made by the
+  // host in program order — an op's first accesses and faults when it starts, a
+  // prefetch's buffer when its copy_h2d is issued (as a runtime reserves it
+  // when it enqueues the copy) — so allocation times never decrease. An
+  // allocation fits once the bytes allocated so far, minus the releases that
+  // have completed by then, leave room for it; until then the host waits, and
+  // so does the compute stream behind it. Releases complete at known times (their
+  // op's end, or later their D2H), kept in a min-heap and retired as the clock
+  // passes them.
+  double fit(double at_ms, std::int64_t bytes) {
+    if (bytes == 0) return at_ms;
+    retire_frees_until(at_ms);
+    while (allocated_bytes_ - retired_bytes_ + bytes > result_.budget_bytes && !pending_frees_.empty()) {
+      at_ms = std::max(at_ms, pending_frees_.top().time_ms);
+      retire_frees_until(at_ms);
+    }
+    return at_ms;  // with nothing left to wait for, an over-budget plan goes ahead
+  }
+
+  void retire_frees_until(double time_ms) {
+    while (!pending_frees_.empty() && pending_frees_.top().time_ms <= time_ms) {
+      retired_bytes_ += pending_frees_.top().bytes;
+      pending_frees_.pop();
+    }
+  }
+
   // Applies one action issued at `issue_ms`, with the validator's rules for
   // what is effective (Note [Residency state]).
-  void apply(const ResolvedAction& resolved, double issue_ms) {
+  // Returns when the host is done issuing it (later than `issue_ms` only when
+  // a capped prefetch waited for memory).
+  double apply(const ResolvedAction& resolved, double issue_ms) {
     ++seq_;
     const Action& action = resolved.action;
     const StorageIndex s = resolved.storage;
@@ -172,7 +224,7 @@ class Simulation {
     const std::int64_t size = state.size_bytes;
     switch (action.kind) {
       case ActionKind::kCopyD2H: {
-        if (classify_d2h(residency) != CopyOutcome::kCopies) return;  // a no-op, or an error with no copy
+        if (classify_d2h(residency) != CopyOutcome::kCopies) return issue_ms;  // a no-op, or an error with no copy
         double& engine = engine_free_ms(action.kind);
         const double start_ms = std::max(issue_ms, engine);
         const double end_ms = start_ms + trace_.d2h_ms(size);
@@ -184,34 +236,47 @@ class Simulation {
         result_.d2h_bytes += size;
         ++result_.d2h_count;
         add_span(SpanKind::kCopyD2H, engine_lane(action.kind), action.op, s, size, start_ms, end_ms);
-        return;
+        return issue_ms;
       }
       case ActionKind::kCopyH2D: {
-        if (classify_h2d(residency) != CopyOutcome::kCopies) return;  // a no-op, or an error with no copy
+        if (classify_h2d(residency) != CopyOutcome::kCopies) return issue_ms;  // a no-op, or an error with no copy
         double& engine = engine_free_ms(action.kind);
-        const double start_ms = std::max({issue_ms, engine, state.d2h_end_ms});
+        double allocated_ms = issue_ms;
+        if (cap_) {
+          allocated_ms = fit(issue_ms, size);
+          allocated_bytes_ += size;
+          issue_ms = allocated_ms;
+        }
+        const double start_ms = std::max({allocated_ms, engine, state.d2h_end_ms});
         const double end_ms = start_ms + trace_.h2d_ms(size);
         engine = end_ms;
         copies_end_ms_ = std::max(copies_end_ms_, end_ms);
         state.h2d_end_ms = end_ms;
         residency.resident = true;
-        add_event(copy_events_, start_ms, size);
+        // Memory is taken when the copy starts, or with a cap when it is reserved.
+        if (cap_) {
+          add_event(compute_events_, allocated_ms, size);
+        } else {
+          add_event(copy_events_, start_ms, size);
+        }
         result_.h2d_bytes += size;
         ++result_.h2d_count;
         add_span(SpanKind::kCopyH2D, engine_lane(action.kind), action.op, s, size, start_ms, end_ms);
-        return;
+        return issue_ms;
       }
       case ActionKind::kReleaseDevice: {
-        if (!residency.resident) return;
+        if (!residency.resident) return issue_ms;
         residency.resident = false;
         const double free_ms = std::max({issue_ms, state.d2h_end_ms, state.h2d_end_ms});
         add_event(free_ms > issue_ms ? delayed_events_ : compute_events_, free_ms, -size);
-        return;
+        if (cap_) pending_frees_.push({free_ms, size});
+        return issue_ms;
       }
       case ActionKind::kReleaseHost:
         residency.host_present = false;
-        return;
+        return issue_ms;
     }
+    return issue_ms;
   }
 
   // Note [Three sorted streams]: events issued on the compute stream (first
@@ -266,6 +331,17 @@ class Simulation {
   std::vector<MemoryEvent> compute_events_;
   std::vector<MemoryEvent> copy_events_;
   std::vector<MemoryEvent> delayed_events_;
+  std::vector<StorageIndex> faults_;  // of the current op
+  // Note [Memory cap]
+  struct PendingFree {
+    double time_ms;
+    std::int64_t bytes;
+    bool operator>(const PendingFree& other) const { return time_ms > other.time_ms; }
+  };
+  bool cap_ = false;
+  std::int64_t allocated_bytes_ = 0;  // by the host so far
+  std::int64_t retired_bytes_ = 0;    // released and freed by the clock so far
+  std::priority_queue<PendingFree, std::vector<PendingFree>, std::greater<>> pending_frees_;
 };
 
 }  // namespace
@@ -294,6 +370,8 @@ std::string simulation_to_json(const SimulationResult& result) {
   out["d2h_count"] = result.d2h_count;
   out["h2d_count"] = result.h2d_count;
   out["copy_engines"] = static_cast<int>(result.copy_engines);
+  out["memory_cap"] = result.memory_cap == MemoryCap::kBudget ? "budget" : "unlimited";
+  out["memory_stall_ms"] = result.memory_stall_ms;
   if (result.budget_bytes >= 0) out["budget_bytes"] = result.budget_bytes;
   out["problem_count"] = result.validation.problem_count;
   out["problems"] = result.validation.problems;

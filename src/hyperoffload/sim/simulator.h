@@ -34,6 +34,18 @@
 //    from the planners never need it (the D2H is issued after the storage's last
 //    write before its gap), so the model leaves write-after-read hazards to the
 //    validator's version rules.
+//
+// With MemoryCap::kBudget the device holds only the budget, as a real device
+// (or the runtime with an arena of that size) does. Allocations are made by the
+// host in program order — an op's first accesses and faults when it starts, a
+// prefetch's buffer when its copy_h2d is issued (a runtime reserves it when it
+// enqueues the copy) — and each waits until enough released memory has really
+// been freed (releases wait for their D2H). The host, and the compute stream
+// behind it, waits meanwhile: memory_stall_ms, part of stall_ms. The timed peak
+// then never exceeds the budget when the op-granular peak does not; for a
+// schedule over budget at op granularity, an allocation that cannot fit once
+// every issued release has completed goes ahead and the timed peak shows it.
+//
 // makespan_ms is when the last op or copy ends; stall_ms is the compute stream's
 // total waiting (including faults), so compute_ms + stall_ms is when the last op
 // ends. The timed peak is never below the validator's op-granular peak: memory
@@ -60,13 +72,18 @@ enum class CopyEngines : std::uint8_t { kOne = 1, kTwo = 2 };
 // Whether simulate() records the full timeline (spans and memory samples).
 enum class RecordTimeline : std::uint8_t { kNo, kYes };
 
+// Whether device memory is capped at the budget (see the model above).
+enum class MemoryCap : std::uint8_t { kUnlimited, kBudget };
+
 struct SimulatorOptions {
   CopyEngines copy_engines = CopyEngines::kTwo;
   RecordTimeline record_timeline = RecordTimeline::kNo;
   // Budget reported and drawn as a line on the timeline, in bytes; nullopt = the
-  // trace's memory_limit_bytes (none when that is unlimited too). It does not
-  // change the simulation.
+  // trace's memory_limit_bytes (none when that is unlimited too). It changes the
+  // simulation only with MemoryCap::kBudget.
   std::optional<std::int64_t> budget_bytes;
+  // kBudget: allocations wait for memory to be freed (no effect without a budget).
+  MemoryCap memory_cap = MemoryCap::kUnlimited;
 };
 
 struct SimulationResult {
@@ -77,8 +94,11 @@ struct SimulationResult {
   double peak_time_ms = 0.0;          // when it is first reached
   double compute_ms = 0.0;            // sum of op durations
   double makespan_ms = 0.0;
-  double stall_ms = 0.0;              // includes fault_ms
+  double stall_ms = 0.0;              // includes fault_ms and memory_stall_ms
   double fault_ms = 0.0;              // time the compute stream spent in faults
+  // MemoryCap::kBudget: compute-stream time spent waiting for memory to be freed.
+  double memory_stall_ms = 0.0;
+  MemoryCap memory_cap = MemoryCap::kUnlimited;
   std::int64_t d2h_bytes = 0;         // bytes of the copies simulated
   std::int64_t h2d_bytes = 0;         // includes faults
   std::int64_t d2h_count = 0;
@@ -100,7 +120,8 @@ SimulationResult simulate(const Trace& trace, const Schedule& schedule, const Si
 // The --json object: valid, faults, peak_bytes, peak_op, peak_bytes_timed,
 // peak_time_ms, compute_ms, makespan_ms, stall_ms, fault_ms, overhead_percent,
 // d2h_bytes, h2d_bytes, d2h_count, h2d_count, copy_engines, budget_bytes (when
-// known), problem_count, problems (docs/FORMATS.md).
+// known), memory_cap ("unlimited" / "budget"), memory_stall_ms, problem_count,
+// problems (docs/FORMATS.md).
 std::string simulation_to_json(const SimulationResult& result);
 
 }  // namespace hyperoffload
