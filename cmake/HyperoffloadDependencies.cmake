@@ -27,6 +27,12 @@ if(HYPEROFFLOAD_WITH_CUDA)
 endif()
 
 if(HYPEROFFLOAD_BUILD_PYTHON)
+  # The extension is built for, and its tests run with, the system interpreter,
+  # where Debian's python3-torch lives — not whichever python3 is first on PATH
+  # (pyenv, a virtualenv). -DPython3_EXECUTABLE=... picks another.
+  if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+    set(Python3_EXECUTABLE /usr/bin/python3)
+  endif()
   find_package(Python3 COMPONENTS Interpreter Development.Module)
   find_package(pybind11 CONFIG QUIET)
   if(NOT Python3_FOUND OR NOT pybind11_FOUND)

@@ -171,6 +171,21 @@ TEST(ReplayExecutor, MoreOrFewerOpsThanTracedAreDivergences) {
     EXPECT_THAT(early.error().message, HasSubstr("it ended after 3 ops; the traced step has 4 (op 3 was \"d\")"));
   }
   rt.expect_nothing_held();
+  {
+    // Offloaded after b, 101 is still held when the step ends early: it comes
+    // back first, so the caller keeps its data.
+    auto replay = start(rt, plan_of(four_op_trace(), "post 1 copy_d2h 1; post 1 release_device 1"));
+    StepDriver step(*replay);
+    ASSERT_TRUE(step.op("a", {}, {{101, 100}}));
+    ASSERT_TRUE(step.op("b", {101}, {{102, 100}}));
+    EXPECT_FALSE(rt.residency.resident(101));
+    Result<ReplayResult> early = replay->finish();
+    ASSERT_FALSE(early.has_value());
+    EXPECT_EQ(early.error().code, ErrorCode::kDiverged);
+    EXPECT_TRUE(rt.residency.resident(101));
+    step.check("after the early end", 101);
+  }
+  rt.expect_nothing_held();
 }
 
 TEST(ReplayExecutor, DifferentOutputsOrInputsAreDivergences) {

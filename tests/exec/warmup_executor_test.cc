@@ -140,6 +140,38 @@ TEST(WarmupExecutor, WithTheDeviceCapacityAtTheBudgetAllocationsEvictToFit) {
   rt.expect_nothing_held();
 }
 
+TEST(WarmupExecutor, MakesRoomForCallerBuffersBeforeAdoptingThem) {
+  // Budget 300; the caller's buffers of 200 bytes each are adopted at on_op_end.
+  //   op0 a: -> 1 (200)   room for 200: 0 + 200 <= 300; adopt → 200
+  //   op1 b: -> 2 (200)   room for 200: 200 + 200 > 300 → evict 1 (its
+  //                       release callback runs once the D2H read it) → 0;
+  //                       adopt → 200
+  // Adopting first would have peaked at 400.
+  HostRuntime rt;
+  auto warmup = start(rt, 300);
+  std::vector<char> one(200, 1), two(200, 2);
+  std::vector<void*> released;
+  auto release = [&released](void* ptr) { released.push_back(ptr); };
+  ASSERT_TRUE(warmup->on_op_begin("a", {}, {}));
+  const OpOutput out1[] = {{1, 200, one.data(), release}};
+  ASSERT_TRUE(warmup->on_op_end(out1, {}));
+  ASSERT_TRUE(warmup->on_op_begin("b", {}, {}));
+  const OpOutput out2[] = {{2, 200, two.data(), release}};
+  ASSERT_TRUE(warmup->on_op_end(out2, {}));
+  EXPECT_FALSE(rt.residency.resident(1));
+  EXPECT_TRUE(rt.residency.resident(2));
+  ASSERT_TRUE(warmup->on_storage_freed(1));
+  ASSERT_TRUE(warmup->on_storage_freed(2));
+  Result<WarmupResult> result = warmup->finish();
+  ASSERT_TRUE(result.has_value()) << result.error().message;
+  EXPECT_EQ(result->stats.peak_resident_bytes, 200);
+  EXPECT_EQ(result->stats.evictions, 1);
+  EXPECT_EQ(result->stats.d2h_bytes, 200);
+  warmup.reset();
+  rt.expect_nothing_held();
+  EXPECT_THAT(released, ElementsAre(static_cast<void*>(one.data())));
+}
+
 TEST(WarmupExecutor, MeasuresOpDurationsWithEvents) {
   HostRuntime rt;
   auto warmup = start(rt, std::nullopt);

@@ -330,14 +330,8 @@ Result<ReplayResult> ReplayExecutor::finish() {
     return make_error(ErrorCode::kFailedPrecondition, fmt::format("finish inside {}: the op did not end", op_label()));
   }
   const Trace& trace = plan_->trace();
-  if (op_ != trace.op_count()) {
-    return std::unexpected(Error{
-        ErrorCode::kDiverged,
-        fmt::format("the step diverged from the traced step: it ended after {} ops; the traced step has {} (op {} "
-                    "was \"{}\"); wrap dynamic regions in skip_offload so they run as one opaque op",
-                    op_, trace.op_count(), op_, trace.op_name(op_))});
-  }
-  // Storages the caller still holds end the step on the device.
+  // Storages the caller still holds end the step on the device — also a step
+  // that ended early, so the caller keeps their data when it is aborted.
   std::int64_t restores = 0;
   std::int64_t restored_bytes = 0;
   // In traced order, so memory is laid out the same way every step.
@@ -354,6 +348,13 @@ Result<ReplayResult> ReplayExecutor::finish() {
     HO_RETURN_IF_ERROR(residency_.release_host(caller));
   }
   HO_RETURN_IF_ERROR(residency_.poll());
+  if (op_ != trace.op_count()) {
+    return std::unexpected(Error{
+        ErrorCode::kDiverged,
+        fmt::format("the step diverged from the traced step: it ended after {} ops; the traced step has {} (op {} "
+                    "was \"{}\"); wrap dynamic regions in skip_offload so they run as one opaque op",
+                    op_, trace.op_count(), op_, trace.op_name(op_))});
+  }
   HO_RETURN_IF_ERROR(collect_spans(op_));
   sample_memory();
 

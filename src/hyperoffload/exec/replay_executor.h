@@ -98,7 +98,8 @@ class ReplayExecutor final : public StepHooks {
   Status on_storage_freed(StorageId id) override;
   Result<void*> device_ptr(StorageId id, DeviceAccess access = DeviceAccess::kReadWrite) override;
 
-  // Ends the step: fails with kDiverged when it ran fewer ops than traced.
+  // Ends the step: brings the storages the caller still holds back to the
+  // device, then fails with kDiverged when the step ran fewer ops than traced.
   Result<ReplayResult> finish();
 
  private:

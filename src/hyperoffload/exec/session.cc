@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "hyperoffload/check/validator.h"
+#include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/budget.h"
+#include "hyperoffload/plan/internal/peak_model.h"
 
 namespace hyperoffload {
 
@@ -131,18 +133,26 @@ Status Session::finish_warmup() {
 
   // Kept until a plan exists, so a failed planning still leaves the trace.
   unplanned_trace_ = warmed->trace;
+  floor_.reset();
   Result<PlanResult> planned = planner_->plan(warmed->trace, options_.budget_bytes);
   if (!planned) {
     return make_error(planned.error().code, fmt::format("planning the traced step with \"{}\": {}", options_.planner,
                                                         planned.error().message));
   }
-  if (planned->floor && options_.budget_bytes && planned->floor->bytes > *options_.budget_bytes) {
+  floor_ = planned->floor;
+  if (!floor_ && options_.budget_bytes) {
+    // Planners that do not compute the floor (greedy) would replay a schedule
+    // that cannot keep to the budget; the peak planner's model says where.
+    const StorageAccesses accesses(warmed->trace);
+    floor_ = internal::build_peak_model(warmed->trace, accesses).floor;
+  }
+  if (floor_ && options_.budget_bytes && floor_->bytes > *options_.budget_bytes) {
     return make_error(
         ErrorCode::kInvalidArgument,
         fmt::format("the budget of {} ({} bytes) is below the unavoidable floor of {} ({} bytes, "
                     "reached at op {} ({})): no schedule can keep the step within it; raise the budget",
-                    format_bytes(*options_.budget_bytes), *options_.budget_bytes, format_bytes(planned->floor->bytes),
-                    planned->floor->bytes, planned->floor->op, warmed->trace.op_name(planned->floor->op)));
+                    format_bytes(*options_.budget_bytes), *options_.budget_bytes, format_bytes(floor_->bytes),
+                    floor_->bytes, floor_->op, warmed->trace.op_name(floor_->op)));
   }
   const ValidationReport report = validate_schedule(warmed->trace, planned->schedule);
   if (!report.valid()) {
@@ -170,6 +180,13 @@ Status Session::finish_replay() {
   last_stats_ = replayed->stats;
   last_timeline_ = std::move(replayed->timeline);
   return ok_status();
+}
+
+Status Session::forget_held_storages() {
+  if (in_step()) return make_error(ErrorCode::kFailedPrecondition, "forget_held_storages inside a step");
+  Status status = residency_->reset();
+  if (Status drained = pool_->drain(); !drained && status) status = std::move(drained);
+  return status;
 }
 
 Status Session::abort_step() {

@@ -1,7 +1,8 @@
 // Session: the whole offloading loop behind one object — the first step runs
 // under the warmup executor (trace + online eviction), then the session plans
 // with the configured planner for the configured budget, and every later step
-// replays that plan.
+// replays that plan. A budget below the trace's unavoidable floor is an error
+// naming both, whichever planner is configured.
 //
 //   auto backend = *HostBackend::create({.device_capacity_bytes = budget});
 //   auto session = *Session::create(*backend, {.budget_bytes = budget, .planner = "greedy"});
@@ -78,6 +79,12 @@ class Session final : public StepHooks {
   // Abandons the step (e.g. after an exception in the caller's code) without
   // leaking anything. Safe to call at any time; returns the first cleanup error.
   Status abort_step();
+  // Between steps: stops tracking the storages held over from the last step now
+  // rather than at the next begin_step() — waits for the copies still touching
+  // them, completes deferred frees (running their release callbacks), frees
+  // runtime memory and leaves adopted buffers to their owners, who may then
+  // free them at once. Fails inside a step.
+  Status forget_held_storages();
 
   Status on_op_begin(std::string_view name, std::span<const StorageId> inputs,
                      std::span<const StorageId> written) override;
@@ -101,6 +108,11 @@ class Session final : public StepHooks {
   }
   const Schedule* schedule() const { return plan_ ? &plan_->schedule() : nullptr; }
   const PlanResult* plan_result() const { return plan_ ? &plan_result_ : nullptr; }
+  // The lowest op-granular peak any schedule reaches on the last warmup's trace,
+  // when the session had a budget: the planner's own floor when it computes
+  // one, otherwise the peak planner's model of it (plan/internal/peak_model.h).
+  // Set also when planning failed because the budget is below it.
+  const std::optional<UnavoidableFloor>& floor() const { return floor_; }
   // Notes from the warmup (bandwidth calibration) and the planner.
   const std::vector<std::string>& notes() const { return notes_; }
   // Stats of the last completed step.
@@ -145,6 +157,7 @@ class Session final : public StepHooks {
 
   std::shared_ptr<const ReplayPlan> plan_;
   std::optional<Trace> unplanned_trace_;  // the last warmup's trace when planning failed
+  std::optional<UnavoidableFloor> floor_;
   PlanResult plan_result_;
   std::vector<std::string> notes_;
   StepStats last_stats_;

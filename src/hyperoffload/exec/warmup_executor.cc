@@ -174,6 +174,16 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
   op.start = std::move(current_start_);
   HO_ASSIGN_OR_RETURN(op.end, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
   const auto op_index = static_cast<OpIndex>(ops_.size() - 1);
+  // Caller buffers (adopted here) already exist, but they enter the resident
+  // bytes only now: room first, as for allocate_output, so the step's resident
+  // bytes stay within the budget whenever the op's own storages fit in it.
+  std::int64_t adopted_bytes = 0;
+  for (const OpOutput& output : outputs) {
+    const bool allocated = std::any_of(current_allocated_.begin(), current_allocated_.end(),
+                                       [&](const auto& a) { return a.first == output.id; });
+    if (!allocated) adopted_bytes += std::max<std::int64_t>(output.size_bytes, 0);
+  }
+  HO_RETURN_IF_ERROR(evict_while_over_budget(adopted_bytes));
   for (const OpOutput& output : outputs) {
     auto allocated = std::find_if(current_allocated_.begin(), current_allocated_.end(),
                                   [&](const auto& a) { return a.first == output.id; });

@@ -9,7 +9,9 @@
 //    with copy_d2h + release_device.
 //  - Inputs evicted earlier are demand-paged back (counted as faults), each
 //    after evicting, under the same rule, enough to make room for it.
-//  - An output allocated with allocate_output() gets room the same way first.
+//  - An output allocated with allocate_output() gets room the same way first;
+//    so do outputs in the caller's buffers, before on_op_end adopts them (they
+//    already exist then, but count as resident only once adopted).
 //  - When a device allocation fails (an output, a page-in) it evicts more,
 //    under the same rule, and retries; it fails only when nothing is left to
 //    evict. So with the emulated device's capacity set to the budget, the step

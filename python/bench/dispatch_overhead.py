@@ -1,0 +1,120 @@
+"""Per-op dispatch overhead of an OffloadSession versus plain eager PyTorch.
+
+    PYTHONPATH=build/python /usr/bin/python3 python/bench/dispatch_overhead.py [--repeats 30] [--model gpt_decoder]
+
+Times one training step (forward, cross-entropy, backward) of a model from
+python/tests/models.py on the CPU, one intra-op thread, in these modes:
+
+  eager          plain PyTorch
+  empty mode     a TorchDispatchMode that only calls the op (PyTorch's own cost
+                 of intercepting ops in Python: the floor for any such layer)
+  warmup         the first step of a fresh session (trace + online eviction)
+  replay         later steps of a session without a budget (nothing moves)
+  replay 50%     later steps of a session at half the activation peak (copies
+                 run on the HostBackend's copy threads)
+
+and reports the median step time and the overhead per op against eager. Each
+timing is the median of --repeats steps (warmups: one fresh session each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python" / "tests"))
+
+import hyperoffload as ho  # noqa: E402
+from hyperoffload._compat import TorchDispatchMode  # noqa: E402
+from models import CASES  # noqa: E402
+
+
+class EmptyMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def make(name):
+    model, batch, loss_fn = CASES[name].build()
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    return model, batch, loss_fn
+
+
+def one_step(model, batch, loss_fn, context) -> float:
+    for p in model.parameters():
+        p.grad.zero_()
+    start = time.perf_counter()
+    with context:
+        loss = loss_fn(model, batch)
+        loss.backward()
+    return time.perf_counter() - start
+
+
+class Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def median_ms(samples):
+    return statistics.median(samples) * 1e3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="gpt_decoder", choices=sorted(CASES))
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model, batch, loss_fn = make(args.model)
+
+    for _ in range(3):  # allocator and kernel warm-up
+        one_step(model, batch, loss_fn, Nothing())
+
+    probe = ho.OffloadSession()
+    one_step(model, batch, loss_fn, probe)
+    ops = probe.stats()["ops"]
+    budget = probe.unplanned_peak_bytes() // 2
+
+    rows = {}
+    rows["eager"] = [one_step(model, batch, loss_fn, Nothing()) for _ in range(args.repeats)]
+    rows["empty mode"] = [one_step(model, batch, loss_fn, EmptyMode()) for _ in range(args.repeats)]
+    rows["warmup"] = [one_step(model, batch, loss_fn, ho.OffloadSession()) for _ in range(args.repeats)]
+    replay = ho.OffloadSession()
+    one_step(model, batch, loss_fn, replay)
+    rows["replay"] = [one_step(model, batch, loss_fn, replay) for _ in range(args.repeats)]
+    tight = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget))
+    one_step(model, batch, loss_fn, tight)
+    rows["replay 50%"] = [one_step(model, batch, loss_fn, tight) for _ in range(args.repeats)]
+    moved = tight.stats()["offloaded_bytes"]
+
+    eager_ms = median_ms(rows["eager"])
+    results = {
+        name: dict(step_ms=median_ms(samples), overhead_us_per_op=(median_ms(samples) - eager_ms) * 1e3 / ops)
+        for name, samples in rows.items()
+    }
+    if args.json:
+        print(json.dumps(dict(model=args.model, ops=ops, repeats=args.repeats, torch=torch.__version__,
+                              offloaded_bytes_at_50=moved, results=results), indent=1))
+        return 0
+    print(f"model {args.model}: {ops} ops per step, median of {args.repeats} steps, torch {torch.__version__}, "
+          f"1 thread; at 50% the replay offloads {moved / 2**20:.2f} MiB per step")
+    print(f"{'mode':<12} {'step ms':>9} {'overhead us/op':>15}")
+    for name, r in results.items():
+        print(f"{name:<12} {r['step_ms']:>9.2f} {r['overhead_us_per_op']:>15.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""OffloadConfig: what an OffloadSession offloads, with which planner, within which budget."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Union
+
+import torch
+
+MIB = 1 << 20  # "MB" in sizes means MiB (2**20 bytes), as in PyTorch's memory reports
+
+
+def _bytes_from(mb: Optional[float], exact: Optional[int], what: str) -> Optional[int]:
+    if mb is not None and exact is not None:
+        raise ValueError(f"give {what} in MB or in bytes, not both")
+    if exact is not None:
+        if isinstance(exact, bool) or not isinstance(exact, int):
+            raise TypeError(f"{what}_bytes must be an int, got {type(exact).__name__}")
+        if exact < 0:
+            raise ValueError(f"{what}_bytes must be >= 0, got {exact}")
+        return exact
+    if mb is not None:
+        if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not math.isfinite(mb):
+            raise ValueError(f"{what}_mb must be a finite number, got {mb!r}")
+        if mb < 0:
+            raise ValueError(f"{what}_mb must be >= 0, got {mb}")
+        return int(mb * MIB)  # rounded down: the budget is a limit
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class OffloadConfig:
+    """Configuration of an :class:`~hyperoffload.OffloadSession`.
+
+    Sizes are in MB (MiB, 2**20 bytes; fractions allowed) or, exactly, with the
+    ``*_bytes`` alternatives.
+
+    Attributes:
+        max_resident_activation_mb: limit on the bytes of activations (storages
+            produced inside a step) resident on the device at any time. ``None``:
+            no limit — the session traces and replays but offloads nothing.
+        max_offload_activation_mb: limit on the pinned host memory holding
+            offloaded activations. ``None``: no limit.
+        planner: ``"greedy"`` or ``"peak"`` (any planner ``hyperoffload plan``
+            knows).
+        copy_engines: 2 — device-to-host and host-to-device copies run on their
+            own streams; 1 — one shared copy stream.
+        max_resident_activation_bytes, max_offload_activation_bytes: the same
+            limits in bytes (give one form of each).
+        device: the device whose activations are offloaded (``"cuda:0"``,
+            ``"cpu"``). ``None``: the device of the first tensor a step
+            produces.
+        rewarm_once: let the session warm up a second time, once, when the
+            first step of a training loop differs from the later ones
+            (typically because it creates the ``.grad`` tensors or the
+            optimizer state): when the first replay after the warmup diverges,
+            that step finishes without offloading (a RuntimeWarning) instead of
+            raising :class:`~hyperoffload.DivergenceError`; when the warmup's
+            plan cannot meet the budget, that is a RuntimeWarning instead of
+            :class:`~hyperoffload.BudgetError`. Either way the next step warms
+            up again; the second time, the error is raised.
+        calibration_bytes: size of the warmup's copy-bandwidth calibration copy,
+            used only for a copy direction the warmup step never used.
+    """
+
+    max_resident_activation_mb: Optional[float] = None
+    max_offload_activation_mb: Optional[float] = None
+    planner: str = "greedy"
+    copy_engines: int = 2
+    max_resident_activation_bytes: Optional[int] = None
+    max_offload_activation_bytes: Optional[int] = None
+    device: Optional[Union[str, torch.device]] = None
+    rewarm_once: bool = True
+    calibration_bytes: int = 4 << 20
+
+    def __post_init__(self) -> None:
+        # Validates eagerly, so a bad configuration fails where it is written.
+        self.budget_bytes  # noqa: B018
+        self.host_capacity_bytes  # noqa: B018
+        if not isinstance(self.planner, str):
+            raise TypeError(f"planner must be a str, got {type(self.planner).__name__}")
+        if self.copy_engines not in (1, 2):
+            raise ValueError(f"copy_engines must be 1 or 2, got {self.copy_engines!r}")
+        if self.calibration_bytes < 0:
+            raise ValueError(f"calibration_bytes must be >= 0, got {self.calibration_bytes}")
+
+    @property
+    def budget_bytes(self) -> Optional[int]:
+        """The resident activation limit in bytes, or None."""
+        return _bytes_from(self.max_resident_activation_mb, self.max_resident_activation_bytes,
+                           "max_resident_activation")
+
+    @property
+    def host_capacity_bytes(self) -> Optional[int]:
+        """The offloaded (pinned host) activation limit in bytes, or None."""
+        return _bytes_from(self.max_offload_activation_mb, self.max_offload_activation_bytes,
+                           "max_offload_activation")
+
+    def device_name(self) -> Optional[str]:
+        """The configured device as "type:index", or None."""
+        if self.device is None:
+            return None
+        device = torch.device(self.device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        return str(device)

@@ -1,0 +1,347 @@
+"""OffloadSession and skip_offload: PyTorch ops into hyperoffload's runtime.
+
+A session intercepts every op of a step with a ``TorchDispatchMode``. Per op the
+mode hands the op's arguments and results to the C++ runtime (``hyperoffload._C``),
+which finds their storages, keeps track of the ones produced inside the step and
+moves their bytes: the first step is the warmup (trace + online eviction), every
+later step replays the plan made from it. See docs/PYTHON.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import warnings
+from typing import Any, Callable, Dict, Optional
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from . import _C
+from ._compat import TorchDispatchMode, current_dispatch_mode, suspended_mode
+from .config import OffloadConfig
+from .errors import HyperoffloadError
+
+# OpInfo per OpOverload: the op's name and the arguments it writes in place,
+# read from its schema once.
+_OP_INFOS: Dict[Any, "_C.OpInfo"] = {}
+
+
+def _op_info(func) -> "_C.OpInfo":
+    schema = func._schema
+    name = schema.name + ("." + schema.overload_name if schema.overload_name else "")
+    written = [(index, argument.name) for index, argument in enumerate(schema.arguments)
+               if argument.alias_info is not None and argument.alias_info.is_write]
+    info = _C.OpInfo(name, written, False)
+    _OP_INFOS[func] = info
+    return info
+
+
+def _compute_stream(device: str) -> int:
+    """The CUDA stream PyTorch runs `device`'s kernels on (the runtime's compute stream)."""
+    return int(torch.cuda.current_stream(torch.device(device)).cuda_stream)
+
+
+class _StepMode(TorchDispatchMode):
+    """Reports every op of one step to the runtime."""
+
+    def __init__(self, session: "OffloadSession") -> None:
+        super().__init__()
+        self.session = session
+        self._rt = session._rt
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        rt = self._rt
+        if kwargs is None:
+            kwargs = {}
+        if not rt.tracking:
+            return func(*args, **kwargs)
+        info = _OP_INFOS.get(func)
+        if info is None:
+            info = _op_info(func)
+        rt.begin(info, args, kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except BaseException:
+            rt.op_failed()
+            raise
+        rt.end(out)
+        return out
+
+
+class OffloadSession:
+    """Offloads the activations of a training step, step after step.
+
+    ::
+
+        session = hyperoffload.OffloadSession(
+            hyperoffload.OffloadConfig(max_resident_activation_mb=512, planner="peak"))
+        for batch in loader:
+            with session:          # step 1: warmup; later steps: replay the plan
+                loss = model(batch).sum()
+                loss.backward()
+            optimizer.step()
+
+    Every ``with`` block is one step. Activations are the storages the step's ops
+    produce; parameters, inputs and anything made outside the step are left
+    alone. An exception inside the step aborts it (every tensor keeps its data)
+    and is re-raised; the next step is of the same kind.
+    """
+
+    def __init__(self, config: Optional[OffloadConfig] = None) -> None:
+        self.config = config if config is not None else OffloadConfig()
+        self._rt = _C.Runtime(
+            budget_bytes=self.config.budget_bytes,
+            host_capacity_bytes=self.config.host_capacity_bytes,
+            planner=self.config.planner,
+            copy_engines=self.config.copy_engines,
+            device=self.config.device_name(),
+            compute_stream=_compute_stream,
+            rewarm_once=self.config.rewarm_once,
+            calibration_bytes=self.config.calibration_bytes,
+        )
+        self._mode: Optional[_StepMode] = None
+
+    # ---- Steps -------------------------------------------------------------------
+
+    def __enter__(self) -> "OffloadSession":
+        if self._mode is not None:
+            raise HyperoffloadError("a step of this session is already running (steps do not nest)")
+        self._rt.begin_step()
+        mode = _StepMode(self)
+        try:
+            mode.__enter__()
+        except BaseException:
+            self._rt.abort_step()
+            raise
+        self._mode = mode
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            mode.__exit__(None, None, None)
+        try:
+            if exc_type is not None:
+                self._rt.abort_step()
+            else:
+                self._rt.end_step()
+        finally:
+            for message in self._rt.take_warnings():
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return False
+
+    @property
+    def in_step(self) -> bool:
+        return self._mode is not None
+
+    # ---- What the session recorded and measured ---------------------------------------
+
+    def trace(self) -> Optional[dict]:
+        """The warmup step's trace as a ``hyperoffload.trace`` document, or None before one."""
+        text = self._rt.trace_json()
+        return None if text is None else json.loads(text)
+
+    def schedule(self) -> Optional[dict]:
+        """The plan being replayed as a ``hyperoffload.schedule`` document, or None before one."""
+        text = self._rt.schedule_json()
+        return None if text is None else json.loads(text)
+
+    def save_trace(self, path: "os.PathLike[str] | str", meta: Optional[dict] = None) -> None:
+        """Writes the trace file (atomically) for ``hyperoffload plan/validate/compare``.
+
+        ``meta``: an optional JSON-serialisable object stored under ``"meta"``
+        (readers ignore unknown keys).
+        """
+        text = self._rt.trace_json()
+        if text is None:
+            raise HyperoffloadError("no trace yet: the session has not completed a warmup step")
+        if meta is not None:
+            document = json.loads(text)
+            document["meta"] = meta
+            text = json.dumps(document, indent=1)
+        _C.write_file_atomically(os.fspath(path), text)
+
+    def save_schedule(self, path: "os.PathLike[str] | str") -> None:
+        """Writes the replayed schedule (atomically), for ``hyperoffload validate``."""
+        text = self._rt.schedule_json()
+        if text is None:
+            raise HyperoffloadError("no schedule yet: the session has not planned a warmup step")
+        _C.write_file_atomically(os.fspath(path), text)
+
+    def stats(self) -> dict:
+        """Measurements of the last completed step.
+
+        Keys: ``kind`` ("warmup", "replay", or None before any step ran with
+        tracked tensors), ``peak_resident_bytes`` (peak of resident activation
+        bytes, measured by the runtime), ``offloaded_bytes`` (= ``d2h_bytes``),
+        ``faults``, ``fault_bytes``, ``d2h_count``, ``h2d_count``, ``h2d_bytes``,
+        ``peak_host_bytes``, ``resident_at_end_bytes``, ``evictions`` (warmup),
+        ``end_restores``, ``ops``, ``step_ms``, ``budget_bytes``, ``device``,
+        ``steps`` (completed steps) and ``passthrough`` (the last step finished
+        without offloading after a divergence or a failed op).
+        """
+        return self._rt.stats()
+
+    def unplanned_peak_bytes(self) -> Optional[int]:
+        """Peak activation bytes of the traced step with nothing offloaded, or None before a trace."""
+        return self._rt.unplanned_peak_bytes()
+
+    def floor_bytes(self) -> Optional[int]:
+        """The lowest peak any schedule reaches on the trace (computed when there is a budget)."""
+        return self._rt.floor_bytes()
+
+    def notes(self) -> list:
+        """Remarks of the warmup (bandwidth calibration) and the planner."""
+        return list(self._rt.notes())
+
+    @property
+    def device(self) -> Optional[torch.device]:
+        """The device the session is bound to, or None before the first tracked tensor."""
+        name = self._rt.device()
+        return None if name is None else torch.device(name)
+
+    @property
+    def next_step_kind(self) -> str:
+        """``"warmup"`` or ``"replay"``."""
+        return self._rt.next_step_kind()
+
+
+# ---- skip_offload ---------------------------------------------------------------------
+
+
+def _tensors(tree) -> tuple:
+    leaves, _ = tree_flatten(tree)
+    return tuple(leaf for leaf in leaves if isinstance(leaf, torch.Tensor))
+
+
+def _active_mode() -> Optional[_StepMode]:
+    mode = current_dispatch_mode()
+    return mode if isinstance(mode, _StepMode) and mode._rt.tracking else None
+
+
+class _OpaqueCall:
+    """One call of a skip_offload function whose backward is opaque too."""
+
+    def __init__(self, fn, rt, forward_info, backward_info, flat, spec, tensor_positions):
+        self.fn = fn
+        self.rt = rt
+        self.forward_info = forward_info
+        self.backward_info = backward_info
+        self.flat = flat
+        self.spec = spec
+        self.tensor_positions = tensor_positions
+        self.inner_inputs: tuple = ()
+        self.inner_outputs: tuple = ()
+        self.out_flat: list = []
+        self.out_spec = None
+        self.out_positions: list = []
+
+
+class _Opaque(torch.autograd.Function):
+    """Runs a region as one op forward and one op backward (a nested backward)."""
+
+    @staticmethod
+    def forward(ctx, call: _OpaqueCall, *tensors):
+        call.rt.begin(call.forward_info, tensors, None)
+        try:
+            with suspended_mode(), torch.enable_grad():
+                inner = tuple(t.detach().requires_grad_(t.requires_grad) for t in tensors)
+                flat = list(call.flat)
+                for position, tensor in zip(call.tensor_positions, inner):
+                    flat[position] = tensor
+                args, kwargs = tree_unflatten(flat, call.spec)
+                out = call.fn(*args, **kwargs)
+                out_flat, call.out_spec = tree_flatten(out)
+                call.out_positions = [i for i, leaf in enumerate(out_flat) if isinstance(leaf, torch.Tensor)]
+                call.inner_outputs = tuple(out_flat[i] for i in call.out_positions)
+                results = tuple(t.detach() for t in call.inner_outputs)
+                call.out_flat = out_flat
+        except BaseException:
+            call.rt.op_failed()
+            raise
+        call.inner_inputs = inner
+        call.rt.end(results)
+        ctx.call = call
+        return results
+
+    @staticmethod
+    def backward(ctx, *grads):
+        call: _OpaqueCall = ctx.call
+        ctx.call = None
+        mode = _active_mode()
+        report = mode is not None and mode._rt is call.rt
+        if report:
+            reads = tuple(g for g in grads if g is not None) + call.inner_inputs + call.inner_outputs
+            call.rt.begin(call.backward_info, reads, None)
+        try:
+            with (suspended_mode() if report else contextlib.nullcontext()):
+                pairs = [(o, g) for o, g in zip(call.inner_outputs, grads) if o.requires_grad and g is not None]
+                if pairs:
+                    torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+                input_grads = tuple(t.grad if t.requires_grad else None for t in call.inner_inputs)
+        except BaseException:
+            if report:
+                call.rt.op_failed()
+            raise
+        finally:
+            call.inner_inputs = call.inner_outputs = ()
+        if report:
+            call.rt.end(tuple(g for g in input_grads if g is not None))
+        return (None,) + input_grads
+
+
+def skip_offload(fn: Optional[Callable] = None, *, name: Optional[str] = None):
+    """Runs a function as one opaque op of the step.
+
+    Inside a session step its inner ops are neither traced nor offloaded; the
+    session sees one op (named ``name`` or the function's qualified name) whose
+    inputs are the function's tensor arguments and whose outputs are its tensor
+    results. Use it for dynamic regions — code whose ops differ from step to
+    step — so replays still match the warmup. When gradients flow through a
+    tensor argument, the backward of the region is one opaque op too
+    (``<name>.backward``). Activations the region uses must be passed as
+    arguments (it may read them only while they are on the device). Outside a
+    session step the function runs as is.
+
+    Usable as ``@skip_offload`` or ``@skip_offload(name="router")``.
+    """
+
+    def decorate(function: Callable) -> Callable:
+        op_name = name or f"{function.__module__}.{function.__qualname__}"
+        # The region may write its arguments in place; its backward only reads
+        # what it saved and produces gradients.
+        forward_info = _C.OpInfo(op_name, [], True)
+        backward_info = _C.OpInfo(op_name + ".backward", [], False)
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            mode = _active_mode()
+            if mode is None:
+                return function(*args, **kwargs)
+            rt = mode._rt
+            flat, spec = tree_flatten((args, kwargs))
+            positions = [i for i, leaf in enumerate(flat) if isinstance(leaf, torch.Tensor)]
+            tensors = tuple(flat[i] for i in positions)
+            if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+                call = _OpaqueCall(function, rt, forward_info, backward_info, flat, spec, positions)
+                results = _Opaque.apply(call, *tensors)
+                out_flat = list(call.out_flat)
+                for position, tensor in zip(call.out_positions, results):
+                    out_flat[position] = tensor
+                return tree_unflatten(out_flat, call.out_spec)
+            rt.begin(forward_info, tensors, None)
+            try:
+                with suspended_mode():
+                    out = function(*args, **kwargs)
+            except BaseException:
+                rt.op_failed()
+                raise
+            rt.end(_tensors(out))
+            return out
+
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate

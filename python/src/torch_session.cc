@@ -1,0 +1,424 @@
+#include "torch_session.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "hyperoffload/runtime/cuda_backend.h"
+#include "hyperoffload/runtime/host_backend.h"
+
+namespace hyperoffload::python {
+namespace {
+
+TorchError runtime_error(const Error& error) { return TorchError{ErrorKind::kRuntime, error.message}; }
+
+bool contains(std::span<const StorageId> ids, StorageId id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+
+}  // namespace
+
+TorchResult<std::unique_ptr<TorchSession>> TorchSession::create(TorchSessionOptions options,
+                                                                ComputeStreamFn stream_fn) {
+  if (options.budget_bytes && *options.budget_bytes < 0) {
+    return std::unexpected(TorchError{ErrorKind::kInvalidConfig,
+                                      fmt::format("the activation budget must be >= 0 bytes, got {}",
+                                                  *options.budget_bytes)});
+  }
+  if (options.host_capacity_bytes < 0) {
+    return std::unexpected(TorchError{ErrorKind::kInvalidConfig,
+                                      fmt::format("the offload capacity must be >= 0 bytes, got {}",
+                                                  options.host_capacity_bytes)});
+  }
+  if (Result<std::unique_ptr<Planner>> planner = make_planner(options.planner); !planner) {
+    return std::unexpected(TorchError{ErrorKind::kInvalidConfig, planner.error().message});
+  }
+  std::unique_ptr<TorchSession> session(new TorchSession(std::move(options), std::move(stream_fn)));
+  if (session->options_.device) {
+    if (TorchStatus bound = session->bind_device(*session->options_.device); !bound) {
+      return std::unexpected(std::move(bound.error()));
+    }
+  }
+  return session;
+}
+
+TorchSession::TorchSession(TorchSessionOptions options, ComputeStreamFn stream_fn)
+    : options_(std::move(options)), stream_fn_(std::move(stream_fn)) {}
+
+TorchSession::~TorchSession() { abort_step(); }
+
+TorchStatus TorchSession::bind_device(c10::Device device) {
+  if (device.is_cpu()) {
+    // Tracked storages live in PyTorch's memory; the emulated device's own
+    // arena only serves the warmup's bandwidth calibration copy.
+    HostBackendOptions host;
+    host.device_capacity_bytes = std::max<std::int64_t>(std::int64_t{64} << 20, 2 * options_.calibration_bytes);
+    host.copy_engines = options_.copy_engines;
+    Result<std::unique_ptr<HostBackend>> backend = HostBackend::create(host);
+    if (!backend) return std::unexpected(runtime_error(backend.error()));
+    backend_ = std::move(*backend);
+  } else if (device.is_cuda()) {
+    if (!stream_fn_) {
+      return std::unexpected(TorchError{ErrorKind::kRuntime, "no way to ask PyTorch for the CUDA compute stream"});
+    }
+    Result<std::uintptr_t> stream = stream_fn_(device);
+    if (!stream) return std::unexpected(runtime_error(stream.error()));
+    CudaBackendOptions cuda;
+    cuda.device = device.has_index() ? device.index() : 0;
+    cuda.copy_engines = options_.copy_engines;
+    cuda.compute_stream = *stream;
+    Result<std::unique_ptr<Backend>> backend = make_cuda_backend(cuda);
+    if (!backend) {
+      return std::unexpected(TorchError{
+          ErrorKind::kRuntime,
+          fmt::format("offloading {} tensors needs hyperoffload's CUDA backend: {}", device.str(),
+                      backend.error().message)});
+    }
+    backend_ = std::move(*backend);
+  } else {
+    return std::unexpected(TorchError{
+        ErrorKind::kDeviceMismatch,
+        fmt::format("hyperoffload offloads CPU or CUDA tensors; the session would be bound to {}", device.str())});
+  }
+  device_ = device;
+  registry_ = std::make_unique<StorageRegistry>(device);
+  return make_session();
+}
+
+TorchStatus TorchSession::make_session() {
+  session_.reset();
+  SessionOptions options;
+  options.budget_bytes = options_.budget_bytes;
+  options.planner = options_.planner;
+  options.host_capacity_bytes = options_.host_capacity_bytes;
+  options.calibration_bytes = options_.calibration_bytes;
+  StorageRegistry* registry = registry_.get();
+  options.rematerialize = [registry](StorageId id, std::int64_t size_bytes) {
+    return registry->rematerialize(id, size_bytes);
+  };
+  Result<std::unique_ptr<Session>> session = Session::create(*backend_, std::move(options));
+  if (!session) return std::unexpected(runtime_error(session.error()));
+  session_ = std::move(*session);
+  replays_since_warmup_ = 0;
+  return {};
+}
+
+TorchStatus TorchSession::start_runtime_step() {
+  step_was_replay_ = session_->next_step_kind() == StepKind::kReplay;
+  if (Status begun = session_->begin_step(); !begun) return std::unexpected(runtime_error(begun.error()));
+  in_runtime_step_ = true;
+  return {};
+}
+
+TorchStatus TorchSession::begin_step() {
+  if (mode_ != StepMode::kIdle) {
+    return std::unexpected(
+        TorchError{ErrorKind::kRuntime, "a step of this session is already running (steps do not nest)"});
+  }
+  early_ops_.clear();
+  in_op_ = false;
+  last_step_passthrough_ = false;
+  mode_ = StepMode::kTracking;
+  if (session_ != nullptr) {
+    if (TorchStatus started = start_runtime_step(); !started) {
+      mode_ = StepMode::kIdle;
+      return started;
+    }
+  }
+  return {};
+}
+
+TorchStatus TorchSession::report_deaths() {
+  dead_.clear();
+  registry_->take_dead(dead_);
+  for (StorageId id : dead_) {
+    if (Status freed = session_->on_storage_freed(id); !freed) return hook_failed(freed.error());
+  }
+  return {};
+}
+
+TorchStatus TorchSession::begin_op(std::string_view name, std::span<c10::StorageImpl* const> inputs,
+                                   std::span<c10::StorageImpl* const> written) {
+  if (mode_ != StepMode::kTracking) return lost_.empty() ? TorchStatus{} : check_lost(name, inputs);
+  in_op_ = true;
+  op_inputs_.assign(inputs.begin(), inputs.end());
+  if (session_ == nullptr) {
+    early_ops_.emplace_back(name);  // nothing is tracked before the device is known
+    return {};
+  }
+  if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;
+  input_ids_.clear();
+  for (c10::StorageImpl* impl : inputs) {
+    if (std::optional<StorageId> id = registry_->find(impl)) input_ids_.push_back(*id);
+  }
+  written_ids_.clear();
+  for (c10::StorageImpl* impl : written) {
+    std::optional<StorageId> id = registry_->find(impl);
+    if (id && !contains(written_ids_, *id)) written_ids_.push_back(*id);
+  }
+  if (Status begun = session_->on_op_begin(name, input_ids_, written_ids_); !begun) return hook_failed(begun.error());
+  return {};
+}
+
+TorchStatus TorchSession::end_op(std::span<const c10::Storage> outputs) {
+  if (mode_ != StepMode::kTracking) {
+    in_op_ = false;
+    return {};
+  }
+  auto is_input = [this](const c10::StorageImpl* impl) {
+    return std::find(op_inputs_.begin(), op_inputs_.end(), impl) != op_inputs_.end();
+  };
+  auto has_bytes = [](const c10::StorageImpl* impl) {
+    return impl->nbytes() > 0 && impl->data_ptr().get() != nullptr && !impl->device().is_meta();
+  };
+  if (session_ == nullptr) {
+    // The device is that of the first storage a step produces.
+    const c10::Storage* first = nullptr;
+    for (const c10::Storage& storage : outputs) {
+      const c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+      if (impl != nullptr && !is_input(impl) && has_bytes(impl)) {
+        first = &storage;
+        break;
+      }
+    }
+    if (first == nullptr) {
+      in_op_ = false;
+      return {};
+    }
+    if (TorchStatus bound = bind_device(first->device()); !bound) {
+      op_failed();
+      return bound;
+    }
+    if (TorchStatus started = start_runtime_step(); !started) {
+      op_failed();
+      return started;
+    }
+    // The ops so far touched no tracked storage; the last one is this op.
+    const std::string current = std::move(early_ops_.back());
+    early_ops_.pop_back();
+    for (const std::string& early : early_ops_) {
+      Status status = session_->on_op_begin(early, {}, {});
+      if (status) status = session_->on_op_end({}, {});
+      if (!status) return hook_failed(status.error());
+    }
+    early_ops_.clear();
+    if (Status begun = session_->on_op_begin(current, {}, {}); !begun) return hook_failed(begun.error());
+    written_ids_.clear();
+  }
+  if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;
+  outputs_.clear();
+  for (const c10::Storage& storage : outputs) {
+    const c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+    if (impl == nullptr || registry_->find(impl) || is_input(impl) || !has_bytes(impl)) continue;
+    const c10::Device device = impl->device();
+    if (device != *device_) {
+      if (device_->is_cuda() && device.is_cpu()) continue;  // host tensors in a GPU step are not offloaded
+      stop_tracking();
+      return std::unexpected(TorchError{
+          ErrorKind::kDeviceMismatch,
+          fmt::format("this session offloads {} tensors (the device of the first tensor its steps produced{}), but "
+                      "an op produced a tensor on {}; a session works on one device: use one session per device, "
+                      "or pass OffloadConfig(device=...) when a step creates tensors elsewhere first",
+                      device_->str(), options_.device ? ", as configured" : "", device.str())});
+    }
+    outputs_.push_back(registry_->adopt(storage));
+  }
+  // Inputs written in place that an op gave other memory (resize_) were
+  // reported freed above; the rest got a new version.
+  std::erase_if(written_ids_, [this](StorageId id) { return !registry_->live(id); });
+  Status ended = session_->on_op_end(outputs_, written_ids_);
+  outputs_.clear();
+  in_op_ = false;
+  if (!ended) return hook_failed(ended.error());
+  return {};
+}
+
+void TorchSession::op_failed() {
+  if (mode_ == StepMode::kTracking) stop_tracking();
+  in_op_ = false;
+}
+
+bool TorchSession::first_replay() const { return step_was_replay_ && replays_since_warmup_ == 0; }
+
+TorchError TorchSession::divergence_error(const Error& error) const {
+  std::string message = error.message;
+  if (first_replay() && rewarm_used_) {
+    message += ". The session already warmed up again once after its first replay diverged, and the step still "
+               "differs from the one it traced: whatever changes from step to step belongs in skip_offload";
+  } else if (first_replay()) {
+    message +=
+        ". This was the first replay after the warmup step: when a training loop's first step runs other ops than "
+        "the later ones (AccumulateGrad creates parameter .grad tensors in the first step and adds into them "
+        "afterwards unless they are reset with optimizer.zero_grad(set_to_none=True); optimizers create their "
+        "state), OffloadConfig(rewarm_once=True) lets the session warm up once more";
+  }
+  return TorchError{ErrorKind::kDivergence, std::move(message)};
+}
+
+TorchStatus TorchSession::hook_failed(const Error& error) {
+  const bool diverged = error.code == ErrorCode::kDiverged;
+  const bool rewarm = diverged && options_.rewarm == RewarmPolicy::kOnce && !rewarm_used_ &&
+                      first_replay();
+  TorchError reported = diverged ? divergence_error(error) : runtime_error(error);
+  stop_tracking();
+  if (rewarm) {
+    rewarm_used_ = true;
+    rewarm_next_ = true;
+    warnings_.push_back(fmt::format(
+        "hyperoffload: the first replayed step diverged from the warmup step ({}); this step finishes without "
+        "offloading and the next one warms up again (once per session; the first step of a training loop often "
+        "differs, e.g. when parameter .grad tensors are created in it)",
+        error.message));
+    return {};
+  }
+  return std::unexpected(std::move(reported));
+}
+
+void TorchSession::stop_tracking() {
+  if (session_ != nullptr && in_runtime_step_) {
+    // Every storage comes back before the runtime forgets them, so every
+    // tensor keeps its data. One the plan released after its last traced use
+    // while Python still held it has no copy to come back from: it is "lost"
+    // (Note [Lost storages] in torch_session.h).
+    ResidencyManager& residency = session_->residency();
+    for (StorageId id : registry_->live_ids()) {
+      if (!residency.tracked(id) || residency.resident(id)) continue;
+      if (!residency.device_ptr(id)) {
+        c10::weak_intrusive_ptr<c10::StorageImpl> weak = registry_->weak_storage(id);
+        lost_impls_.insert(weak._unsafe_get_target());
+        lost_.push_back(std::move(weak));
+      }
+    }
+    (void)session_->abort_step();
+    in_runtime_step_ = false;
+  }
+  if (registry_ != nullptr) registry_->release_all();
+  if (mode_ == StepMode::kTracking) {
+    mode_ = StepMode::kPassthrough;
+    last_step_passthrough_ = true;
+  }
+  in_op_ = false;
+}
+
+TorchStatus TorchSession::check_lost(std::string_view name, std::span<c10::StorageImpl* const> inputs) const {
+  for (c10::StorageImpl* impl : inputs) {
+    if (lost_impls_.contains(impl)) {
+      return std::unexpected(TorchError{
+          ErrorKind::kDivergence,
+          fmt::format("after the step diverged from the traced step, op \"{}\" reads a tensor whose data the "
+                      "replay had already dropped (the traced step never used it again); wrap dynamic regions in "
+                      "skip_offload so they run as one opaque op",
+                      name)});
+    }
+  }
+  return {};
+}
+
+TorchStatus TorchSession::check_lost_at_end() {
+  std::int64_t held = 0;
+  for (const auto& weak : lost_) held += weak.expired() ? 0 : 1;
+  lost_.clear();
+  lost_impls_.clear();
+  if (held == 0) return {};
+  return std::unexpected(TorchError{
+      ErrorKind::kDivergence,
+      fmt::format("the step diverged from the traced step and still holds {} tensor(s) whose data the replay had "
+                  "already dropped (the traced step never used them again); their contents are undefined",
+                  held)});
+}
+
+TorchStatus TorchSession::finish_runtime_step() {
+  if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;
+  // A storage the user still holds must end the step on the device. One the
+  // traced step had freed before its end was released after its last traced
+  // use without a copy: its data is gone (Note [Lost storages]).
+  if (session_->next_step_kind() == StepKind::kReplay) {
+    const ResidencyManager& residency = session_->residency();
+    std::int64_t dropped = 0;
+    for (StorageId id : registry_->live_ids()) {
+      dropped += residency.tracked(id) && !residency.resident(id) && !residency.has_current_host_copy(id) ? 1 : 0;
+    }
+    if (dropped > 0) {
+      stop_tracking();
+      lost_.clear();
+      lost_impls_.clear();
+      return std::unexpected(TorchError{
+          ErrorKind::kDivergence,
+          fmt::format("the step diverged from the traced step: it ends holding {} tensor(s) that the traced step "
+                      "freed before its end, and the replay had already dropped their data after their last traced "
+                      "use (their contents are undefined); keep the same tensors past the end of every step",
+                      dropped)});
+    }
+  }
+  const Status ended = session_->end_step();
+  in_runtime_step_ = false;
+  // Held storages ended the step resident; the runtime lets go of them now and
+  // PyTorch gets their memory back.
+  (void)session_->forget_held_storages();
+  registry_->release_all();
+  if (ended) {
+    replays_since_warmup_ = step_was_replay_ ? replays_since_warmup_ + 1 : 0;
+    return {};
+  }
+  const Error& error = ended.error();
+  if (error.code == ErrorCode::kDiverged) {
+    if (options_.rewarm == RewarmPolicy::kOnce && !rewarm_used_ && first_replay()) {
+      rewarm_used_ = true;
+      rewarm_next_ = true;
+      warnings_.push_back(fmt::format(
+          "hyperoffload: the first replayed step diverged from the warmup step ({}); the next step warms up again "
+          "(once per session)",
+          error.message));
+      return {};
+    }
+    return std::unexpected(divergence_error(error));
+  }
+  const std::optional<std::int64_t>& budget = options_.budget_bytes;
+  if (session_->schedule() == nullptr && session_->floor() && budget && session_->floor()->bytes > *budget) {
+    // The session warms up again either way. A first step often holds more
+    // than the later ones (AccumulateGrad creates .grad tensors in it, which
+    // stay on the device to its end), so the first time is a warning.
+    if (options_.rewarm == RewarmPolicy::kOnce && !rewarm_used_) {
+      rewarm_used_ = true;
+      warnings_.push_back(fmt::format(
+          "hyperoffload: {}. This was the first warmup step; the next step warms up again (once per session; the "
+          "first step of a training loop often holds more, e.g. the parameter .grad tensors it creates)",
+          error.message));
+      return {};
+    }
+    return std::unexpected(TorchError{ErrorKind::kBudget, error.message});
+  }
+  return std::unexpected(runtime_error(error));
+}
+
+TorchStatus TorchSession::end_step() {
+  if (mode_ == StepMode::kIdle) return std::unexpected(TorchError{ErrorKind::kRuntime, "no step is running"});
+  TorchStatus result;
+  // In passthrough the runtime step was already aborted (and its error, if
+  // any, raised from the op); without a device nothing was tracked.
+  if (mode_ == StepMode::kTracking && session_ != nullptr) result = finish_runtime_step();
+  if (TorchStatus lost = check_lost_at_end(); !lost && result) result = std::move(lost);
+  mode_ = StepMode::kIdle;
+  in_op_ = false;
+  early_ops_.clear();
+  ++steps_;
+  if (rewarm_next_) {
+    rewarm_next_ = false;
+    if (TorchStatus made = make_session(); !made && result) result = std::move(made);
+  }
+  return result;
+}
+
+void TorchSession::abort_step() {
+  if (mode_ == StepMode::kIdle) return;
+  stop_tracking();
+  lost_.clear();
+  lost_impls_.clear();
+  mode_ = StepMode::kIdle;
+  early_ops_.clear();
+  if (rewarm_next_) {
+    rewarm_next_ = false;
+    (void)make_session();
+  }
+}
+
+}  // namespace hyperoffload::python

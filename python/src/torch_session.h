@@ -1,0 +1,199 @@
+// TorchSession: a hyperoffload Session driven by PyTorch ops.
+//
+// The Python layer (a TorchDispatchMode) calls, for every op of a step,
+// begin_op() with the storages of the op's tensor arguments before the op runs
+// and end_op() with the storages of its results after; this class maps them to
+// runtime storage ids (StorageRegistry), reports deaths, and drives the
+// runtime's Session (warmup → plan → replay) on a backend for the session's
+// device: the HostBackend for CPU tensors, the CUDA backend on a GPU.
+//
+// Rules (docs/PYTHON.md):
+//  - Tracked storages are those an op of the step produced: a result whose
+//    StorageImpl is neither an argument's nor tracked, on the session's device,
+//    with bytes. Views and in-place results share their storage's id.
+//    Everything else (parameters, the batch, optimizer state) is left alone.
+//  - The device is OffloadConfig's, or that of the first storage a step
+//    produces; ops before it are reported once it is known. A CPU result in a
+//    GPU session is left alone; any other device is a kDeviceMismatch error.
+//  - A failed op, a divergence or a runtime error ends offloading for the rest
+//    of the step: every tracked storage is brought back first (so every tensor
+//    keeps its data; see Note [Lost storages] for the exception), then the
+//    runtime forgets them; the rest of the step runs as plain PyTorch
+//    ("passthrough").
+//  - Re-warmup (RewarmPolicy::kOnce, once per session): the first step of a
+//    training loop often differs from the later ones (AccumulateGrad creates
+//    .grad in step 1, keeps it on the device to the end of the step and adds
+//    into it afterwards; optimizers create their state). So when the first
+//    replay after a warmup diverges, the step finishes in passthrough without
+//    an error, and when a warmup's plan fails because the budget is below the
+//    floor, that is a warning; either way the next step warms up again. Other
+//    divergences and budget failures are errors.
+//  - At the end of every step (also a failed one) the runtime lets go of the
+//    storages the user still holds and their memory goes back to plain PyTorch
+//    DataPtrs; nothing of the session stays attached to a tensor between steps.
+//
+// Thread-safety: one thread at a time drives it (PyTorch's autograd engine may
+// run backward ops on its own thread while the caller waits).
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/Storage.h>
+
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "hyperoffload/exec/session.h"
+#include "hyperoffload/runtime/backend.h"
+#include "storage_registry.h"
+
+namespace hyperoffload::python {
+
+// What a failure means to the user; the binding picks the Python exception.
+enum class ErrorKind : std::uint8_t {
+  kRuntime,         // HyperoffloadError
+  kDivergence,      // DivergenceError
+  kBudget,          // BudgetError
+  kDeviceMismatch,  // DeviceMismatchError
+  kInvalidConfig,   // ValueError
+};
+
+struct TorchError {
+  ErrorKind kind = ErrorKind::kRuntime;
+  std::string message;
+};
+
+template <class T>
+using TorchResult = std::expected<T, TorchError>;
+using TorchStatus = TorchResult<void>;
+
+// Whether the session may warm up again once (see above).
+enum class RewarmPolicy : std::uint8_t { kNever, kOnce };
+
+struct TorchSessionOptions {
+  // Limit on resident bytes of tracked (activation) storages; nullopt: none.
+  std::optional<std::int64_t> budget_bytes;
+  // Pinned host memory for offloaded copies, in bytes.
+  std::int64_t host_capacity_bytes = std::numeric_limits<std::int64_t>::max();
+  std::string planner = "greedy";
+  CopyEngines copy_engines = CopyEngines::kTwo;
+  // The session's device; nullopt: the first storage a step produces decides.
+  std::optional<c10::Device> device;
+  RewarmPolicy rewarm = RewarmPolicy::kOnce;
+  // The warmup's bandwidth calibration copy (exec/warmup_executor.h).
+  std::int64_t calibration_bytes = std::int64_t{4} << 20;
+};
+
+// How ops run in the current step.
+enum class StepMode : std::uint8_t {
+  kIdle,         // between steps
+  kTracking,     // ops go to the runtime
+  kPassthrough,  // plain PyTorch for the rest of the step (see above)
+};
+
+class TorchSession {
+ public:
+  // The compute stream for a CUDA device: torch.cuda.current_stream(device).
+  using ComputeStreamFn = std::function<Result<std::uintptr_t>(c10::Device)>;
+
+  // Fails on an unknown planner, negative sizes or an unsupported device.
+  static TorchResult<std::unique_ptr<TorchSession>> create(TorchSessionOptions options, ComputeStreamFn stream_fn);
+  ~TorchSession();
+  TorchSession(const TorchSession&) = delete;
+  TorchSession& operator=(const TorchSession&) = delete;
+
+  TorchStatus begin_step();
+  // `inputs`: the StorageImpl of every tensor argument, in argument order (any
+  // device, tracked or not). `written`: those the op writes in place.
+  TorchStatus begin_op(std::string_view name, std::span<c10::StorageImpl* const> inputs,
+                       std::span<c10::StorageImpl* const> written);
+  // `outputs`: the storages of the op's tensor results, in order.
+  TorchStatus end_op(std::span<const c10::Storage> outputs);
+  // The op raised: stop offloading for the rest of the step (see above).
+  void op_failed();
+  // Ends the step: plans after a warmup. Also on failure the step is over.
+  TorchStatus end_step();
+  // Abandons the step (an exception escaped it); every tensor keeps its data.
+  void abort_step();
+
+  StepMode mode() const { return mode_; }
+  bool tracking() const { return mode_ == StepMode::kTracking; }
+  std::optional<c10::Device> device() const { return device_; }
+  const TorchSessionOptions& options() const { return options_; }
+  // The runtime session, once the device is known.
+  const Session* session() const { return session_.get(); }
+  // Storages tracked now.
+  std::size_t tracked_storages() const { return registry_ ? registry_->live_count() : 0; }
+  // Messages for warnings.warn (a re-warmup), taken once.
+  std::vector<std::string> take_warnings() { return std::exchange(warnings_, {}); }
+  // Whether the last completed step was finished in passthrough.
+  bool last_step_passthrough() const { return last_step_passthrough_; }
+  std::int64_t steps() const { return steps_; }
+
+ private:
+  TorchSession(TorchSessionOptions options, ComputeStreamFn stream_fn);
+
+  TorchStatus bind_device(c10::Device device);
+  TorchStatus make_session();
+  TorchStatus start_runtime_step();
+  TorchStatus finish_runtime_step();
+  // Reports queued deaths to the runtime.
+  TorchStatus report_deaths();
+  // A runtime error from a hook: stop offloading (restoring every storage),
+  // then either swallow a first-replay divergence (re-warmup) or return it.
+  TorchStatus hook_failed(const Error& error);
+  // Brings every tracked storage back, aborts the runtime step, hands the
+  // memory back to PyTorch and switches to passthrough.
+  void stop_tracking();
+  TorchStatus check_lost(std::string_view name, std::span<c10::StorageImpl* const> inputs) const;
+  TorchStatus check_lost_at_end();
+  TorchError divergence_error(const Error& error) const;
+  bool first_replay() const;
+
+  TorchSessionOptions options_;
+  ComputeStreamFn stream_fn_;
+  std::optional<c10::Device> device_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<StorageRegistry> registry_;
+  std::unique_ptr<Session> session_;
+
+  StepMode mode_ = StepMode::kIdle;
+  bool in_runtime_step_ = false;
+  bool in_op_ = false;
+  // Ops of this step run before the device was known: their names, reported
+  // to the runtime once it is (none of them touched a tracked storage).
+  std::vector<std::string> early_ops_;
+  std::vector<c10::StorageImpl*> op_inputs_;  // all argument storages of the current op
+  std::vector<StorageId> input_ids_;
+  std::vector<StorageId> written_ids_;
+  std::vector<OpOutput> outputs_;
+  std::vector<StorageId> dead_;
+
+  // Note [Lost storages]. A replay releases a storage after its last traced
+  // use even while Python still holds it (the plan's memory counts on that);
+  // nothing reads it again in a step that matches the trace. When a step stops
+  // matching, such storages cannot be brought back: they get fresh memory (no
+  // tensor is left without any) and are remembered here until the step ends,
+  // so an op reading one, or the step ending while one is still held, is a
+  // DivergenceError instead of silently wrong data.
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> lost_;
+  std::unordered_set<const c10::StorageImpl*> lost_impls_;
+
+  bool rewarm_used_ = false;
+  bool rewarm_next_ = false;
+  std::int64_t replays_since_warmup_ = 0;
+  bool step_was_replay_ = false;
+  bool last_step_passthrough_ = false;
+  std::int64_t steps_ = 0;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace hyperoffload::python

@@ -1,0 +1,83 @@
+"""Shared setup of the Python tests: determinism, model step helpers, the CLI path."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+from typing import Callable, List, Optional, Tuple
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import hyperoffload as ho  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+# Bit-identical results need the same kernels in the same order: one intra-op
+# thread (the runtime's copy threads run beside it) and deterministic algorithms.
+torch.set_num_threads(1)
+torch.use_deterministic_algorithms(True)
+
+
+def cli_path() -> pathlib.Path:
+    """The hyperoffload CLI: $HYPEROFFLOAD_CLI (set by ctest), else build/bin/hyperoffload."""
+    path = pathlib.Path(os.environ.get("HYPEROFFLOAD_CLI", REPO / "build" / "bin" / "hyperoffload"))
+    if not path.exists():
+        pytest.skip(f"the hyperoffload CLI is not built ({path})")
+    return path
+
+
+class StepResult:
+    def __init__(self, loss: torch.Tensor, grads: List[torch.Tensor], stats: Optional[dict]):
+        self.loss = loss
+        self.grads = grads
+        self.stats = stats
+
+
+def train(build: Callable, session: Optional[ho.OffloadSession] = None, steps: int = 3,
+          set_to_none: bool = False) -> List[StepResult]:
+    """Runs `steps` SGD steps of a model case, each step's forward and backward in `session`.
+
+    With set_to_none=False the gradients exist before the first step (zeros) and
+    are zeroed in place between steps, so every step runs the same ops; with
+    True they are reset to None and each step creates them.
+    """
+    model, batch, loss_fn = build()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    if not set_to_none:
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+    results = []
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=set_to_none)
+        if session is None:
+            loss = loss_fn(model, batch)
+            loss.backward()
+            stats = None
+        else:
+            with session:
+                loss = loss_fn(model, batch)
+                loss.backward()
+            stats = session.stats()
+        results.append(StepResult(loss.detach().clone(), [p.grad.clone() for p in model.parameters()], stats))
+        optimizer.step()
+    return results
+
+
+def assert_bit_identical(expected: List[StepResult], actual: List[StepResult]) -> None:
+    assert len(expected) == len(actual)
+    for step, (e, a) in enumerate(zip(expected, actual)):
+        assert torch.equal(e.loss, a.loss), f"step {step}: loss {a.loss.item()!r} != {e.loss.item()!r}"
+        assert len(e.grads) == len(a.grads)
+        for index, (eg, ag) in enumerate(zip(e.grads, a.grads)):
+            assert torch.equal(eg, ag), f"step {step}: gradient of parameter {index} differs"
+
+
+def activation_peak(build: Callable) -> Tuple[int, dict]:
+    """Unplanned peak of activation bytes of one step, from a session without a budget (and its trace)."""
+    session = ho.OffloadSession()
+    train(build, session, steps=1)
+    return session.unplanned_peak_bytes(), session.trace()

@@ -1,0 +1,136 @@
+"""The real models of the Python tests: small shapes, random init, CPU.
+
+Each builder returns (model, batch, loss_fn) with everything seeded, so two calls
+give bit-identical models. The same builders make the example traces
+(python/tests/make_example_traces.py) and the dispatch benchmark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Tuple
+
+import torch
+from torch import nn
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCase:
+    name: str
+    build: Callable[[], Tuple[nn.Module, tuple, Callable]]
+    description: dict
+
+
+# ---- GPT-style decoder ----------------------------------------------------------------
+
+GPT_SHAPE = dict(vocab=256, context=32, width=64, heads=4, layers=2, ffn=256, batch=4)
+
+
+class GptDecoder(nn.Module):
+    """Token + position embedding, causal TransformerEncoder, LM head."""
+
+    def __init__(self, vocab, context, width, heads, layers, ffn):
+        super().__init__()
+        self.token = nn.Embedding(vocab, width)
+        self.position = nn.Embedding(context, width)
+        layer = nn.TransformerEncoderLayer(width, heads, ffn, dropout=0.0, batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.register_buffer("mask", torch.triu(torch.full((context, context), float("-inf")), diagonal=1),
+                             persistent=False)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.token(tokens) + self.position(positions)
+        x = self.blocks(x, mask=self.mask[: tokens.shape[1], : tokens.shape[1]])
+        return self.head(self.norm(x))
+
+
+def build_gpt():
+    s = GPT_SHAPE
+    torch.manual_seed(1)
+    model = GptDecoder(s["vocab"], s["context"], s["width"], s["heads"], s["layers"], s["ffn"])
+    tokens = torch.randint(0, s["vocab"], (s["batch"], s["context"] + 1))
+    inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    def loss_fn(model, batch):
+        inputs, targets = batch
+        logits = model(inputs)
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return model, (inputs, targets), loss_fn
+
+
+# ---- ResNet-18 ----------------------------------------------------------------------------
+
+RESNET_SHAPE = dict(batch=2, channels=3, height=128, width=128, classes=10)
+
+
+def build_resnet18():
+    import torchvision
+
+    s = RESNET_SHAPE
+    torch.manual_seed(2)
+    model = torchvision.models.resnet18(num_classes=s["classes"])
+    images = torch.randn(s["batch"], s["channels"], s["height"], s["width"])
+    labels = torch.randint(0, s["classes"], (s["batch"],))
+
+    def loss_fn(model, batch):
+        images, labels = batch
+        return nn.functional.cross_entropy(model(images), labels)
+
+    return model, (images, labels), loss_fn
+
+
+# ---- ViT-style model ------------------------------------------------------------------------
+
+VIT_SHAPE = dict(batch=4, image=32, patch=8, width=64, heads=4, layers=2, ffn=256, classes=10)
+
+
+class VisionTransformer(nn.Module):
+    """Patch-embedding conv, class token, position embedding, TransformerEncoder, head."""
+
+    def __init__(self, image, patch, width, heads, layers, ffn, classes):
+        super().__init__()
+        self.patch = nn.Conv2d(3, width, kernel_size=patch, stride=patch)
+        patches = (image // patch) ** 2
+        self.cls = nn.Parameter(torch.randn(1, 1, width) * 0.02)
+        self.position = nn.Parameter(torch.randn(1, patches + 1, width) * 0.02)
+        layer = nn.TransformerEncoderLayer(width, heads, ffn, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, images):
+        x = self.patch(images).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.position
+        x = self.blocks(x)
+        return self.head(self.norm(x[:, 0]))
+
+
+def build_vit():
+    s = VIT_SHAPE
+    torch.manual_seed(3)
+    model = VisionTransformer(s["image"], s["patch"], s["width"], s["heads"], s["layers"], s["ffn"], s["classes"])
+    images = torch.randn(s["batch"], 3, s["image"], s["image"])
+    labels = torch.randint(0, s["classes"], (s["batch"],))
+
+    def loss_fn(model, batch):
+        images, labels = batch
+        return nn.functional.cross_entropy(model(images), labels)
+
+    return model, (images, labels), loss_fn
+
+
+CASES = {
+    "gpt_decoder": ModelCase("gpt_decoder", build_gpt, dict(
+        model="GPT-style decoder: token + position embedding, nn.TransformerEncoder (pre-norm, causal mask), "
+              "LM head, cross-entropy", **GPT_SHAPE)),
+    "resnet18": ModelCase("resnet18", build_resnet18, dict(
+        model="torchvision resnet18, cross-entropy", **RESNET_SHAPE)),
+    "vit": ModelCase("vit", build_vit, dict(
+        model="ViT-style: patch-embedding conv, class token, position embedding, nn.TransformerEncoder (pre-norm, "
+              "GELU), head, cross-entropy", **VIT_SHAPE)),
+}
