@@ -677,30 +677,83 @@ TEST(PeakPlannerCopiesToHost, RunsTheCopyNeededFirstFirst) {
   EXPECT_DOUBLE_EQ(simulate(trace, plan.schedule).stall_ms, 2.0);
 }
 
-TEST(PeakPlannerCopiesToHost, OnACappedDeviceRunsTheCopyWhoseReleaseFreesMemoryFirst) {
-  // Every op runs 1 ms; copies of 100 bytes take 1 ms. Budget 200. s1 and s2
-  // (100) are written by op a (s2 first); s2 is read at op g, s1 at op j. s3
-  // (100, W@2 R@3) and s4 (100, W@3 R@4) live across no op: s1 and s2 must make
-  // room for them.
+TEST(PeakPlannerPlacement, OnACappedDeviceReleasesFirstWhatReachesTheHostFirst) {
+  // Every op runs 1 ms; copies of 100 bytes take 1 ms. Budget 200. s1 (100,
+  // W@0 R@9) and s2 (100, W@1 R@6) must make room for s3 (100, W@2 R@3) and s4
+  // (100, W@3 R@4), which live across no op.
   //   op:     a(0) b(1) c(2) d(3) e(4) f(5) g(6) h(7) i(8) j(9)
-  //   res:    200  200  300  400  300  200  200  100  100  100
-  // Selection takes s2 (same score, generated first), then s1. Placement: s2
-  // back before e, s1 before f; released as late as possible in selection
-  // order, s2 after c and s1 after b (c has room for only one of them).
-  // When is each copy to host needed?
-  //  - unlimited memory: by its copy back, s2's (for g) before s1's (for j);
-  //  - capped: first by its release: s1 frees memory for c (by 2 ms), s2 for d
-  //    (by 3 ms). s1 goes first, on the host at 2, so c starts on time:
-  //      compute [a][b][c][d][e][f][g]...     D2H [s1][s2]  (from 1 ms)
-  //    no stall at all; with s2 first, c would wait until 3 ms for s1's
-  //    release (1 ms of stall, and everything after it 1 ms late).
+  //   res:    100  200  300  400  300  200  200  100  100  100
+  // Copies to host: s1 1-2 ms (after a), s2 2-3 ms (after b). s2 comes back
+  // before e, s1 before f. Op c has room for only one of them, so one is
+  // released after b and the other after c.
+  //  - unlimited memory: the later release goes to s1, copied back last; s2 is
+  //    released after b, before its copy to host has even started — harmless,
+  //    nothing waits for a release. No stall.
+  //  - capped: the later release goes to s2, whose copy to host completes last;
+  //    s1's (done at 2 ms) frees room for c on time. No stall, where the
+  //    unlimited plan makes c wait for s2's copy until 3 ms (1 ms of stall).
   const Trace trace = TraceDsl()
                           .storage(1, 100)
                           .storage(2, 100)
                           .storage(3, 100)
                           .storage(4, 100)
                           .bandwidth(100.0 * 1000.0 / static_cast<double>(kBytesPerGiB))
-                          .op("a", "W2 W1", 1)
+                          .op("a", "W1", 1)
+                          .op("b", "W2", 1)
+                          .op("c", "W3", 1)
+                          .op("d", "R3 W4", 1)
+                          .op("e", "R4", 1)
+                          .op("f", "", 1)
+                          .op("g", "R2", 1)
+                          .op("h", "", 1)
+                          .op("i", "", 1)
+                          .op("j", "R1", 1)
+                          .build();
+  const char* rest =
+      "post 3 release_device 3; pre 4 copy_h2d 2; post 4 release_device 4; pre 5 copy_h2d 1;"
+      "post 6 release_device 2; post 6 release_host 2; post 9 release_device 1; post 9 release_host 1";
+  SimulatorOptions capped;
+  capped.memory_cap = MemoryCap::kBudget;
+  capped.budget_bytes = 200;
+
+  const PlanResult unlimited = plan_peak(trace, 200);
+  EXPECT_EQ(unlimited.schedule.actions,
+            actions(std::string("post 0 copy_d2h 1; post 1 copy_d2h 2; post 1 release_device 2;"
+                                "post 2 release_device 1;") +
+                    rest));
+  EXPECT_DOUBLE_EQ(simulate(trace, unlimited.schedule).stall_ms, 0.0);
+  EXPECT_DOUBLE_EQ(simulate(trace, unlimited.schedule, capped).stall_ms, 1.0);
+
+  PeakPlannerOptions options;
+  options.device_memory = DeviceMemory::kBudget;
+  const Result<PlanResult> tuned = PeakPlanner(options).plan(trace, 200);
+  ASSERT_TRUE(tuned.has_value());
+  EXPECT_EQ(tuned->schedule.actions,
+            actions(std::string("post 0 copy_d2h 1; post 1 copy_d2h 2; post 1 release_device 1;"
+                                "post 2 release_device 2;") +
+                    rest));
+  EXPECT_DOUBLE_EQ(simulate(trace, tuned->schedule, capped).stall_ms, 0.0);
+}
+
+TEST(PeakPlannerCopiesToHost, OnACappedDeviceRunsFirstTheCopyWhoseReleaseFreesMemoryFirst) {
+  // As above, but s1 and s2 are both written by op a (s1 first).
+  //   op:     a(0) b(1) c(2) d(3) e(4) f(5) g(6) h(7) i(8) j(9)
+  //   res:    200  200  300  400  300  200  200  100  100  100
+  // Both copies to host can start at 1 ms. One of s1, s2 is released after b,
+  // the other after c.
+  //  - unlimited memory: s2 is copied back first (for g), so its copy to host
+  //    runs first; s1, copied back last, gets the later release.
+  //  - capped: the first placement's copies in op order finish s1 at 2 ms and
+  //    s2 at 3, so s2 gets the later release; s1's release must free memory by
+  //    c (2 ms), s2's by d (3 ms): s1's copy runs first.
+  // Either way nothing waits (c needs the first release's copy done by 2 ms).
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 100)
+                          .storage(3, 100)
+                          .storage(4, 100)
+                          .bandwidth(100.0 * 1000.0 / static_cast<double>(kBytesPerGiB))
+                          .op("a", "W1 W2", 1)
                           .op("b", "", 1)
                           .op("c", "W3", 1)
                           .op("d", "R3 W4", 1)
@@ -712,23 +765,27 @@ TEST(PeakPlannerCopiesToHost, OnACappedDeviceRunsTheCopyWhoseReleaseFreesMemoryF
                           .op("j", "R1", 1)
                           .build();
   const char* rest =
-      "post 1 release_device 1; post 2 release_device 2; post 3 release_device 3; pre 4 copy_h2d 2;"
-      "post 4 release_device 4; pre 5 copy_h2d 1; post 6 release_device 2; post 6 release_host 2;"
-      "post 9 release_device 1; post 9 release_host 1";
+      "post 3 release_device 3; pre 4 copy_h2d 2; post 4 release_device 4; pre 5 copy_h2d 1;"
+      "post 6 release_device 2; post 6 release_host 2; post 9 release_device 1; post 9 release_host 1";
   SimulatorOptions capped;
   capped.memory_cap = MemoryCap::kBudget;
   capped.budget_bytes = 200;
 
   const PlanResult unlimited = plan_peak(trace, 200);
-  EXPECT_EQ(unlimited.schedule.actions, actions(std::string("post 0 copy_d2h 2; post 0 copy_d2h 1;") + rest));
+  EXPECT_EQ(unlimited.schedule.actions,
+            actions(std::string("post 0 copy_d2h 2; post 0 copy_d2h 1; post 1 release_device 2;"
+                                "post 2 release_device 1;") +
+                    rest));
   EXPECT_DOUBLE_EQ(simulate(trace, unlimited.schedule).stall_ms, 0.0);
-  EXPECT_DOUBLE_EQ(simulate(trace, unlimited.schedule, capped).stall_ms, 1.0);
 
   PeakPlannerOptions options;
   options.device_memory = DeviceMemory::kBudget;
   const Result<PlanResult> tuned = PeakPlanner(options).plan(trace, 200);
   ASSERT_TRUE(tuned.has_value());
-  EXPECT_EQ(tuned->schedule.actions, actions(std::string("post 0 copy_d2h 1; post 0 copy_d2h 2;") + rest));
+  EXPECT_EQ(tuned->schedule.actions,
+            actions(std::string("post 0 copy_d2h 1; post 0 copy_d2h 2; post 1 release_device 1;"
+                                "post 2 release_device 2;") +
+                    rest));
   EXPECT_DOUBLE_EQ(simulate(trace, tuned->schedule, capped).stall_ms, 0.0);
 }
 

@@ -580,10 +580,12 @@ std::vector<std::int32_t> engine_order(const PeakModel& model, std::span<const s
 //
 // Prefetches are placed first, in engine_order, each no earlier than the one
 // before: the engine is FIFO, so a copy issued out of that order would hold up
-// the copies queued behind it. Releases follow, in selection order.
+// the copies queued behind it. Releases follow, latest first for the storage
+// whose copy to host can wait the longest (below). Placements come out in that
+// order.
 std::vector<Placement> place(const Trace& trace, const PeakModel& model, std::span<const std::int32_t> selected,
                              std::span<const double> start_ms, std::span<const double> ready_ms, std::int64_t limit,
-                             ProfileTree& profile, EngineRule rule) {
+                             ProfileTree& profile, EngineRule rule, DeviceMemory device) {
   auto interior = [&](std::int32_t k) -> const PeakCandidate& { return model.interior[static_cast<std::size_t>(k)]; };
   const std::vector<std::int32_t> by_need =
       engine_order(model, selected, start_ms, ready_ms, limit, profile, trace, rule);
@@ -611,7 +613,23 @@ std::vector<Placement> place(const Trace& trace, const PeakModel& model, std::sp
 
   std::vector<Placement> placements;
   placements.reserve(selected.size());
-  for (const std::int32_t k : selected) {
+  // Releases go as late as the budget allows, one candidate after the other:
+  // the earlier a candidate is placed, the later its release. First goes the
+  // one whose copy to host can wait the longest — on a capped device the one
+  // whose copy to host completes last (its release frees memory only then), on
+  // unlimited memory the one copied back last (a release only bounds when its
+  // copy to host may be issued) — then the others; ties in selection order.
+  std::vector<std::int32_t> release_order(selected.begin(), selected.end());
+  if (device == DeviceMemory::kBudget) {
+    std::stable_sort(release_order.begin(), release_order.end(), [&](std::int32_t a, std::int32_t b) {
+      return ready_ms[static_cast<std::size_t>(interior(a).version)] >
+             ready_ms[static_cast<std::size_t>(interior(b).version)];
+    });
+  } else {
+    std::stable_sort(release_order.begin(), release_order.end(),
+                     [&](std::int32_t a, std::int32_t b) { return interior(a).end_op > interior(b).end_op; });
+  }
+  for (const std::int32_t k : release_order) {
     const OpIndex prefetch = prefetch_op[static_cast<std::size_t>(k)];
     if (prefetch < 0) continue;  // dropped
     const PeakCandidate& c = interior(k);
@@ -841,13 +859,14 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   auto build = [&](EngineRule rule, ProfileTree& tree) {
     const ProfileTree selected_profile = tree;
     std::vector<Placement> placements =
-        place(trace, model, selected, start_ms, copy_op_ready, placement_limit, tree, rule);
+        place(trace, model, selected, start_ms, copy_op_ready, placement_limit, tree, rule, options_.device_memory);
     // Boundary candidates only matter below the floor; the first placement
     // leaves them out.
     const HostCopyOrder host_order =
         order_host_copies(trace, model, placements, {}, start_ms, options_.device_memory);
     tree = selected_profile;
-    placements = place(trace, model, selected, start_ms, host_order.ready_ms, placement_limit, tree, rule);
+    placements =
+        place(trace, model, selected, start_ms, host_order.ready_ms, placement_limit, tree, rule, options_.device_memory);
     const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit, by_edge);
     const std::vector<HostCopy> host_copies =
         issue_host_copies(model, host_order.versions, first_releases(model, placements, boundary_picks));
