@@ -386,8 +386,9 @@ std::vector<std::size_t> sequence_jobs(std::span<const EngineJob> jobs, EngineRu
 
 // Where a used version's copy_d2h goes: after op `issue_op`; `rank` orders the
 // copies to host issued after the same op. issue_op -1: right after its copy
-// op, ahead of the others (a version used only by boundary candidates, whose
-// copies back are needed by the very next op).
+// op, ahead of the others — a version the copy order does not list, used only
+// by boundary candidates (whose copies back are needed by the very next op) or
+// by candidates the first placement dropped.
 struct HostCopy {
   OpIndex issue_op = -1;
   std::int64_t rank = -1;
@@ -489,8 +490,7 @@ std::vector<OpIndex> first_releases(const PeakModel& model, std::span<const Plac
 }
 
 HostCopyOrder order_host_copies(const Trace& trace, const PeakModel& model, std::span<const Placement> placements,
-                                std::span<const std::int32_t> boundary_picks, std::span<const double> start_ms,
-                                DeviceMemory device) {
+                                std::span<const double> start_ms, DeviceMemory device) {
   // Unlimited memory: when each copy back must start at the latest so that it
   // and every copy back needed after it still make their uses on the FIFO H2D
   // engine (scheduled backwards from the last use). In a transfer-bound stretch
@@ -541,7 +541,8 @@ HostCopyOrder order_host_copies(const Trace& trace, const PeakModel& model, std:
   for (const std::size_t j : sequence_jobs(jobs, EngineRule::kWorkConserving)) {
     result.versions.push_back(version_of_job[j]);
   }
-  const std::vector<OpIndex> latest = first_releases(model, placements, boundary_picks);
+  // Boundary candidates only matter below the floor: the estimate leaves them out.
+  const std::vector<OpIndex> latest = first_releases(model, placements, {});
   result.ready_ms = host_copy_ready_ms(trace, model, issue_host_copies(model, result.versions, latest), start_ms);
   return result;
 }
@@ -860,10 +861,7 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
     const ProfileTree selected_profile = tree;
     std::vector<Placement> placements =
         place(trace, model, selected, start_ms, copy_op_ready, placement_limit, tree, rule, options_.device_memory);
-    // Boundary candidates only matter below the floor; the first placement
-    // leaves them out.
-    const HostCopyOrder host_order =
-        order_host_copies(trace, model, placements, {}, start_ms, options_.device_memory);
+    const HostCopyOrder host_order = order_host_copies(trace, model, placements, start_ms, options_.device_memory);
     tree = selected_profile;
     placements =
         place(trace, model, selected, start_ms, host_order.ready_ms, placement_limit, tree, rule, options_.device_memory);

@@ -22,14 +22,18 @@
 //     PlanResult::notes, and the planner still gets as close as it can.
 //  5. Selection: while the global peak exceeds the budget, pick the best
 //     candidate whose interior covers the peak op (score below) and subtract it.
-//  6. Placement: copy_d2h right after the version's last write; release_device
-//     at the latest op the budget allows; copy_h2d at the earliest op the budget
-//     allows, in the order the copy engine should run them; release_host after
-//     the host copy's last use. Actions of one (op, phase) run in a fixed order:
+//  6. Placement: copy_h2d at the earliest op the budget allows, in the order
+//     the copy engine should run them; release_device at the latest op the
+//     budget allows, latest for the storage whose copy to host can wait the
+//     longest; copy_d2h after the version's last write, in the order the data
+//     is needed (which a first placement tells; the prefetches are then placed
+//     again), no later than its first release; release_host after the host
+//     copy's last use. Actions of one (op, phase) run in a fixed order:
 //     copy_d2h, copy_h2d, release_device, release_host; copies in engine order;
-//     duplicates removed. Two engine orders are tried (soonest needed first, or
-//     filling idle engine time) and the one with the smaller stall under the
-//     simulator's timing rules is kept.
+//     duplicates removed. Two prefetch orders are tried (soonest needed first,
+//     or filling idle engine time) and the one with the smaller stall under the
+//     simulator's timing rules — on the device of PeakPlannerOptions::
+//     device_memory — is kept.
 //
 // Score of candidate k at peak op p, with excess E = resident(p) - budget:
 //
@@ -57,8 +61,8 @@
 // Guarantees: the schedule passes the validator with zero faults; its
 // op-granular peak is within the budget whenever the budget is at or above the
 // floor. Cost: O((ops + accesses + candidates) log ops) to build, then
-// O(log² ops) per score evaluation and O(log ops) per selection (lazy
-// re-evaluation of cached score bounds; no rescans), O(log ops) per placement.
+// O(log² ops) per selection step and O(log ops) per lazy re-evaluation of a
+// cached score bound (no rescans), O(log ops) per placement.
 //
 // Thread-safety: plan() is const and may run concurrently.
 #pragma once
