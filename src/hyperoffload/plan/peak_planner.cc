@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <latch>
+#include <limits>
 #include <numeric>
 #include <thread>
 #include <tuple>
@@ -853,17 +855,20 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
     std::int64_t peak_bytes = 0;
     double stall_ms = 0.0;
   };
-  // Two placements (docs/PEAK_PLANNER.md, "Copies to host"): the first, with
-  // copies to host in op order, gives the releases and copy backs that say
-  // when each version is needed; the second places the prefetches again with
-  // the copies to host in that order.
-  auto build = [&](EngineRule rule, ProfileTree& tree) {
-    const ProfileTree selected_profile = tree;
-    std::vector<Placement> placements =
-        place(trace, model, selected, start_ms, copy_op_ready, placement_limit, tree, rule, options_.device_memory);
-    const HostCopyOrder host_order = order_host_copies(trace, model, placements, start_ms, options_.device_memory);
-    tree = selected_profile;
-    placements =
+  // Placement runs twice (docs/PEAK_PLANNER.md, "Copies to host"). The first
+  // placement, with copies to host in op order and the idle-filling prefetch
+  // order, gives the releases and copies back that say when each version is
+  // needed; the copies to host are sequenced from them. Then each prefetch
+  // order is placed again with the copies to host in that sequence, and the
+  // schedule with the smaller estimated stall is kept.
+  auto first_placement = [&] {
+    ProfileTree first = profile;
+    const std::vector<Placement> placements = place(trace, model, selected, start_ms, copy_op_ready, placement_limit,
+                                                    first, EngineRule::kFillIdleEngine, options_.device_memory);
+    return order_host_copies(trace, model, placements, start_ms, options_.device_memory);
+  };
+  auto build = [&](EngineRule rule, ProfileTree& tree, const HostCopyOrder& host_order) {
+    const std::vector<Placement> placements =
         place(trace, model, selected, start_ms, host_order.ready_ms, placement_limit, tree, rule, options_.device_memory);
     const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit, by_edge);
     const std::vector<HostCopy> host_copies =
@@ -873,16 +878,25 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
     variant.stall_ms = internal::estimate_stall_ms(trace, accesses, variant.actions, memory_cap);
     return variant;
   };
-  // The two prefetch orders are independent: the idle-filling one runs on a
-  // second thread, on its own copy of the profile.
   Variant chosen;
   if (selected.empty()) {
-    chosen = build(EngineRule::kSoonestNeeded, profile);
+    chosen = build(EngineRule::kSoonestNeeded, profile, HostCopyOrder{});
   } else {
-    ProfileTree fill_profile = profile;
+    // The idle-filling order is built on a second thread, on its own copy of
+    // the profile, taken while this thread runs the first placement.
+    HostCopyOrder host_order;
+    std::latch profile_copied(1), order_ready(1);
     Variant fill;
-    std::jthread worker([&] { fill = build(EngineRule::kFillIdleEngine, fill_profile); });
-    chosen = build(EngineRule::kSoonestNeeded, profile);
+    std::jthread worker([&] {
+      ProfileTree fill_profile = profile;
+      profile_copied.count_down();
+      order_ready.wait();
+      fill = build(EngineRule::kFillIdleEngine, fill_profile, host_order);
+    });
+    host_order = first_placement();
+    order_ready.count_down();
+    profile_copied.wait();
+    chosen = build(EngineRule::kSoonestNeeded, profile, host_order);
     worker.join();
     if (fill.stall_ms < chosen.stall_ms) chosen = std::move(fill);
   }
