@@ -1,5 +1,8 @@
 // hyperoffload compare TRACE [--budget B | --budgets B1,B2,...] [--planners greedy,peak]
-//                    [--copy-engines 1|2] [--score-weight N=V]... [--plot FILE.svg] [--json]
+//                    [--copy-engines 1|2] [--memory-cap unlimited|budget] [--score-weight N=V]...
+//                    [--plot FILE.svg] [--json]
+// The peak planner is tuned to the memory cap simulated; each budget's table
+// shows the stall lower bound (report/stall_bound.h).
 #include <fmt/format.h>
 
 #include "hyperoffload/cli/command.h"
