@@ -5,19 +5,11 @@
 #include <algorithm>
 #include <utility>
 
+#include "hyperoffload/exec/internal/hook_util.h"
+
 namespace hyperoffload {
-namespace {
-
-Error in_context(Error error, std::string_view context) {
-  error.message = fmt::format("{}: {}", context, error.message);
-  return error;
-}
-
-bool contains(std::span<const StorageId> ids, StorageId id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
-
-}  // namespace
+using internal::contains;
+using internal::in_context;
 
 // ---- ReplayPlan -------------------------------------------------------------------
 

@@ -5,17 +5,13 @@
 #include <algorithm>
 #include <utility>
 
+#include "hyperoffload/exec/internal/hook_util.h"
+
 namespace hyperoffload {
 namespace {
 
-Error in_context(Error error, std::string_view context) {
-  error.message = fmt::format("{}: {}", context, error.message);
-  return error;
-}
-
-bool contains(std::span<const StorageId> ids, StorageId id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
+using internal::contains;
+using internal::in_context;
 
 double gib_per_s(std::int64_t bytes, double ms) {
   return static_cast<double>(bytes) / static_cast<double>(kBytesPerGiB) / (ms / 1e3);
