@@ -172,6 +172,41 @@ TEST(WarmupExecutor, MakesRoomForCallerBuffersBeforeAdoptingThem) {
   EXPECT_THAT(released, ElementsAre(static_cast<void*>(one.data())));
 }
 
+TEST(WarmupExecutor, NeverEvictsAStorageTheOpWritesWithoutReadingIt) {
+  // Budget 300. op0 produces 1 (200, runtime memory); op1 writes 1 in place
+  // without reading it (it reaches the runtime only through device_ptr) and
+  // adopts a caller buffer of 100 at on_op_end:
+  //   room for 100: 200 + 100 <= 300 → nothing to evict, 1 stays → 300.
+  // With a 150-byte buffer the room needed (200 + 150 > 300) could only come
+  // from evicting 1, which op1 is writing: it must stay, so the op overshoots
+  // (350) rather than lose the write.
+  HostRuntime rt;
+  auto warmup = start(rt, 300);
+  ASSERT_TRUE(warmup->on_op_begin("a", {}, {}));
+  Result<void*> one = warmup->allocate_output(1, 200);
+  ASSERT_TRUE(one.has_value());
+  const OpOutput out1[] = {{1, 200, nullptr, {}}};
+  ASSERT_TRUE(warmup->on_op_end(out1, {}));
+
+  std::vector<char> two(150, 2);
+  ASSERT_TRUE(warmup->on_op_begin("fill_", {}, {}));
+  Result<void*> written = warmup->device_ptr(1, DeviceAccess::kReadWrite);
+  ASSERT_TRUE(written.has_value()) << written.error().message;
+  const OpOutput out2[] = {{2, 150, two.data(), {}}};
+  const StorageId mutated[] = {1};
+  Status ended = warmup->on_op_end(out2, mutated);
+  ASSERT_TRUE(ended.has_value()) << ended.error().message;
+  EXPECT_TRUE(rt.residency.resident(1));
+  ASSERT_TRUE(warmup->on_storage_freed(1));
+  ASSERT_TRUE(warmup->on_storage_freed(2));
+  Result<WarmupResult> result = warmup->finish();
+  ASSERT_TRUE(result.has_value()) << result.error().message;
+  EXPECT_EQ(result->stats.evictions, 0);
+  EXPECT_EQ(result->stats.peak_resident_bytes, 350);
+  warmup.reset();
+  rt.expect_nothing_held();
+}
+
 TEST(WarmupExecutor, MeasuresOpDurationsWithEvents) {
   HostRuntime rt;
   auto warmup = start(rt, std::nullopt);

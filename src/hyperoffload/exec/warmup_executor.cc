@@ -53,8 +53,8 @@ std::string WarmupExecutor::op_label() const {
 }
 
 bool WarmupExecutor::used_by_current_op(StorageId id) const {
-  if (!in_op_ && current_inputs_.empty()) return false;
-  if (contains(current_inputs_, id)) return true;
+  if (!in_op_ && current_used_.empty()) return false;
+  if (contains(current_used_, id)) return true;
   return std::any_of(current_allocated_.begin(), current_allocated_.end(),
                      [id](const auto& allocated) { return allocated.first == id; });
 }
@@ -114,7 +114,7 @@ Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const Storag
                       fmt::format("on_op_begin(\"{}\") inside {}: the previous op did not end", name, op_label()));
   }
   current_name_.assign(name);
-  current_inputs_.assign(inputs.begin(), inputs.end());
+  current_used_.assign(inputs.begin(), inputs.end());
   current_allocated_.clear();
   HO_RETURN_IF_ERROR(residency_.poll());
   for (StorageId id : inputs) {
@@ -226,7 +226,7 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
   }
   op.access_end = static_cast<std::uint32_t>(accesses_.size());
   in_op_ = false;
-  current_inputs_.clear();
+  current_used_.clear();
   return ok_status();
 }
 
@@ -243,7 +243,12 @@ Status WarmupExecutor::on_storage_freed(StorageId id) {
 }
 
 Result<void*> WarmupExecutor::device_ptr(StorageId id, DeviceAccess access) {
-  HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageRecord * record, find_alive(id, "used"));
+  HO_ASSIGN_OR_RETURN(StorageRecord * record, find_alive(id, "used"));
+  // A storage the op writes without reading it reaches the runtime only here:
+  // from now on it is the op's, so making room for another of its storages
+  // (or its outputs at on_op_end) must not evict it.
+  if (in_op_ && !contains(current_used_, id)) current_used_.push_back(id);
+  if (!residency_.resident(id)) HO_RETURN_IF_ERROR(evict_while_over_budget(record->size_bytes));
   return residency_.device_ptr(id, access);
 }
 
@@ -289,9 +294,9 @@ Result<WarmupResult> WarmupExecutor::finish() {
   current_name_ = "end of step";
   // Storages the caller still holds must be on the device when the step ends;
   // none of them may be evicted to make room for another.
-  current_inputs_.clear();
+  current_used_.clear();
   for (StorageId id : declared_) {
-    if (storages_.at(id).alive) current_inputs_.push_back(id);
+    if (storages_.at(id).alive) current_used_.push_back(id);
   }
   std::int64_t restores = 0;
   std::int64_t restored_bytes = 0;

@@ -127,7 +127,9 @@ class WarmupExecutor final : public StepHooks {
 
   bool in_op_ = false;
   std::string current_name_;
-  std::vector<StorageId> current_inputs_;
+  // Storages the current op uses (inputs, and any it reaches through
+  // device_ptr): never evicted to make room while it runs.
+  std::vector<StorageId> current_used_;
   std::vector<std::pair<StorageId, std::int64_t>> current_allocated_;  // (id, size)
   Fence current_start_;
   std::int64_t evictions_ = 0;
