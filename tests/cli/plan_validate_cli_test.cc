@@ -110,6 +110,9 @@ TEST(PlanCli, RejectsBadOptions) {
   const testing::CliRun planner = run_cli({"plan", trace, "--planner", "magic"});
   EXPECT_EQ(planner.exit_code, 2);
   EXPECT_THAT(planner.err, HasSubstr("unknown planner \"magic\" (available: greedy"));
+  const testing::CliRun cap = run_cli({"plan", trace, "--memory-cap", "small"});
+  EXPECT_EQ(cap.exit_code, 2);
+  EXPECT_THAT(cap.err, HasSubstr("--memory-cap small: expected unlimited or budget"));
   const testing::CliRun missing = run_cli({"plan", (dir / "nope.json").string()});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.err, HasSubstr("No such file or directory"));

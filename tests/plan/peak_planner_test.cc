@@ -713,7 +713,7 @@ TEST(PeakPlannerPlacement, OnACappedDeviceReleasesFirstWhatReachesTheHostFirst) 
       "post 3 release_device 3; pre 4 copy_h2d 2; post 4 release_device 4; pre 5 copy_h2d 1;"
       "post 6 release_device 2; post 6 release_host 2; post 9 release_device 1; post 9 release_host 1";
   SimulatorOptions capped;
-  capped.memory_cap = MemoryCap::kBudget;
+  capped.device_memory = DeviceMemory::kBudget;
   capped.budget_bytes = 200;
 
   const PlanResult unlimited = plan_peak(trace, 200);
@@ -768,7 +768,7 @@ TEST(PeakPlannerCopiesToHost, OnACappedDeviceRunsFirstTheCopyWhoseReleaseFreesMe
       "post 3 release_device 3; pre 4 copy_h2d 2; post 4 release_device 4; pre 5 copy_h2d 1;"
       "post 6 release_device 2; post 6 release_host 2; post 9 release_device 1; post 9 release_host 1";
   SimulatorOptions capped;
-  capped.memory_cap = MemoryCap::kBudget;
+  capped.device_memory = DeviceMemory::kBudget;
   capped.budget_bytes = 200;
 
   const PlanResult unlimited = plan_peak(trace, 200);

@@ -136,10 +136,10 @@ TEST(PeakPlannerProperty, StallEstimateMatchesTheSimulatorOnPeakSchedules) {
   }
 }
 
-TEST(PeakPlannerProperty, CappedStallEstimateMatchesTheSimulatorWithAMemoryCap) {
+TEST(PeakPlannerProperty, CappedStallEstimateMatchesTheSimulatorWithADeviceMemory) {
   // Tuned for a device that holds only the budget, the planner picks its
   // prefetch order by the capped estimate: it must agree with the simulator's
-  // MemoryCap::kBudget, memory waits included.
+  // DeviceMemory::kBudget, memory waits included.
   PeakPlannerOptions options;
   options.device_memory = DeviceMemory::kBudget;
   int memory_waits = 0;
@@ -151,7 +151,7 @@ TEST(PeakPlannerProperty, CappedStallEstimateMatchesTheSimulatorWithAMemoryCap) 
     ASSERT_TRUE(plan.has_value());
     SimulatorOptions sim_options;
     sim_options.budget_bytes = budget;
-    sim_options.memory_cap = MemoryCap::kBudget;
+    sim_options.device_memory = DeviceMemory::kBudget;
     const SimulationResult sim = simulate(trace, plan->schedule, sim_options);
     const double estimate =
         internal::estimate_stall_ms(trace, StorageAccesses(trace), plan->schedule.actions, budget);

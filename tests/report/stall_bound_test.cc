@@ -39,14 +39,14 @@ Trace two_storages() {
 }
 
 // The simulated stall of the peak planner's plan, tuned for `cap`.
-double peak_stall_ms(const Trace& trace, std::int64_t budget, MemoryCap cap) {
+double peak_stall_ms(const Trace& trace, std::int64_t budget, DeviceMemory cap) {
   PeakPlannerOptions options;
-  options.device_memory = cap == MemoryCap::kBudget ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
+  options.device_memory = cap == DeviceMemory::kBudget ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
   const Result<PlanResult> plan = PeakPlanner(options).plan(trace, budget);
   EXPECT_TRUE(plan.has_value());
   if (!plan) return -1.0;
   SimulatorOptions sim_options;
-  sim_options.memory_cap = cap;
+  sim_options.device_memory = cap;
   sim_options.budget_bytes = budget;
   return simulate(trace, plan->schedule, sim_options).stall_ms;
 }
@@ -60,7 +60,7 @@ TEST(StallBound, IsTheStallOfTheBestPlanWhenCopiesCannotHide) {
   //   H2D               [ s1  ]
   const Trace trace = two_storages();
   EXPECT_DOUBLE_EQ(*stall_lower_bound_ms(trace, 4 * kMiB), 6.0);
-  EXPECT_DOUBLE_EQ(peak_stall_ms(trace, 4 * kMiB, MemoryCap::kUnlimited), 6.0);  // the peak planner reaches it
+  EXPECT_DOUBLE_EQ(peak_stall_ms(trace, 4 * kMiB, DeviceMemory::kUnlimited), 6.0);  // the peak planner reaches it
   // With one shared engine the copy back queues behind the copy to host, which
   // it waits for anyway.
   StallBoundOptions one_engine;
@@ -76,9 +76,9 @@ TEST(StallBound, CountsTheWaitForReleasesOnADeviceThatHoldsOnlyTheBudget) {
   //   D2H         [ s1  ]
   //   H2D                   [ s1  ]
   StallBoundOptions capped;
-  capped.memory_cap = MemoryCap::kBudget;
+  capped.device_memory = DeviceMemory::kBudget;
   EXPECT_DOUBLE_EQ(*stall_lower_bound_ms(two_storages(), 4 * kMiB, capped), 8.0);
-  EXPECT_DOUBLE_EQ(peak_stall_ms(two_storages(), 4 * kMiB, MemoryCap::kBudget), 8.0);
+  EXPECT_DOUBLE_EQ(peak_stall_ms(two_storages(), 4 * kMiB, DeviceMemory::kBudget), 8.0);
 }
 
 TEST(StallBound, IsZeroWithinThePeakAndAbsentBelowWhatFits) {
@@ -109,10 +109,10 @@ TEST(StallBound, IsNeverAboveTheStallOfAFeasiblePlan) {
     const auto budget =
         static_cast<std::int64_t>(uniform(0.45, 1.0) * static_cast<double>(unplanned_peak(trace).bytes));
     for (const CopyEngines engines : {CopyEngines::kTwo, CopyEngines::kOne}) {
-      for (const MemoryCap cap : {MemoryCap::kUnlimited, MemoryCap::kBudget}) {
+      for (const DeviceMemory cap : {DeviceMemory::kUnlimited, DeviceMemory::kBudget}) {
         const std::optional<double> bound = stall_lower_bound_ms(trace, budget, {engines, cap});
         PeakPlannerOptions peak_options;
-        peak_options.device_memory = cap == MemoryCap::kBudget ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
+        peak_options.device_memory = cap == DeviceMemory::kBudget ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
         const PeakPlanner peak(peak_options);
         const std::unique_ptr<Planner> greedy = value_or_throw(make_planner("greedy"));
         const std::array<const Planner*, 2> planners = {&peak, greedy.get()};
@@ -121,7 +121,7 @@ TEST(StallBound, IsNeverAboveTheStallOfAFeasiblePlan) {
           ASSERT_TRUE(plan.has_value());
           SimulatorOptions sim_options;
           sim_options.copy_engines = engines;
-          sim_options.memory_cap = cap;
+          sim_options.device_memory = cap;
           sim_options.budget_bytes = budget;
           const SimulationResult sim = simulate(trace, plan->schedule, sim_options);
           if (!sim.valid() || sim.faults() > 0 || sim.peak_bytes() > budget) continue;
@@ -130,7 +130,7 @@ TEST(StallBound, IsNeverAboveTheStallOfAFeasiblePlan) {
           positive += *bound > 0.0 ? 1 : 0;
           ASSERT_LE(*bound, sim.stall_ms + 1e-9 * std::max(1.0, sim.stall_ms))
               << "seed " << seed << ", " << planner->name() << ", " << static_cast<int>(engines) << " engine(s), "
-              << (cap == MemoryCap::kBudget ? "capped" : "unlimited");
+              << (cap == DeviceMemory::kBudget ? "capped" : "unlimited");
         }
       }
     }

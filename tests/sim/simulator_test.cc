@@ -129,7 +129,7 @@ TEST(Simulator, WaitsForTheDelayedFreeWhenMemoryIsCappedAtTheBudget) {
   SimulatorOptions options;
   options.record_timeline = RecordTimeline::kYes;
   options.budget_bytes = 4 * kMiB;
-  options.memory_cap = MemoryCap::kBudget;
+  options.device_memory = DeviceMemory::kBudget;
   const SimulationResult result =
       simulate(offload_trace(), schedule_of("post 0 copy_d2h 1; post 0 release_device 1"), options);
   EXPECT_THAT(lane(result, Lane::kCompute), ElementsAre("op 0 0-1", "stall 1 1-5", "op 1 5-15"));
@@ -166,7 +166,7 @@ TEST(Simulator, DelaysAPrefetchUntilItsMemoryIsFreedWhenCapped) {
   SimulatorOptions options;
   options.record_timeline = RecordTimeline::kYes;
   options.budget_bytes = 4 * kMiB;
-  options.memory_cap = MemoryCap::kBudget;
+  options.device_memory = DeviceMemory::kBudget;
   const SimulationResult result = simulate(
       trace, schedule_of("post 0 copy_d2h 1; post 0 release_device 1; post 1 release_device 2; pre 2 copy_h2d 1"),
       options);

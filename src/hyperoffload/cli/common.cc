@@ -31,18 +31,18 @@ TimedPlan plan_timed(const Planner& planner, const Trace& trace, std::optional<s
   return {std::move(result), std::chrono::duration<double, std::milli>(end - start).count()};
 }
 
-MemoryCap parse_memory_cap(const std::string& text) {
-  if (text == "unlimited") return MemoryCap::kUnlimited;
-  if (text == "budget") return MemoryCap::kBudget;
+DeviceMemory parse_memory_cap(const std::string& text) {
+  if (text == "unlimited") return DeviceMemory::kUnlimited;
+  if (text == "budget") return DeviceMemory::kBudget;
   throw HyperoffloadError({ErrorCode::kInvalidArgument,
                            fmt::format("--memory-cap {}: expected unlimited or budget", text)});
 }
 
 void add_memory_cap_option(CLI::App& app, std::string& target) {
   app.add_option("--memory-cap", target,
-                 "unlimited (memory is freed whenever copies allow; the timed peak may exceed the budget) or "
-                 "budget (the device holds only the budget: ops and prefetches wait for memory, as on a real "
-                 "device)")
+                 "The device to plan for or simulate: unlimited (memory is freed whenever copies allow; the "
+                 "timed peak may exceed the budget) or budget (the device holds only the budget: ops and "
+                 "prefetches wait for memory, as on a real device)")
       ->capture_default_str();
 }
 

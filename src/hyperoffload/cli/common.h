@@ -31,8 +31,8 @@ struct TimedPlan {
 };
 TimedPlan plan_timed(const Planner& planner, const Trace& trace, std::optional<std::int64_t> budget_bytes);
 
-// --memory-cap: "unlimited" or "budget" (sim/simulator.h, MemoryCap).
-MemoryCap parse_memory_cap(const std::string& text);
+// --memory-cap: "unlimited" or "budget" (sim/simulator.h, DeviceMemory).
+DeviceMemory parse_memory_cap(const std::string& text);
 
 // Adds --memory-cap to a command.
 void add_memory_cap_option(CLI::App& app, std::string& target);

@@ -21,7 +21,7 @@ struct CompareArgs {
   std::string budgets;
   std::string planners = "greedy,peak";
   int copy_engines = 2;
-  std::string memory_cap = "unlimited";
+  std::string device_memory = "unlimited";
   std::vector<std::string> score_weights;
   std::string plot;
   bool json = false;
@@ -53,7 +53,7 @@ int run_compare(const CompareArgs& args) {
   options.planners = split_list(args.planners, "--planners");
   options.score_weights = parse_score_weights(args.score_weights);
   options.copy_engines = args.copy_engines == 1 ? CopyEngines::kOne : CopyEngines::kTwo;
-  options.memory_cap = parse_memory_cap(args.memory_cap);
+  options.device_memory = parse_memory_cap(args.device_memory);
   options.record_timeline = args.plot.empty() ? RecordTimeline::kNo : RecordTimeline::kYes;
   const std::string& budget_text = args.budget.empty() ? args.budgets : args.budget;
   if (!budget_text.empty()) {
@@ -89,7 +89,7 @@ Command register_compare(CLI::App& root) {
                   "(40%); default: the trace's memory_limit_bytes");
   app->add_option("--budgets", args->budgets, "Compare at several budgets, comma-separated (30%,50%,70%)");
   app->add_option("--planners", args->planners, "Planners to compare, comma-separated")->capture_default_str();
-  add_memory_cap_option(*app, args->memory_cap);
+  add_memory_cap_option(*app, args->device_memory);
   app->add_option("--copy-engines", args->copy_engines,
                   "Copy engines in the simulation: 2 (one per direction) or 1 (shared)")
       ->check(CLI::IsMember({1, 2}))

@@ -16,6 +16,7 @@ struct PlanArgs {
   std::string budget;
   std::string planner = "greedy";
   std::vector<std::string> score_weights;
+  std::string device_memory = "unlimited";
   std::string output;
 };
 
@@ -23,6 +24,7 @@ int run_plan(const PlanArgs& args) {
   const Trace trace = load_trace(args.trace_path);
   PlannerOptions planner_options;
   planner_options.score_weights = parse_score_weights(args.score_weights);
+  planner_options.device_memory = parse_memory_cap(args.device_memory);
   const std::unique_ptr<Planner> planner = value_or_throw(make_planner(args.planner, planner_options));
   const std::optional<std::int64_t> budget = resolve_budget_option(trace, args.budget);
   const PeakBytes unplanned = unplanned_peak(trace);
@@ -77,6 +79,7 @@ Command register_plan(CLI::App& root) {
                   "op-granular peak (40%); overrides the trace's memory_limit_bytes");
   app->add_option("--planner,-p", args->planner, "Planner: greedy or peak")->capture_default_str();
   app->add_option("--score-weight", args->score_weights, "Peak planner score weight NAME=VALUE (repeatable)");
+  add_memory_cap_option(*app, args->device_memory);
   app->add_option("-o,--output", args->output, "Write the schedule here (hyperoffload.schedule JSON; - for stdout)");
   return {app, [args] { return run_plan(*args); }};
 }

@@ -17,7 +17,7 @@ struct SimulateArgs {
   std::string trace_path;
   std::string schedule_path;
   int copy_engines = 2;
-  std::string memory_cap = "unlimited";
+  std::string device_memory = "unlimited";
   std::string budget;
   bool json = false;
   std::string timeline_path;
@@ -34,7 +34,7 @@ void print_summary(std::FILE* out, const SimulateArgs& args, const Trace& trace,
   fmt::print(out, "makespan  {:.3f} ms\n", result.makespan_ms);
   fmt::print(out, "stall     {:.3f} ms ({:.2f}% of compute), of which faults {:.3f} ms{}\n", result.stall_ms,
              result.overhead_percent(), result.fault_ms,
-             result.memory_cap == MemoryCap::kBudget
+             result.device_memory == DeviceMemory::kBudget
                  ? fmt::format(", waiting for memory {:.3f} ms (memory capped at the budget)", result.memory_stall_ms)
                  : std::string());
   fmt::print(out, "peak      {} op-granular at op {}{}; {} timed at {:.3f} ms\n", format_bytes(result.peak_bytes()),
@@ -74,7 +74,7 @@ int run_simulate(const SimulateArgs& args) {
   options.copy_engines = args.copy_engines == 1 ? CopyEngines::kOne : CopyEngines::kTwo;
   options.record_timeline = args.timeline_path.empty() ? RecordTimeline::kNo : RecordTimeline::kYes;
   if (!args.budget.empty()) options.budget_bytes = resolve_budget_option(trace, args.budget);
-  options.memory_cap = parse_memory_cap(args.memory_cap);
+  options.device_memory = parse_memory_cap(args.device_memory);
   const SimulationResult result = simulate(trace, schedule, options);
 
   if (!args.timeline_path.empty()) {
@@ -98,7 +98,7 @@ Command register_simulate(CLI::App& root) {
       "memory peak and bytes moved. Exit 0 valid, 1 invalid schedule, 2 bad input");
   app->add_option("trace", args->trace_path, "Trace file (hyperoffload.trace JSON; - for stdin)")->required();
   app->add_option("schedule", args->schedule_path, "Schedule file (hyperoffload.schedule JSON)")->required();
-  add_memory_cap_option(*app, args->memory_cap);
+  add_memory_cap_option(*app, args->device_memory);
   app->add_option("--copy-engines", args->copy_engines,
                   "1: D2H and H2D share one FIFO queue; 2: one queue per direction")
       ->capture_default_str();

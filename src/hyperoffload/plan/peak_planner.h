@@ -84,19 +84,12 @@ struct PeakScoreWeights {
   double neighbor_impact = 1.0;  // "neighbor_impact": penalty for overlap with selected spans
 };
 
-// The device a schedule is tuned for (the simulator's --memory-cap):
-//  kUnlimited  memory is freed whenever the copies allow and nothing waits for
-//              it, so only the copies back to the device can stall compute;
-//  kBudget     the device holds only the budget: an allocation (an op's first
-//              accesses, a prefetch when it is issued) waits until releases
-//              have freed room, and a release frees memory only once its copy
-//              to host has completed.
-// It changes the order of the copies to host and the stall estimate that picks
-// between prefetch orders, never the guarantees.
-enum class DeviceMemory : std::uint8_t { kUnlimited, kBudget };
 
 struct PeakPlannerOptions {
   PeakScoreWeights weights;
+  // The device to tune for (planner.h): it changes the order of the copies to
+  // host and the stall estimate that picks between prefetch orders, never the
+  // guarantees.
   DeviceMemory device_memory = DeviceMemory::kUnlimited;
 };
 

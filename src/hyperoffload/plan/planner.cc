@@ -23,6 +23,7 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
   }
   if (name == "peak") {
     HO_ASSIGN_OR_RETURN(PeakPlannerOptions peak_options, peak_planner_options(options.score_weights));
+    peak_options.device_memory = options.device_memory;
     return std::unique_ptr<Planner>(std::make_unique<PeakPlanner>(peak_options));
   }
   return make_error(ErrorCode::kInvalidArgument,

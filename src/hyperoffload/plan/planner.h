@@ -54,10 +54,24 @@ class Planner {
   virtual Result<PlanResult> plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const = 0;
 };
 
+// The device a schedule is planned for, and simulated on (sim/simulator.h,
+// `--memory-cap`):
+//  kUnlimited  memory is freed whenever the copies allow and nothing waits for
+//              it, so only the copies back to the device can stall compute;
+//  kBudget     the device holds only the budget: an allocation (an op's first
+//              accesses, a prefetch when it is issued) waits until releases
+//              have freed room, and a release frees memory only once its copy
+//              to host has completed.
+enum class DeviceMemory : std::uint8_t { kUnlimited, kBudget };
+
 // Options shared by the factory; each planner reads the fields it understands.
 struct PlannerOptions {
   // Score weights of the peak planner, NAME=VALUE (see plan/peak_planner.h).
   std::vector<std::pair<std::string, double>> score_weights;
+  // The device to tune the schedule for (the peak planner orders its copies
+  // and picks its prefetch order for it; greedy ignores it). Never changes
+  // the guarantees.
+  DeviceMemory device_memory = DeviceMemory::kUnlimited;
 };
 
 // Names accepted by make_planner, in the order reports list them.

@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "hyperoffload/ir/memory_profile.h"
-#include "hyperoffload/plan/peak_planner.h"
 #include "hyperoffload/report/stall_bound.h"
 
 namespace hyperoffload {
@@ -25,17 +24,15 @@ Result<std::vector<NamedPlanner>> make_planners(const ComparisonOptions& options
   std::vector<NamedPlanner> planners;
   bool weights_used = false;
   for (const std::string& name : options.planners) {
+    // Only the peak planner takes score weights; every planner is tuned to the
+    // simulated device.
+    PlannerOptions planner_options;
+    planner_options.device_memory = options.device_memory;
     if (name == "peak") {
-      // Only the peak planner has score weights, and it tunes its schedule to
-      // the simulated device (DeviceMemory mirrors the memory cap).
-      HO_ASSIGN_OR_RETURN(PeakPlannerOptions peak_options, peak_planner_options(options.score_weights));
-      peak_options.device_memory =
-          options.memory_cap == MemoryCap::kBudget ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
-      planners.push_back({name, std::make_unique<PeakPlanner>(peak_options)});
+      planner_options.score_weights = options.score_weights;
       weights_used = true;
-      continue;
     }
-    HO_ASSIGN_OR_RETURN(std::unique_ptr<Planner> planner, make_planner(name));
+    HO_ASSIGN_OR_RETURN(std::unique_ptr<Planner> planner, make_planner(name, planner_options));
     planners.push_back({name, std::move(planner)});
   }
   if (!options.score_weights.empty() && !weights_used) {
@@ -64,7 +61,7 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   sim_options.copy_engines = options.copy_engines;
   sim_options.record_timeline = options.record_timeline;
   sim_options.budget_bytes = budget;
-  sim_options.memory_cap = options.memory_cap;
+  sim_options.device_memory = options.device_memory;
   SimulationResult sim = simulate(trace, plan.schedule, sim_options);
   row.valid = sim.valid();
   row.problem_count = sim.validation.problem_count;
@@ -98,7 +95,7 @@ Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& o
   comparison.d2h_bandwidth_gib_per_s = trace.d2h_bandwidth_gib_per_s();
   comparison.h2d_bandwidth_gib_per_s = trace.h2d_bandwidth_gib_per_s();
   comparison.copy_engines = options.copy_engines;
-  comparison.memory_cap = options.memory_cap;
+  comparison.device_memory = options.device_memory;
   comparison.planner_count = planners.size();
 
   if (options.budgets.empty()) {
@@ -114,7 +111,7 @@ Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& o
 
   StallBoundOptions bound_options;
   bound_options.copy_engines = options.copy_engines;
-  bound_options.memory_cap = options.memory_cap;
+  bound_options.device_memory = options.device_memory;
   for (const std::int64_t budget : comparison.budgets_bytes) {
     comparison.stall_bounds_ms.push_back(stall_lower_bound_ms(trace, budget, bound_options));
     for (const NamedPlanner& planner : planners) {

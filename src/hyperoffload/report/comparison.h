@@ -37,7 +37,7 @@ struct ComparisonOptions {
   CopyEngines copy_engines = CopyEngines::kTwo;
   // kBudget simulates a device that holds only the budget (sim/simulator.h):
   // waiting for memory becomes stall and the timed peak stays within the budget.
-  MemoryCap memory_cap = MemoryCap::kUnlimited;
+  DeviceMemory device_memory = DeviceMemory::kUnlimited;
   // kYes keeps each row's memory curve (for memory_plot.h).
   RecordTimeline record_timeline = RecordTimeline::kNo;
 };
@@ -52,7 +52,7 @@ struct ComparisonRow {
   std::int64_t op_peak_bytes = 0;     // validator, op-granular
   std::int64_t timed_peak_bytes = 0;  // simulator, over time
   double stall_ms = 0.0;
-  double memory_stall_ms = 0.0;   // part of stall_ms waiting for memory (MemoryCap::kBudget)
+  double memory_stall_ms = 0.0;   // part of stall_ms waiting for memory (DeviceMemory::kBudget)
   double overhead_percent = 0.0;  // stall as a percentage of compute
   double makespan_ms = 0.0;
   std::int64_t d2h_bytes = 0;
@@ -86,7 +86,7 @@ struct Comparison {
   double d2h_bandwidth_gib_per_s = 0.0;
   double h2d_bandwidth_gib_per_s = 0.0;
   CopyEngines copy_engines = CopyEngines::kTwo;
-  MemoryCap memory_cap = MemoryCap::kUnlimited;
+  DeviceMemory device_memory = DeviceMemory::kUnlimited;
   std::vector<std::int64_t> budgets_bytes;  // in the requested order
   // Per budget: the least stall any plan within it can have (report/stall_bound.h)
   // under these copy engines and memory cap; nullopt when no plan fits it.

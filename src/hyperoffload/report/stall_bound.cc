@@ -223,7 +223,7 @@ std::optional<double> stall_lower_bound_ms(const Trace& trace, std::int64_t budg
   for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
     if (trace.storage(s).size_bytes > 0 && accesses.accessed(s)) allocates[static_cast<std::size_t>(accesses.first_op(s))] = true;
   }
-  const bool capped = options.memory_cap == MemoryCap::kBudget;
+  const bool capped = options.device_memory == DeviceMemory::kBudget;
   const bool shared_engine = options.copy_engines == CopyEngines::kOne;
   std::vector<double> earliest_start_ms(start_ms.begin(), start_ms.end() - 1);  // S(q), raised by 2. as it goes
   CoveringSweep sweep(gaps, ops);

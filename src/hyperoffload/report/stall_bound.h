@@ -28,7 +28,7 @@
 //     the H2D engine can have moved N such bytes (fluid, earliest available
 //     first). With one shared engine the copies back also queue behind every
 //     copy to host issued before op q.
-//  3. Memory cap (MemoryCap::kBudget): an op that allocates a storage starts
+//  3. Memory cap (DeviceMemory::kBudget): an op that allocates a storage starts
 //     only once E(q) bytes of releases have completed, each after its copy to
 //     host: S(q) >= T_D(q).
 //  4. S(q) >= C(q), S(q) >= S(q-1) + duration(q-1); the stall is at least
@@ -53,7 +53,7 @@ namespace hyperoffload {
 
 struct StallBoundOptions {
   CopyEngines copy_engines = CopyEngines::kTwo;
-  MemoryCap memory_cap = MemoryCap::kUnlimited;
+  DeviceMemory device_memory = DeviceMemory::kUnlimited;
 };
 
 // The least stall, in ms, of any plan in the scope above; nullopt when no such

@@ -51,8 +51,8 @@ class Simulation {
   SimulationResult run(const Schedule& schedule) {
     result_.copy_engines = options_.copy_engines;
     result_.budget_bytes = options_.budget_bytes ? *options_.budget_bytes : trace_.memory_limit_bytes().value_or(-1);
-    result_.memory_cap = options_.memory_cap;
-    cap_ = options_.memory_cap == MemoryCap::kBudget && result_.budget_bytes >= 0;
+    result_.device_memory = options_.device_memory;
+    cap_ = options_.device_memory == DeviceMemory::kBudget && result_.budget_bytes >= 0;
     if (record_) result_.timeline.budget_bytes = result_.budget_bytes;
 
     const std::vector<ResolvedAction> actions = resolve_actions(trace_, schedule, {});
@@ -185,7 +185,7 @@ class Simulation {
     return end_ms;
   }
 
-  // Note [Memory cap]: with MemoryCap::kBudget every allocation is made by the
+  // Note [Memory cap]: with DeviceMemory::kBudget every allocation is made by the
   // host in program order — an op's first accesses and faults when it starts, a
   // prefetch's buffer when its copy_h2d is issued (as a runtime reserves it
   // when it enqueues the copy) — so allocation times never decrease. An
@@ -370,7 +370,7 @@ std::string simulation_to_json(const SimulationResult& result) {
   out["d2h_count"] = result.d2h_count;
   out["h2d_count"] = result.h2d_count;
   out["copy_engines"] = static_cast<int>(result.copy_engines);
-  out["memory_cap"] = result.memory_cap == MemoryCap::kBudget ? "budget" : "unlimited";
+  out["memory_cap"] = result.device_memory == DeviceMemory::kBudget ? "budget" : "unlimited";
   out["memory_stall_ms"] = result.memory_stall_ms;
   if (result.budget_bytes >= 0) out["budget_bytes"] = result.budget_bytes;
   out["problem_count"] = result.validation.problem_count;

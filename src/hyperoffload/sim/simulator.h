@@ -35,7 +35,7 @@
 //    write before its gap), so the model leaves write-after-read hazards to the
 //    validator's version rules.
 //
-// With MemoryCap::kBudget the device holds only the budget, as a real device
+// With DeviceMemory::kBudget the device holds only the budget, as a real device
 // (or the runtime with an arena of that size) does. Allocations are made by the
 // host in program order — an op's first accesses and faults when it starts, a
 // prefetch's buffer when its copy_h2d is issued (a runtime reserves it when it
@@ -48,8 +48,11 @@
 //
 // makespan_ms is when the last op or copy ends; stall_ms is the compute stream's
 // total waiting (including faults), so compute_ms + stall_ms is when the last op
-// ends. The timed peak is never below the validator's op-granular peak: memory
-// is taken no later and freed no earlier than the validator assumes.
+// ends. The timed peak is at least the validator's op-granular peak when every
+// prefetch is taken by the time the validator counts it (greedy's last-moment
+// prefetches, or any schedule with DeviceMemory::kBudget, which
+// reserves at issue); a prefetch issued early that waits in the H2D queue takes
+// its memory only when its copy starts, so the timed peak can then be lower.
 //
 // Cost: O((ops + actions + accesses) + d log d) time for d delayed frees, and
 // O(storages + actions) memory (plus the timeline when recorded).
@@ -64,6 +67,7 @@
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/ir/timeline.h"
 #include "hyperoffload/ir/trace.h"
+#include "hyperoffload/plan/planner.h"  // DeviceMemory
 
 namespace hyperoffload {
 
@@ -72,18 +76,16 @@ enum class CopyEngines : std::uint8_t { kOne = 1, kTwo = 2 };
 // Whether simulate() records the full timeline (spans and memory samples).
 enum class RecordTimeline : std::uint8_t { kNo, kYes };
 
-// Whether device memory is capped at the budget (see the model above).
-enum class MemoryCap : std::uint8_t { kUnlimited, kBudget };
 
 struct SimulatorOptions {
   CopyEngines copy_engines = CopyEngines::kTwo;
   RecordTimeline record_timeline = RecordTimeline::kNo;
   // Budget reported and drawn as a line on the timeline, in bytes; nullopt = the
   // trace's memory_limit_bytes (none when that is unlimited too). It changes the
-  // simulation only with MemoryCap::kBudget.
+  // simulation only with DeviceMemory::kBudget.
   std::optional<std::int64_t> budget_bytes;
   // kBudget: allocations wait for memory to be freed (no effect without a budget).
-  MemoryCap memory_cap = MemoryCap::kUnlimited;
+  DeviceMemory device_memory = DeviceMemory::kUnlimited;
 };
 
 struct SimulationResult {
@@ -96,9 +98,9 @@ struct SimulationResult {
   double makespan_ms = 0.0;
   double stall_ms = 0.0;              // includes fault_ms and memory_stall_ms
   double fault_ms = 0.0;              // time the compute stream spent in faults
-  // MemoryCap::kBudget: compute-stream time spent waiting for memory to be freed.
+  // DeviceMemory::kBudget: compute-stream time spent waiting for memory to be freed.
   double memory_stall_ms = 0.0;
-  MemoryCap memory_cap = MemoryCap::kUnlimited;
+  DeviceMemory device_memory = DeviceMemory::kUnlimited;
   std::int64_t d2h_bytes = 0;         // bytes of the copies simulated
   std::int64_t h2d_bytes = 0;         // includes faults
   std::int64_t d2h_count = 0;

@@ -3,7 +3,7 @@
 // FIFO copy engine per direction, a copy to device that waits for its storage's
 // copy to host, ops that wait for the copies to device of the storages they
 // access — optionally on a device that holds only `memory_cap_bytes` (the
-// simulator's MemoryCap::kBudget): allocations are made in program order, an
+// simulator's DeviceMemory::kBudget): allocations are made in program order, an
 // op's first accesses when it starts and a prefetch's buffer when it is
 // issued, and each waits until released memory has really been freed (a
 // release completes once its storage's copies have). Faults are not modelled:
