@@ -3,6 +3,10 @@
 // "subtract this storage over these ops" and "what is the peak over these ops"
 // never rescan the trace.
 //
+// The peak planner's ProfileTree (profile_tree.h) answers more questions (ops
+// over a limit, threshold searches) at the price of more work per add: greedy on
+// it plans a 1M-op trace about 30% slower, so greedy keeps this lean tree.
+//
 // Lazy adds are kept at the nodes without being pushed down: a node's value is
 // the maximum of its range *excluding* the adds of its ancestors, which is exact
 // because adding a constant to a range shifts its maximum by that constant.
