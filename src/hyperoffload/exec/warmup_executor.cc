@@ -369,22 +369,9 @@ Result<WarmupResult> WarmupExecutor::finish() {
   HO_ASSIGN_OR_RETURN(result.trace, std::move(builder).build());
   HO_ASSIGN_OR_RETURN(result.guide, ReplayGuide::from_trace(result.trace));
 
-  const ResidencyStats now = residency_.stats();
-  StepStats& stats = result.stats;
-  stats.kind = StepKind::kWarmup;
-  stats.ops = static_cast<OpIndex>(ops_.size());
-  stats.peak_resident_bytes = now.peak_resident_bytes;
-  stats.resident_at_end_bytes = now.resident_bytes;
-  stats.peak_host_bytes = now.peak_host_bytes;
-  stats.d2h_count = now.d2h_count - start_stats_.d2h_count;
-  stats.d2h_bytes = now.d2h_bytes - start_stats_.d2h_bytes;
-  stats.h2d_count = now.h2d_count - start_stats_.h2d_count;
-  stats.h2d_bytes = now.h2d_bytes - start_stats_.h2d_bytes;
-  stats.faults = now.faults - start_stats_.faults - restores;
-  stats.fault_bytes = now.fault_bytes - start_stats_.fault_bytes - restored_bytes;
-  stats.evictions = evictions_;
-  stats.end_restores = restores;
-  stats.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time_).count();
+  result.stats = internal::step_stats_between(StepKind::kWarmup, static_cast<OpIndex>(ops_.size()), start_stats_,
+                                             residency_.stats(), restores, restored_bytes, start_time_);
+  result.stats.evictions = evictions_;
   return result;
 }
 
