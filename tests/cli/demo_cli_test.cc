@@ -20,6 +20,7 @@ TEST(DemoCli, ComparesEveryPlannerAtHalfThePeak) {
   EXPECT_THAT(run.out, HasSubstr("\ngreedy   yes"));
   EXPECT_THAT(run.out, HasSubstr("\npeak     yes"));
   EXPECT_THAT(run.out, HasSubstr("Best: peak"));
+  EXPECT_THAT(run.out, HasSubstr("On a device that holds only the budget (--memory-cap budget):\n  greedy  stall"));
 }
 
 TEST(DemoCli, SavesTheTraceAndPlotWhenAsked) {

@@ -55,6 +55,18 @@ int run_demo(const DemoArgs& args) {
                best->planner, format_bytes(best->op_peak_bytes), format_bytes(best->budget_bytes), best->stall_ms,
                comparison.compute_ms, best->overhead_percent);
   }
+  // The table's timed peaks run above the budget when compute outpaces the
+  // copies to host; on a device that really holds only the budget that excess
+  // becomes waiting. Show what each planner costs there.
+  ComparisonOptions capped_options = options;
+  capped_options.device_memory = DeviceMemory::kBudget;
+  capped_options.record_timeline = RecordTimeline::kNo;
+  const Comparison capped = value_or_throw(run_comparison(trace, capped_options));
+  fmt::print("\nOn a device that holds only the budget (--memory-cap budget):\n");
+  for (const ComparisonRow& row : capped.rows) {
+    fmt::print("  {:<7} stall {:.1f} ms ({:.1f}% of compute), timed peak {}\n", row.planner, row.stall_ms,
+               row.overhead_percent, format_bytes(row.timed_peak_bytes));
+  }
   if (!args.plot.empty()) {
     value_or_throw(write_file_atomically(args.plot, comparison_plot_svg(comparison, label)));
     fmt::print("Memory over time written to {}\n", args.plot);
@@ -62,8 +74,10 @@ int run_demo(const DemoArgs& args) {
   if (!args.save_trace.empty()) fmt::print("Trace written to {}\n", args.save_trace);
   fmt::print("\nNext: hyperoffload generate transformer --help, then plan / validate / simulate / compare "
              "(docs/FORMATS.md).\n");
-  for (const ComparisonRow& row : comparison.rows) {
-    if (!row.valid) return kExitFailed;
+  for (const Comparison* run : {&comparison, &capped}) {
+    for (const ComparisonRow& row : run->rows) {
+      if (!row.valid) return kExitFailed;
+    }
   }
   return kExitOk;
 }
