@@ -8,18 +8,22 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <variant>
 #include <vector>
+
+#include "hyperoffload/runtime/internal/mpsc_ring.h"
 
 namespace hyperoffload {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+class WorkerStream;
 
 // One record of an event. Note [Record nodes]: a wait or synchronize captures
 // the node of the record it waits for, so re-recording (or recycling) the event
@@ -27,21 +31,33 @@ using Clock = std::chrono::steady_clock;
 struct RecordNode {
   std::atomic<bool> done{false};
   Clock::time_point time;  // written before `done` is set
+  // Where the record sits: it is done once `stream` has completed `target`
+  // items, so waiting for it is waiting for the stream to get that far (null
+  // stream: recorded on the compute stream, done at once). Written before the
+  // node is shared.
+  WorkerStream* stream = nullptr;
+  std::uint64_t target = 0;
 };
 
 struct HostEvent {
   std::shared_ptr<RecordNode> latest;  // null: never recorded (counts as completed)
 };
 
-struct Task {
-  enum class Kind : std::uint8_t { kCopy, kFunction, kRecord, kWait };
-  Kind kind = Kind::kCopy;
+// One item of a worker stream's queue. A variant rather than a struct with
+// every field keeps a queue slot within one 64-byte cache line (std::function
+// is 32 bytes), and a copy needs no allocation.
+struct CopyTask {
   void* dst = nullptr;
   const void* src = nullptr;
   std::size_t bytes = 0;
-  std::function<void()> fn;
-  std::shared_ptr<RecordNode> node;  // kRecord: completes it; kWait: waits for it
 };
+struct RecordTask {
+  std::shared_ptr<RecordNode> node;  // completed when the stream reaches it
+};
+struct WaitTask {
+  std::shared_ptr<RecordNode> node;  // the stream waits until it completes
+};
+using Task = std::variant<std::monostate, CopyTask, std::function<void()>, RecordTask, WaitTask>;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -70,119 +86,229 @@ bool spin_until(Ready ready, std::chrono::microseconds spin) {
   return false;
 }
 
+void wait_for(const RecordNode& node);
+
+// Note [Spin before sleep]: a waiter (a worker with an empty queue, a thread
+// synchronizing, a producer facing a full queue) first polls for `spin_`
+// (pausing, then yielding), then sleeps on a condition variable. Copies come
+// in bursts and are short, so most hand-offs complete while spinning and skip a
+// futex wake-up and a context switch — tens of microseconds on a loaded
+// machine, more than a 1 MiB memcpy. A waiter that does sleep is woken early,
+// when the worker *starts* the item it waits for, and spins for the rest, so
+// the wake-up overlaps that item instead of following it.
+//
+// Note [Lock-free hand-off]: enqueueing is a push onto the stream's MpscRing
+// (one compare-and-swap and one store; no allocation for a copy); the worker
+// runs the item in place, then pops it with one store to its slot, which is
+// also how the item's completion is published: a waiter for item n polls
+// slot n (MpscRing::consumed), not a counter the worker would write after
+// every item. Neither side takes a lock unless the other sleeps, which each
+// side learns from an atomic it reads after its own seq_cst store — a Dekker
+// handshake:
+//   producer: publish item;        then if parked_:               wake worker
+//   worker:   parked_ = true;      then re-check ring;            sleep
+//   worker:   pop item n;          then if n >= wake_at_:         wake waiters
+//   waiter:   wake_at_ = target;   then re-check the slot;        sleep
+//   worker:   pop (frees a slot);  then if space_waiters_ > 0:    wake producers
+//   producer: ++space_waiters_;    then re-try the push;          sleep
+// With every one of these accesses seq_cst, at least one side of each pair
+// sees the other's store, so no wake-up is lost. A sleeper announces itself
+// and re-checks under mu_, and a waker takes mu_ before notifying, so a
+// notification cannot fall between a sleeper's check and its wait.
+//
+// Every wait in the backend is "this stream has completed n items": a stream
+// synchronize waits for the items pushed so far, an event for the position of
+// its record (RecordNode::target).
+class WorkerStream {
+ public:
+  WorkerStream(std::chrono::microseconds spin, std::size_t queue_capacity)
+      : spin_(spin), ring_(queue_capacity), thread_([this] { run(); }) {}
+  ~WorkerStream() {
+    {
+      std::lock_guard lock(mu_);
+      stop_.store(true, std::memory_order_seq_cst);
+    }
+    work_cv_.notify_one();
+    thread_.join();
+  }
+  WorkerStream(const WorkerStream&) = delete;
+  WorkerStream& operator=(const WorkerStream&) = delete;
+
+  // Any thread. Returns the completed-item count at which `task` has run.
+  std::uint64_t enqueue(Task task) {
+    std::optional<std::uint64_t> position = ring_.try_push(task);
+    if (!position) position = wait_for_space(task);
+    if (parked_.load(std::memory_order_seq_cst)) {
+      { std::lock_guard lock(mu_); }
+      work_cv_.notify_one();
+    }
+    return *position + 1;
+  }
+
+  // Any thread: whether the worker has completed `target` items.
+  bool reached(std::uint64_t target) const { return target == 0 || ring_.consumed(target - 1); }
+
+  // Blocks until the worker has completed `target` items.
+  void wait_until(std::uint64_t target) {
+    if (spin_until([&] { return reached(target); })) return;
+    std::unique_lock lock(mu_);
+    for (;;) {
+      // The worker wakes sleepers when it reaches the lowest target among
+      // them, not after every item; the unsatisfied re-register.
+      if (target < wake_at_.load(std::memory_order_relaxed)) wake_at_.store(target, std::memory_order_seq_cst);
+      if (reached(target)) return;
+      done_cv_.wait(lock);
+      // Usually woken as the worker starts the last item we wait for: spin
+      // through it rather than sleep again.
+      lock.unlock();
+      if (spin_until([&] { return reached(target); })) return;
+      lock.lock();
+    }
+  }
+
+  // Any thread: the completed-item count at which everything pushed so far has run.
+  std::uint64_t pushed() const { return ring_.pushed(); }
+
+  // Blocks until every item pushed before the call has run.
+  void synchronize() { wait_until(ring_.pushed()); }
+
+ private:
+  template <class Ready>
+  bool spin_until(Ready ready) const {
+    return hyperoffload::spin_until(ready, spin_);
+  }
+
+  // The ring is full: wait for the worker to free a slot, then push.
+  std::uint64_t wait_for_space(Task& task) {
+    std::optional<std::uint64_t> position;
+    auto pushed = [&] { return (position = ring_.try_push(task)).has_value(); };
+    if (spin_until(pushed)) return *position;
+    std::unique_lock lock(mu_);
+    space_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    space_cv_.wait(lock, pushed);
+    space_waiters_.fetch_sub(1, std::memory_order_relaxed);
+    return *position;
+  }
+
+  // The ring is empty: wait for an item (true) or for the stop (false).
+  bool wait_for_work() {
+    auto ready = [&] { return ring_.front() != nullptr || stop_.load(std::memory_order_seq_cst); };
+    if (!spin_until(ready)) {
+      std::unique_lock lock(mu_);
+      parked_.store(true, std::memory_order_seq_cst);
+      work_cv_.wait(lock, ready);
+      parked_.store(false, std::memory_order_relaxed);
+    }
+    return ring_.front() != nullptr;
+  }
+
+  void wake_waiters() {
+    {
+      std::lock_guard lock(mu_);
+      wake_at_.store(kNobody, std::memory_order_relaxed);
+    }
+    done_cv_.notify_all();
+  }
+
+  static void execute(Task& task) {
+    switch (task.index()) {
+      case 1: {
+        const CopyTask& copy = *std::get_if<CopyTask>(&task);
+        std::memcpy(copy.dst, copy.src, copy.bytes);
+        return;
+      }
+      case 2:
+        (*std::get_if<std::function<void()>>(&task))();
+        return;
+      case 3: {
+        RecordNode& node = *std::get_if<RecordTask>(&task)->node;
+        node.time = Clock::now();
+        node.done.store(true, std::memory_order_release);
+        return;
+      }
+      case 4:
+        wait_for(*std::get_if<WaitTask>(&task)->node);
+        return;
+      default:
+        return;
+    }
+  }
+
+  void run() {
+    std::uint64_t completed = 0;
+    for (;;) {
+      Task* task = ring_.front();
+      if (task == nullptr) {
+        if (!wait_for_work()) return;  // stopped and drained
+        continue;
+      }
+      const std::uint64_t next = completed + 1;
+      // Early wake-up (Note [Spin before sleep]): an optimisation only; the
+      // check after the item is the one that cannot miss a sleeper.
+      if (next >= wake_at_.load(std::memory_order_seq_cst)) wake_waiters();
+      execute(*task);
+      // Completes the item: destroys it (a host function's captures) and
+      // frees its slot with one seq_cst store that waiters poll.
+      ring_.pop();
+      completed = next;
+      if (space_waiters_.load(std::memory_order_seq_cst) > 0) {
+        { std::lock_guard lock(mu_); }
+        space_cv_.notify_all();
+      }
+      if (completed >= wake_at_.load(std::memory_order_seq_cst)) wake_waiters();
+    }
+  }
+
+  static constexpr std::uint64_t kNobody = ~std::uint64_t{0};
+
+  const std::chrono::microseconds spin_;
+  internal::MpscRing<Task> ring_;
+  // Sleep bookkeeping: read on the fast paths, written only around sleeps.
+  alignas(64) std::atomic<bool> parked_{false};  // the worker sleeps on work_cv_
+  std::atomic<std::uint64_t> wake_at_{kNobody};  // lowest target of a sleeping wait_until()
+  std::atomic<int> space_waiters_{0};            // producers sleeping on space_cv_
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;  // guards sleeping only
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::condition_variable space_cv_;
+  std::thread thread_;  // last: starts after the fields it uses
+};
+
+void wait_for(const RecordNode& node) {
+  if (node.done.load(std::memory_order_acquire) || node.stream == nullptr) return;
+  node.stream->wait_until(node.target);
+}
+
 }  // namespace
 
-// Lock order: a stream's mu, events_mu_, completion_mu_ and the arena's lock are
-// never held together, except that completion_mu_ is taken alone inside a
-// worker's task execution. No callback (host function) runs under a lock.
+// Lock order: no two of a stream's mu_, streams_mu_, events_mu_, host_mu_ and
+// the arena's lock are ever held together. Enqueueing, completing and waiting
+// take no lock unless a thread sleeps (Note [Lock-free hand-off]). No callback
+// (host function) runs under a lock.
 class HostBackend::Impl {
  public:
-  // Note [Spin before sleep]: a waiter (a worker with an empty queue, a
-  // thread synchronizing) first polls for `spin_` (yielding), then sleeps on a
-  // condition variable. Copies come in bursts and are short, so most hand-offs
-  // complete while spinning and skip a futex wake-up and a context switch —
-  // tens of microseconds on a loaded machine, more than a 1 MiB memcpy.
-  class WorkerStream {
-   public:
-    WorkerStream(Impl* owner, std::chrono::microseconds spin)
-        : owner_(owner), spin_(spin), thread_([this] { run(); }) {}
-    ~WorkerStream() {
-      {
-        std::lock_guard lock(mu_);
-        stop_ = true;
-      }
-      work_cv_.notify_one();
-      thread_.join();
+  Impl(std::unique_ptr<DeviceArena> arena, const HostBackendOptions& options)
+      : arena_(std::move(arena)),
+        spin_(options.spin_before_sleep_us),
+        queue_capacity_(static_cast<std::size_t>(options.stream_queue_capacity)) {
+    streams_.push_back(std::make_unique<WorkerStream>(spin_, queue_capacity_));
+    if (options.copy_engines == CopyEngines::kTwo) {
+      streams_.push_back(std::make_unique<WorkerStream>(spin_, queue_capacity_));
     }
-
-    void enqueue(Task task) {
-      {
-        std::lock_guard lock(mu_);
-        queue_.push_back(std::move(task));
-        submitted_.store(submitted_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-      }
-      work_cv_.notify_one();
-    }
-
-    void synchronize() {
-      const std::uint64_t target = submitted_.load(std::memory_order_acquire);
-      if (spin_until([&] { return completed_.load(std::memory_order_acquire) >= target; })) return;
-      std::unique_lock lock(mu_);
-      // The worker wakes sleepers only once the lowest target among them is
-      // reached, not after every task; the unsatisfied re-register.
-      while (completed_.load(std::memory_order_relaxed) < target) {
-        wake_at_ = std::min(wake_at_, target);
-        ++sleepers_;
-        done_cv_.wait(lock);
-        --sleepers_;
-      }
-    }
-
-   private:
-    template <class Ready>
-    bool spin_until(Ready ready) const {
-      return hyperoffload::spin_until(ready, spin_);
-    }
-
-    void run() {
-      std::uint64_t taken = 0;
-      for (;;) {
-        spin_until([&] { return submitted_.load(std::memory_order_acquire) > taken; });
-        Task task;
-        {
-          std::unique_lock lock(mu_);
-          work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-          if (queue_.empty()) return;  // stopped and drained
-          task = std::move(queue_.front());
-          queue_.pop_front();
-          ++taken;
-        }
-        owner_->execute(task);
-        bool wake = false;
-        {
-          std::lock_guard lock(mu_);
-          const std::uint64_t completed = completed_.load(std::memory_order_relaxed) + 1;
-          completed_.store(completed, std::memory_order_release);
-          if (sleepers_ > 0 && completed >= wake_at_) {
-            wake_at_ = kNobody;
-            wake = true;
-          }
-        }
-        if (wake) done_cv_.notify_all();
-      }
-    }
-
-    Impl* owner_;
-    const std::chrono::microseconds spin_;
-    std::mutex mu_;
-    std::condition_variable work_cv_;
-    std::condition_variable done_cv_;
-    std::deque<Task> queue_;
-    // Written under mu_; atomic so spinning waiters can read them without it.
-    std::atomic<std::uint64_t> submitted_{0};
-    std::atomic<std::uint64_t> completed_{0};
-    static constexpr std::uint64_t kNobody = ~std::uint64_t{0};
-    std::uint64_t wake_at_ = kNobody;  // lowest target of a sleeping synchronize()
-    int sleepers_ = 0;
-    bool stop_ = false;
-    std::thread thread_;  // last: starts after the fields it uses
-  };
-
-  Impl(std::unique_ptr<DeviceArena> arena, CopyEngines engines, std::chrono::microseconds spin)
-      : arena_(std::move(arena)), spin_(spin) {
-    streams_.push_back(std::make_unique<WorkerStream>(this, spin_));
-    if (engines == CopyEngines::kTwo) streams_.push_back(std::make_unique<WorkerStream>(this, spin_));
     d2h_ = streams_.front().get();
     h2d_ = streams_.back().get();
   }
 
   ~Impl() {
-    // Streams are joined first (each drains its queue); events and memory after.
+    // Every stream is drained before any is joined: a queued wait may still
+    // read the stream it waits on. Events and memory go last.
     std::vector<std::unique_ptr<WorkerStream>> streams;
     {
       std::lock_guard lock(streams_mu_);
       streams.swap(streams_);
     }
+    for (const auto& s : streams) s->synchronize();
     streams.clear();
     for (auto& [ptr, size] : host_allocations_) std::free(ptr);
   }
@@ -191,11 +317,14 @@ class HostBackend::Impl {
   // their object's address.
   static constexpr std::uintptr_t kComputeHandle = 1;
 
-  Stream handle_of(const WorkerStream* s) const { return Stream{reinterpret_cast<std::uintptr_t>(s)}; }
+  static Stream handle_of(const WorkerStream* s) { return Stream{reinterpret_cast<std::uintptr_t>(s)}; }
 
-  // nullptr for the compute stream; error for an unknown handle.
+  // nullptr for the compute stream; error for an unknown handle. The role
+  // streams never change, so they resolve without the lock.
   Result<WorkerStream*> resolve(Stream stream) {
     if (stream.handle == kComputeHandle) return static_cast<WorkerStream*>(nullptr);
+    if (stream == handle_of(d2h_)) return d2h_;
+    if (stream == handle_of(h2d_)) return h2d_;
     std::lock_guard lock(streams_mu_);
     for (const auto& s : streams_) {
       if (reinterpret_cast<std::uintptr_t>(s.get()) == stream.handle) return s.get();
@@ -203,47 +332,35 @@ class HostBackend::Impl {
     return make_error(ErrorCode::kInvalidArgument, fmt::format("host backend: unknown stream {:#x}", stream.handle));
   }
 
-  Result<HostEvent*> resolve_event(Event event) {
-    auto* e = reinterpret_cast<HostEvent*>(event.handle);
-    std::lock_guard lock(events_mu_);
-    if (live_events_.contains(e)) return e;
+  static std::unexpected<Error> unknown_event(Event event) {
     return make_error(ErrorCode::kInvalidArgument, fmt::format("host backend: unknown event {:#x}", event.handle));
   }
 
-  void complete(RecordNode& node) {
-    {
-      std::lock_guard lock(completion_mu_);
-      node.time = Clock::now();
-      node.done.store(true, std::memory_order_release);
-    }
-    completion_cv_.notify_all();
+  // The event's latest record (null: never recorded), or an error for an
+  // unknown event; one lock for both.
+  Result<std::shared_ptr<RecordNode>> latest_record(Event event) {
+    auto* e = reinterpret_cast<HostEvent*>(event.handle);
+    std::lock_guard lock(events_mu_);
+    if (!live_events_.contains(e)) return unknown_event(event);
+    return e->latest;
   }
 
-  void wait_for(const RecordNode& node) {
-    if (spin_until([&] { return node.done.load(std::memory_order_acquire); }, spin_)) return;
-    std::unique_lock lock(completion_mu_);
-    completion_cv_.wait(lock, [&] { return node.done.load(std::memory_order_acquire); });
-  }
-
-  void execute(Task& task) {
-    switch (task.kind) {
-      case Task::Kind::kCopy:
-        std::memcpy(task.dst, task.src, task.bytes);
-        return;
-      case Task::Kind::kFunction:
-        task.fn();
-        return;
-      case Task::Kind::kRecord:
-        complete(*task.node);
-        return;
-      case Task::Kind::kWait:
-        wait_for(*task.node);
-        return;
+  // Enqueues a record of `node` on `worker`, or completes it at once on the
+  // compute stream (worker == nullptr). Sets the node's stream and target,
+  // which the worker never reads; the caller shares the node only afterwards.
+  static void record(const std::shared_ptr<RecordNode>& node, WorkerStream* worker) {
+    if (worker == nullptr) {
+      node->time = Clock::now();
+      node->done.store(true, std::memory_order_release);
+      return;
     }
+    node->stream = worker;
+    node->target = worker->enqueue(RecordTask{node});
   }
 
   std::unique_ptr<DeviceArena> arena_;
   const std::chrono::microseconds spin_;
+  const std::size_t queue_capacity_;
 
   std::mutex streams_mu_;
   std::vector<std::unique_ptr<WorkerStream>> streams_;
@@ -254,9 +371,6 @@ class HostBackend::Impl {
   std::vector<std::unique_ptr<HostEvent>> events_;
   std::vector<HostEvent*> free_events_;
   std::unordered_set<HostEvent*> live_events_;
-
-  std::mutex completion_mu_;
-  std::condition_variable completion_cv_;
 
   mutable std::mutex host_mu_;
   std::unordered_map<void*, std::int64_t> host_allocations_;
@@ -273,12 +387,16 @@ Result<std::unique_ptr<HostBackend>> HostBackend::create(const HostBackendOption
   if (options.spin_before_sleep_us < 0) {
     return make_error(ErrorCode::kInvalidArgument, "host backend: spin_before_sleep_us must be >= 0");
   }
-  return std::unique_ptr<HostBackend>(
-      new HostBackend(std::move(arena), options.copy_engines, std::chrono::microseconds(options.spin_before_sleep_us)));
+  const std::int64_t capacity = options.stream_queue_capacity;
+  if (capacity < 2 || capacity > (std::int64_t{1} << 24) || (capacity & (capacity - 1)) != 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("host backend: stream_queue_capacity {} must be a power of two in [2, 2^24]", capacity));
+  }
+  return std::unique_ptr<HostBackend>(new HostBackend(std::move(arena), options));
 }
 
-HostBackend::HostBackend(std::unique_ptr<DeviceArena> arena, CopyEngines copy_engines, std::chrono::microseconds spin)
-    : impl_(std::make_unique<Impl>(std::move(arena), copy_engines, spin)), copy_engines_(copy_engines) {}
+HostBackend::HostBackend(std::unique_ptr<DeviceArena> arena, const HostBackendOptions& options)
+    : impl_(std::make_unique<Impl>(std::move(arena), options)), copy_engines_(options.copy_engines) {}
 
 HostBackend::~HostBackend() = default;
 
@@ -338,7 +456,7 @@ Stream HostBackend::stream(StreamRole role) const {
 }
 
 Result<Stream> HostBackend::create_stream() {
-  auto stream = std::make_unique<Impl::WorkerStream>(impl_.get(), impl_->spin_);
+  auto stream = std::make_unique<WorkerStream>(impl_->spin_, impl_->queue_capacity_);
   Stream handle = impl_->handle_of(stream.get());
   std::lock_guard lock(impl_->streams_mu_);
   impl_->streams_.push_back(std::move(stream));
@@ -353,61 +471,52 @@ Status HostBackend::copy_async(Stream stream, void* dst, const void* src, std::i
   if (dst == nullptr || src == nullptr) {
     return make_error(ErrorCode::kInvalidArgument, "copy: null source or destination");
   }
-  HO_ASSIGN_OR_RETURN(Impl::WorkerStream * worker, impl_->resolve(stream));
+  HO_ASSIGN_OR_RETURN(WorkerStream * worker, impl_->resolve(stream));
   if (worker == nullptr) {
     std::memcpy(dst, src, static_cast<std::size_t>(bytes));
     return ok_status();
   }
-  Task task;
-  task.kind = Task::Kind::kCopy;
-  task.dst = dst;
-  task.src = src;
-  task.bytes = static_cast<std::size_t>(bytes);
-  worker->enqueue(std::move(task));
+  worker->enqueue(CopyTask{dst, src, static_cast<std::size_t>(bytes)});
   return ok_status();
 }
 
 Status HostBackend::launch_host_function(Stream stream, std::function<void()> fn) {
-  HO_ASSIGN_OR_RETURN(Impl::WorkerStream * worker, impl_->resolve(stream));
+  HO_ASSIGN_OR_RETURN(WorkerStream * worker, impl_->resolve(stream));
   if (worker == nullptr) {
     fn();
     return ok_status();
   }
-  Task task;
-  task.kind = Task::Kind::kFunction;
-  task.fn = std::move(fn);
-  worker->enqueue(std::move(task));
+  worker->enqueue(std::move(fn));
   return ok_status();
 }
 
 Status HostBackend::synchronize_stream(Stream stream) {
-  HO_ASSIGN_OR_RETURN(Impl::WorkerStream * worker, impl_->resolve(stream));
+  HO_ASSIGN_OR_RETURN(WorkerStream * worker, impl_->resolve(stream));
   if (worker != nullptr) worker->synchronize();
   return ok_status();
 }
 
 Status HostBackend::stream_wait_stream(Stream waiter, Stream waited) {
-  HO_ASSIGN_OR_RETURN(Impl::WorkerStream * waited_worker, impl_->resolve(waited));
-  HO_ASSIGN_OR_RETURN(Impl::WorkerStream * waiter_worker, impl_->resolve(waiter));
+  HO_ASSIGN_OR_RETURN(WorkerStream * waited_worker, impl_->resolve(waited));
+  HO_ASSIGN_OR_RETURN(WorkerStream * waiter_worker, impl_->resolve(waiter));
   if (waited_worker == nullptr || waited_worker == waiter_worker) return ok_status();  // already ordered
-  auto node = std::make_shared<RecordNode>();
-  Task record;
-  record.kind = Task::Kind::kRecord;
-  record.node = node;
-  waited_worker->enqueue(std::move(record));
+  // No record is needed: waiting for `waited` to complete everything pushed so
+  // far is waiting for a record pushed now.
+  const std::uint64_t target = waited_worker->pushed();
   if (waiter_worker == nullptr) {
-    impl_->wait_for(*node);
+    waited_worker->wait_until(target);
     return ok_status();
   }
-  Task wait;
-  wait.kind = Task::Kind::kWait;
-  wait.node = std::move(node);
-  waiter_worker->enqueue(std::move(wait));
+  if (waited_worker->reached(target)) return ok_status();
+  auto node = std::make_shared<RecordNode>();
+  node->stream = waited_worker;
+  node->target = target;
+  waiter_worker->enqueue(WaitTask{std::move(node)});
   return ok_status();
 }
 
 Status HostBackend::synchronize() {
-  std::vector<Impl::WorkerStream*> streams;
+  std::vector<WorkerStream*> streams;
   {
     std::lock_guard lock(impl_->streams_mu_);
     for (const auto& s : impl_->streams_) streams.push_back(s.get());
@@ -415,7 +524,7 @@ Status HostBackend::synchronize() {
   // A stream may wait on another's later work, so one pass in any order can
   // leave work behind only if new work is enqueued concurrently; that is the
   // caller's race, as with cudaDeviceSynchronize.
-  for (Impl::WorkerStream* s : streams) s->synchronize();
+  for (WorkerStream* s : streams) s->synchronize();
   return ok_status();
 }
 
@@ -447,65 +556,45 @@ Status HostBackend::destroy_event(Event event) {
 }
 
 Status HostBackend::record_event(Event event, Stream stream) {
-  HO_ASSIGN_OR_RETURN(HostEvent * e, impl_->resolve_event(event));
-  HO_ASSIGN_OR_RETURN(Impl::WorkerStream * worker, impl_->resolve(stream));
+  HO_ASSIGN_OR_RETURN(WorkerStream * worker, impl_->resolve(stream));
+  // The record is enqueued before the event is looked up, so the node's target
+  // is set before the node is shared; a record of an unknown event completes a
+  // node nobody holds.
   auto node = std::make_shared<RecordNode>();
-  {
-    std::lock_guard lock(impl_->events_mu_);
-    e->latest = node;
-  }
-  if (worker == nullptr) {
-    impl_->complete(*node);
-    return ok_status();
-  }
-  Task task;
-  task.kind = Task::Kind::kRecord;
-  task.node = std::move(node);
-  worker->enqueue(std::move(task));
+  Impl::record(node, worker);
+  auto* e = reinterpret_cast<HostEvent*>(event.handle);
+  std::lock_guard lock(impl_->events_mu_);
+  if (!impl_->live_events_.contains(e)) return Impl::unknown_event(event);
+  e->latest = std::move(node);
   return ok_status();
 }
 
-namespace {
-std::shared_ptr<RecordNode> latest_of(std::mutex& mu, HostEvent* e) {
-  std::lock_guard lock(mu);
-  return e->latest;
-}
-}  // namespace
-
 Result<bool> HostBackend::event_completed(Event event) {
-  HO_ASSIGN_OR_RETURN(HostEvent * e, impl_->resolve_event(event));
-  std::shared_ptr<RecordNode> node = latest_of(impl_->events_mu_, e);
+  HO_ASSIGN_OR_RETURN(std::shared_ptr<RecordNode> node, impl_->latest_record(event));
   return node == nullptr || node->done.load(std::memory_order_acquire);
 }
 
 Status HostBackend::synchronize_event(Event event) {
-  HO_ASSIGN_OR_RETURN(HostEvent * e, impl_->resolve_event(event));
-  std::shared_ptr<RecordNode> node = latest_of(impl_->events_mu_, e);
-  if (node != nullptr) impl_->wait_for(*node);
+  HO_ASSIGN_OR_RETURN(std::shared_ptr<RecordNode> node, impl_->latest_record(event));
+  if (node != nullptr) wait_for(*node);
   return ok_status();
 }
 
 Status HostBackend::stream_wait_event(Stream stream, Event event) {
-  HO_ASSIGN_OR_RETURN(HostEvent * e, impl_->resolve_event(event));
-  HO_ASSIGN_OR_RETURN(Impl::WorkerStream * worker, impl_->resolve(stream));
-  std::shared_ptr<RecordNode> node = latest_of(impl_->events_mu_, e);
+  HO_ASSIGN_OR_RETURN(std::shared_ptr<RecordNode> node, impl_->latest_record(event));
+  HO_ASSIGN_OR_RETURN(WorkerStream * worker, impl_->resolve(stream));
   if (node == nullptr || node->done.load(std::memory_order_acquire)) return ok_status();
   if (worker == nullptr) {
-    impl_->wait_for(*node);
+    wait_for(*node);
     return ok_status();
   }
-  Task task;
-  task.kind = Task::Kind::kWait;
-  task.node = std::move(node);
-  worker->enqueue(std::move(task));
+  worker->enqueue(WaitTask{std::move(node)});
   return ok_status();
 }
 
 Result<double> HostBackend::elapsed_ms(Event start, Event end) {
-  HO_ASSIGN_OR_RETURN(HostEvent * s, impl_->resolve_event(start));
-  HO_ASSIGN_OR_RETURN(HostEvent * e, impl_->resolve_event(end));
-  std::shared_ptr<RecordNode> a = latest_of(impl_->events_mu_, s);
-  std::shared_ptr<RecordNode> b = latest_of(impl_->events_mu_, e);
+  HO_ASSIGN_OR_RETURN(std::shared_ptr<RecordNode> a, impl_->latest_record(start));
+  HO_ASSIGN_OR_RETURN(std::shared_ptr<RecordNode> b, impl_->latest_record(end));
   if (a == nullptr || b == nullptr) {
     return make_error(ErrorCode::kFailedPrecondition, "elapsed_ms: an event was never recorded");
   }

@@ -11,7 +11,10 @@
 //    a worker thread executing its queue in FIFO order; copies are memcpy on
 //    that thread and events complete when the worker reaches them. The
 //    concurrency is real, so a missing wait shows up as a data race under
-//    ThreadSanitizer and as wrong bytes in checksummed tests.
+//    ThreadSanitizer and as wrong bytes in checksummed tests. The queue is a
+//    bounded lock-free ring (runtime/internal/mpsc_ring.h) of
+//    `stream_queue_capacity` items; enqueueing onto a full one blocks until
+//    the worker frees a slot.
 //  - Page-locked host memory is ordinary 64-byte-aligned memory.
 //
 //   Result<std::unique_ptr<HostBackend>> backend =
@@ -20,7 +23,6 @@
 // Thread-safety: every method is thread-safe. Destruction drains every stream.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -33,9 +35,14 @@ struct HostBackendOptions {
   std::int64_t device_capacity_bytes = std::int64_t{1} << 30;  // emulated device memory, bytes
   std::int64_t device_alignment_bytes = 256;                   // power of two >= 8
   CopyEngines copy_engines = CopyEngines::kTwo;
-  // How long a waiting thread (an idle worker, a synchronizing caller) polls,
-  // yielding, before it sleeps; see Note [Spin before sleep]. 0: sleep at once.
+  // How long a waiting thread (an idle worker, a synchronizing caller, a
+  // producer facing a full queue) polls before it sleeps; see Note [Spin
+  // before sleep]. 0: sleep at once.
   std::int64_t spin_before_sleep_us = 50;
+  // Items a worker stream holds before enqueueing onto it blocks until its
+  // worker frees a slot (as a full CUDA launch queue blocks the launching
+  // thread). A power of two >= 2; each slot is one 64-byte cache line.
+  std::int64_t stream_queue_capacity = 1024;
 };
 
 class HostBackend final : public Backend {
@@ -76,7 +83,7 @@ class HostBackend final : public Backend {
   class Impl;
 
  private:
-  HostBackend(std::unique_ptr<DeviceArena> arena, CopyEngines copy_engines, std::chrono::microseconds spin);
+  HostBackend(std::unique_ptr<DeviceArena> arena, const HostBackendOptions& options);
 
   std::unique_ptr<Impl> impl_;
   CopyEngines copy_engines_;
