@@ -209,6 +209,71 @@ TEST(HostBackend, RejectsUnknownHandlesAndBadArguments) {
   EXPECT_FALSE(backend->destroy_event(event).has_value());  // double destroy
 }
 
+TEST(HostBackend, RejectsAQueueCapacityThatIsNotAPowerOfTwo) {
+  for (std::int64_t capacity : {0, 1, 3, 1000}) {
+    Result<std::unique_ptr<HostBackend>> backend = HostBackend::create({.stream_queue_capacity = capacity});
+    ASSERT_FALSE(backend.has_value()) << capacity;
+    EXPECT_EQ(backend.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_THAT(backend.error().message, HasSubstr("must be a power of two in [2, 2^24]"));
+  }
+}
+
+TEST(HostBackend, EnqueueingOntoAFullQueueBlocksUntilTheWorkerFreesASlot) {
+  // Capacity 2: the blocker occupies one slot, the first function the other,
+  // so a third enqueue cannot complete until the gate opens and the worker
+  // frees the blocker's slot. Spin 0 makes the producer sleep at once, the
+  // path a long-blocked producer takes.
+  auto backend = make_backend({.spin_before_sleep_us = 0, .stream_queue_capacity = 2});
+  const Stream stream = *backend->create_stream();
+  Gate gate;
+  std::vector<int> order;  // touched only by the stream's thread until synchronize
+  ASSERT_TRUE(backend->launch_host_function(stream, gate.blocker()));
+  ASSERT_TRUE(backend->launch_host_function(stream, [&order] { order.push_back(1); }));
+  std::atomic<bool> third_enqueued{false};
+  std::thread producer([&] {
+    (void)backend->launch_host_function(stream, [&order] { order.push_back(2); });
+    third_enqueued.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(third_enqueued.load());
+  gate.open();
+  producer.join();
+  EXPECT_TRUE(third_enqueued.load());
+  ASSERT_TRUE(backend->synchronize_stream(stream));
+  EXPECT_THAT(order, ElementsAre(1, 2));
+}
+
+TEST(HostBackend, SleepingWaitersAreWokenWithoutSpinning) {
+  // Spin 0: every idle worker and every waiting caller sleeps on its condition
+  // variable, so each hand-off below goes through the sleep/wake handshake
+  // (Note [Lock-free hand-off]); a lost wake-up would hang this test.
+  auto backend = make_backend({.device_capacity_bytes = 1 << 20, .spin_before_sleep_us = 0});
+  void* device = *backend->allocate_device(4096);
+  void* host = *backend->allocate_host(4096);
+  const Stream d2h = backend->stream(StreamRole::kDeviceToHost);
+  const Stream h2d = backend->stream(StreamRole::kHostToDevice);
+  const Event event = *backend->create_event();
+  std::vector<unsigned char> pattern(4096);
+  for (int round = 0; round < 300; ++round) {
+    std::memset(pattern.data(), round & 0xff, pattern.size());
+    std::memcpy(device, pattern.data(), pattern.size());
+    ASSERT_TRUE(backend->copy_async(d2h, host, device, 4096, CopyKind::kDeviceToHost));
+    ASSERT_TRUE(backend->record_event(event, d2h));
+    // The H2D stream waits for the D2H's event, then copies back over device.
+    ASSERT_TRUE(backend->stream_wait_event(h2d, event));
+    ASSERT_TRUE(backend->copy_async(h2d, device, host, 4096, CopyKind::kHostToDevice));
+    if (round % 2 == 0) {
+      ASSERT_TRUE(backend->synchronize_stream(h2d));
+    } else {
+      ASSERT_TRUE(backend->stream_wait_stream(backend->stream(StreamRole::kCompute), h2d));
+    }
+    ASSERT_EQ(std::memcmp(device, pattern.data(), pattern.size()), 0) << "round " << round;
+  }
+  ASSERT_TRUE(backend->destroy_event(event));
+  ASSERT_TRUE(backend->free_host(host));
+  ASSERT_TRUE(backend->free_device(device));
+}
+
 TEST(HostBackendStress, ManyThreadsCopyThroughSharedStreamsWithoutRaces) {
   // Four host threads each push copies through the two copy streams and wait
   // on their own events; every byte must arrive. Run under TSan this checks the
