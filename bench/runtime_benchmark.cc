@@ -38,20 +38,6 @@ void BM_HostBackendCopy(benchmark::State& state) {
   (void)backend->free_host(host);
   (void)backend->free_device(device);
 }
-void BM_InlineCopy(benchmark::State& state) {
-  const std::int64_t bytes = state.range(0);
-  auto backend = backend_for(bytes);
-  void* device = *backend->allocate_device(bytes);
-  void* host = *backend->allocate_host(bytes);
-  std::memset(device, 1, static_cast<std::size_t>(bytes));
-  std::memset(host, 2, static_cast<std::size_t>(bytes));
-  for (auto _ : state) {
-    std::memcpy(host, device, bytes);
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * bytes);
-}
-BENCHMARK(BM_InlineCopy)->Arg(64 << 10)->UseRealTime();
 BENCHMARK(BM_HostBackendCopy)->Arg(64 << 10)->Arg(1 << 20)->Arg(16 << 20)->Arg(64 << 20)->UseRealTime();
 
 // Eight copies queued back to back before one wait: throughput when the copy

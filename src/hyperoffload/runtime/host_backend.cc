@@ -67,13 +67,17 @@ inline void cpu_relax() {
 #endif
 }
 
-// Polls `ready` for up to `spin`: a short burst of pause instructions (a
-// hand-off usually lands within a microsecond or two), then yielding so a
-// waiter never starves the thread it waits for. True once ready.
+// Polls `ready` for up to `spin`: a burst of plain loads (a line another core
+// writes is seen the moment it arrives, and a hand-off usually lands within a
+// microsecond), then pause instructions, then yielding so a waiter never
+// starves the thread it waits for. True once ready.
 template <class Ready>
 bool spin_until(Ready ready, std::chrono::microseconds spin) {
   if (ready()) return true;
   if (spin.count() <= 0) return false;
+  for (int i = 0; i < 4096; ++i) {
+    if (ready()) return true;
+  }
   for (int i = 0; i < 512; ++i) {
     cpu_relax();
     if (ready()) return true;
