@@ -132,6 +132,18 @@ TEST(TraceJson, RejectsANegativeSize) {
             "storages[0].size_bytes: must be non-negative, got -8");
 }
 
+TEST(TraceJson, RejectsSizesWhoseTotalOverflowsByteCounts) {
+  // 2^62 = 4611686018427387904 is the most all storages may hold together:
+  // 2^61 + 2^61 reaches it exactly and is accepted; one byte more is not.
+  EXPECT_TRUE(parse_trace_json(with_ops("[]", R"([{"id": 1, "size_bytes": 2305843009213693952},
+                                       {"id": 2, "size_bytes": 2305843009213693952}])"))
+                  .has_value());
+  EXPECT_EQ(parse_error(with_ops("[]", R"([{"id": 1, "size_bytes": 2305843009213693952},
+                                          {"id": 2, "size_bytes": 2305843009213693952},
+                                          {"id": 3, "size_bytes": 1}])")),
+            "storages[2].size_bytes: 1 brings the storages' total above 2^62 bytes");
+}
+
 TEST(TraceJson, RejectsANegativeDuration) {
   EXPECT_EQ(parse_error(with_ops(R"([{"name": "a"}, {"name": "b", "duration_ms": -0.5}])")),
             "ops[1].duration_ms: must be a non-negative finite number, got -0.5");

@@ -76,9 +76,15 @@ Status TraceBuilder::add_storage(StorageId id, std::int64_t size_bytes, Retentio
     return make_error(ErrorCode::kInvalidInput,
                       fmt::format("storages[{}].size_bytes: must be non-negative, got {}", index, size_bytes));
   }
+  if (size_bytes > kMaxTotalStorageBytes - total_storage_bytes_) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("storages[{}].size_bytes: {} brings the storages' total above 2^62 bytes",
+                                  index, size_bytes));
+  }
   if (index >= static_cast<std::size_t>(std::numeric_limits<StorageIndex>::max())) {
     return make_error(ErrorCode::kInvalidInput, "storages: too many storages");
   }
+  total_storage_bytes_ += size_bytes;
   trace_.storages_.push_back(StorageInfo{id, size_bytes, retention});
   return ok_status();
 }

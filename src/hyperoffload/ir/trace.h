@@ -132,6 +132,11 @@ class Trace {
 // are resolved in build().
 class TraceBuilder {
  public:
+  // The most bytes a trace's storages may add up to: 2^62 (4 EiB). Every byte
+  // count derived from a trace (resident bytes, peaks, bytes moved, a budget
+  // plus a size) then fits in int64 with room to spare.
+  static constexpr std::int64_t kMaxTotalStorageBytes = std::int64_t{1} << 62;
+
   TraceBuilder() = default;
 
   void set_memory_limit_bytes(std::optional<std::int64_t> limit) { limit_ = limit; }
@@ -139,7 +144,8 @@ class TraceBuilder {
   void set_h2d_bandwidth_gib_per_s(double value) { h2d_ = value; }
 
   // Declares storage number storage_count(); ids must be unique and
-  // non-negative, sizes non-negative.
+  // non-negative, sizes non-negative, and all sizes together at most
+  // kMaxTotalStorageBytes.
   Status add_storage(StorageId id, std::int64_t size_bytes,
                      Retention retention = Retention::kReleasable);
 
@@ -166,6 +172,7 @@ class TraceBuilder {
   };
   std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> name_to_index_;
   std::optional<std::int64_t> limit_;
+  std::int64_t total_storage_bytes_ = 0;  // sum of size_bytes declared so far
   double d2h_ = kDefaultBandwidthGiBPerS;
   double h2d_ = kDefaultBandwidthGiBPerS;
 };
