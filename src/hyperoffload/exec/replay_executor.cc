@@ -223,7 +223,7 @@ Result<void*> ReplayExecutor::allocate_output(StorageId id, std::int64_t size_by
   }
   Result<void*> ptr = residency_.bind(id, size_bytes);
   if (!ptr) return std::unexpected(in_context(std::move(ptr.error()), op_label()));
-  current_allocated_.emplace_back(id, size_bytes);
+  current_allocated_.add(id, size_bytes);
   sample_memory();
   return ptr;
 }
@@ -253,28 +253,18 @@ Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("{}: output storage id {} is already in use in this step", op_label(), output.id));
     }
-    auto allocated = std::find_if(current_allocated_.begin(), current_allocated_.end(),
-                                  [&](const auto& a) { return a.first == output.id; });
-    if (allocated != current_allocated_.end()) {
-      if (allocated->second != output.size_bytes) {
-        return make_error(ErrorCode::kInvalidArgument,
-                          fmt::format("{}: output storage {} is {} bytes but was allocated with {}", op_label(),
-                                      output.id, output.size_bytes, allocated->second));
+    HO_ASSIGN_OR_RETURN(const bool allocated, current_allocated_.claim(output, op_label()));
+    if (!allocated) {
+      if (Status adopted =
+              residency_.adopt(output.id, output.size_bytes, AdoptedBuffer{output.device_ptr, output.release});
+          !adopted) {
+        return std::unexpected(in_context(std::move(adopted.error()), op_label()));
       }
-      current_allocated_.erase(allocated);
-    } else if (Status adopted =
-                   residency_.adopt(output.id, output.size_bytes, AdoptedBuffer{output.device_ptr, output.release});
-               !adopted) {
-      return std::unexpected(in_context(std::move(adopted.error()), op_label()));
     }
     caller_of_[static_cast<std::size_t>(traced)] = output.id;
     traced_of_.emplace(output.id, traced);
   }
-  if (!current_allocated_.empty()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("{}: storage {} was allocated with allocate_output but is not among the outputs",
-                                  op_label(), current_allocated_.front().first));
-  }
+  HO_RETURN_IF_ERROR(current_allocated_.check_all_claimed(op_label()));
   const std::span<const StorageIndex> expected_mutated = plan_->guide().mutated(op_);
   bool same = mutated.size() == expected_mutated.size();
   for (std::size_t i = 0; i < mutated.size(); ++i) {

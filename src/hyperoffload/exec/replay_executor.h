@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "hyperoffload/exec/hooks.h"
+#include "hyperoffload/exec/internal/op_allocations.h"
 #include "hyperoffload/exec/replay_guide.h"
 #include "hyperoffload/exec/step_stats.h"
 #include "hyperoffload/ir/schedule.h"
@@ -127,7 +128,7 @@ class ReplayExecutor final : public StepHooks {
 
   OpIndex op_ = 0;
   bool in_op_ = false;
-  std::vector<std::pair<StorageId, std::int64_t>> current_allocated_;
+  internal::OpAllocations current_allocated_;  // outputs allocated for the current op
   std::vector<StorageIndex> scratch_;
 
   // Timeline recording.

@@ -55,8 +55,7 @@ std::string WarmupExecutor::op_label() const {
 bool WarmupExecutor::used_by_current_op(StorageId id) const {
   if (!in_op_ && current_used_.empty()) return false;
   if (contains(current_used_, id)) return true;
-  return std::any_of(current_allocated_.begin(), current_allocated_.end(),
-                     [id](const auto& allocated) { return allocated.first == id; });
+  return current_allocated_.contains(id);
 }
 
 void WarmupExecutor::make_evictable(StorageId id, StorageRecord& record) {
@@ -160,7 +159,7 @@ Result<void*> WarmupExecutor::allocate_output(StorageId id, std::int64_t size_by
   HO_RETURN_IF_ERROR(evict_while_over_budget(size_bytes));  // room first, as for page-ins
   Result<void*> ptr = residency_.bind(id, size_bytes);
   if (!ptr) return std::unexpected(in_context(std::move(ptr.error()), op_label()));
-  current_allocated_.emplace_back(id, size_bytes);
+  current_allocated_.add(id, size_bytes);
   return ptr;
 }
 
@@ -175,22 +174,12 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
   // bytes stay within the budget whenever the op's own storages fit in it.
   std::int64_t adopted_bytes = 0;
   for (const OpOutput& output : outputs) {
-    const bool allocated = std::any_of(current_allocated_.begin(), current_allocated_.end(),
-                                       [&](const auto& a) { return a.first == output.id; });
-    if (!allocated) adopted_bytes += std::max<std::int64_t>(output.size_bytes, 0);
+    if (!current_allocated_.contains(output.id)) adopted_bytes += std::max<std::int64_t>(output.size_bytes, 0);
   }
   HO_RETURN_IF_ERROR(evict_while_over_budget(adopted_bytes));
   for (const OpOutput& output : outputs) {
-    auto allocated = std::find_if(current_allocated_.begin(), current_allocated_.end(),
-                                  [&](const auto& a) { return a.first == output.id; });
-    if (allocated != current_allocated_.end()) {
-      if (allocated->second != output.size_bytes) {
-        return make_error(ErrorCode::kInvalidArgument,
-                          fmt::format("{}: output storage {} is {} bytes but was allocated with {}", op_label(),
-                                      output.id, output.size_bytes, allocated->second));
-      }
-      current_allocated_.erase(allocated);
-    } else {
+    HO_ASSIGN_OR_RETURN(const bool allocated, current_allocated_.claim(output, op_label()));
+    if (!allocated) {
       if (output.id < 0) {
         return make_error(ErrorCode::kInvalidArgument,
                           fmt::format("{}: output storage id {} is negative", op_label(), output.id));
@@ -212,11 +201,7 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
     largest_storage_bytes_ = std::max(largest_storage_bytes_, output.size_bytes);
     accesses_.emplace_back(output.id, AccessKind::kWrite);
   }
-  if (!current_allocated_.empty()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("{}: storage {} was allocated with allocate_output but is not among the outputs",
-                                  op_label(), current_allocated_.front().first));
-  }
+  HO_RETURN_IF_ERROR(current_allocated_.check_all_claimed(op_label()));
   for (StorageId id : mutated) {
     HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageRecord * record, find_alive(id, "mutated"));
     if (Status written = residency_.mark_written(id); !written) {

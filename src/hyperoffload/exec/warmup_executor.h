@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "hyperoffload/exec/hooks.h"
+#include "hyperoffload/exec/internal/op_allocations.h"
 #include "hyperoffload/exec/replay_guide.h"
 #include "hyperoffload/exec/step_stats.h"
 #include "hyperoffload/ir/trace.h"
@@ -130,7 +131,7 @@ class WarmupExecutor final : public StepHooks {
   // Storages the current op uses (inputs, and any it reaches through
   // device_ptr): never evicted to make room while it runs.
   std::vector<StorageId> current_used_;
-  std::vector<std::pair<StorageId, std::int64_t>> current_allocated_;  // (id, size)
+  internal::OpAllocations current_allocated_;  // outputs allocated for the current op
   Fence current_start_;
   std::int64_t evictions_ = 0;
   std::int64_t largest_storage_bytes_ = 0;
