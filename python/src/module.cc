@@ -69,13 +69,14 @@ struct OpInfo {
   bool all_written = false;
 };
 
-// Appends the storage of a tensor argument, or of each tensor in a list
-// argument (Tensor[], Tensor?[]).
-void collect_storages(PyObject* object, std::vector<c10::StorageImpl*>& out) {
-  auto add = [&out](PyObject* item) {
+// Calls visit(tensor) for a defined tensor argument with storage, or for each
+// such tensor in a list argument (Tensor[], Tensor?[]).
+template <class Visit>
+void for_each_tensor_with_storage(PyObject* object, Visit visit) {
+  auto add = [&visit](PyObject* item) {
     if (!THPVariable_Check(item)) return;
     const at::Tensor& tensor = THPVariable_Unpack(item);
-    if (tensor.defined() && tensor.has_storage()) out.push_back(tensor.storage().unsafeGetStorageImpl());
+    if (tensor.defined() && tensor.has_storage()) visit(tensor);
   };
   if (THPVariable_Check(object)) {
     add(object);
@@ -86,19 +87,16 @@ void collect_storages(PyObject* object, std::vector<c10::StorageImpl*>& out) {
   }
 }
 
+// Appends the storage of each tensor in an argument (borrowed: the argument
+// keeps it alive for the op).
+void collect_storages(PyObject* object, std::vector<c10::StorageImpl*>& out) {
+  for_each_tensor_with_storage(object,
+                               [&out](const at::Tensor& t) { out.push_back(t.storage().unsafeGetStorageImpl()); });
+}
+
+// Appends the storage of each tensor in an op's result (owned references).
 void collect_results(PyObject* object, std::vector<c10::Storage>& out) {
-  auto add = [&out](PyObject* item) {
-    if (!THPVariable_Check(item)) return;
-    const at::Tensor& tensor = THPVariable_Unpack(item);
-    if (tensor.defined() && tensor.has_storage()) out.push_back(tensor.storage());
-  };
-  if (THPVariable_Check(object)) {
-    add(object);
-  } else if (PyList_Check(object) || PyTuple_Check(object)) {
-    const Py_ssize_t size = PySequence_Fast_GET_SIZE(object);
-    PyObject** items = PySequence_Fast_ITEMS(object);
-    for (Py_ssize_t i = 0; i < size; ++i) add(items[i]);
-  }
+  for_each_tensor_with_storage(object, [&out](const at::Tensor& t) { out.push_back(t.storage()); });
 }
 
 py::dict stats_dict(const TorchSession& torch_session) {
