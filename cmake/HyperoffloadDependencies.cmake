@@ -1,4 +1,6 @@
-# Every dependency comes from a Debian package installed by scripts/install-deps.sh.
+# Every dependency comes from a Debian package (scripts/debian-packages.txt) or, for the
+# Python extension, from the virtual environment (python/requirements.txt); scripts/install-deps.sh
+# installs both and scripts/check-deps.py proves the build used nothing else.
 find_package(Threads REQUIRED)
 find_package(simdjson REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
@@ -27,16 +29,23 @@ if(HYPEROFFLOAD_WITH_CUDA)
 endif()
 
 if(HYPEROFFLOAD_BUILD_PYTHON)
-  # The extension is built for, and its tests run with, the system interpreter,
-  # where Debian's python3-torch lives — not whichever python3 is first on PATH
-  # (pyenv, a virtualenv). -DPython3_EXECUTABLE=... picks another.
-  if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
-    set(Python3_EXECUTABLE /usr/bin/python3)
+  # The extension is built for, and its tests run with, the interpreter of the
+  # project's virtual environment (.venv, made by scripts/install-deps.sh --python
+  # with the PyTorch of python/requirements.txt) — not whichever python3 is first
+  # on PATH. -DPython3_EXECUTABLE=... picks another; `pip install .` passes its own.
+  if(NOT DEFINED Python3_EXECUTABLE AND EXISTS ${PROJECT_SOURCE_DIR}/.venv/bin/python)
+    set(Python3_EXECUTABLE ${PROJECT_SOURCE_DIR}/.venv/bin/python)
   endif()
   find_package(Python3 COMPONENTS Interpreter Development.Module)
+  # pybind11 from the interpreter's site-packages (pip's pybind11 ships its CMake files).
+  if(Python3_FOUND AND NOT DEFINED pybind11_DIR)
+    execute_process(COMMAND ${Python3_EXECUTABLE} -m pybind11 --cmakedir
+                    OUTPUT_VARIABLE pybind11_DIR OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  endif()
   find_package(pybind11 CONFIG QUIET)
   if(NOT Python3_FOUND OR NOT pybind11_FOUND)
-    message(STATUS "hyperoffload: Python3 development files or pybind11 missing; Python extension disabled")
+    message(STATUS "hyperoffload: Python3 development files or pybind11 missing; Python extension disabled "
+                   "(scripts/install-deps.sh --python makes .venv with both)")
     set(HYPEROFFLOAD_BUILD_PYTHON OFF)
   endif()
 endif()

@@ -1,6 +1,6 @@
 """Per-op dispatch overhead of an OffloadSession versus plain eager PyTorch.
 
-    PYTHONPATH=build/python /usr/bin/python3 python/bench/dispatch_overhead.py [--repeats 30] [--model gpt_decoder]
+    PYTHONPATH=build/python .venv/bin/python python/bench/dispatch_overhead.py [--repeats 30] [--model gpt_decoder]
 
 Times one training step (forward, cross-entropy, backward) of a model from
 python/tests/models.py on the CPU, one intra-op thread, in these modes:

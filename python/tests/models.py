@@ -67,12 +67,48 @@ def build_gpt():
 RESNET_SHAPE = dict(batch=2, channels=3, height=128, width=128, classes=10)
 
 
-def build_resnet18():
-    import torchvision
+class BasicBlock(nn.Module):
+    """Two 3x3 conv-BN stages and a shortcut (a 1x1 conv-BN where the shape changes)."""
 
+    def __init__(self, inputs, outputs, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(outputs)
+        self.conv2 = nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(outputs)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or inputs != outputs:
+            self.shortcut = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + self.shortcut(x))
+
+
+class ResNet18(nn.Module):
+    """ResNet-18's layout (He et al. 2016): 7x7 stem, max-pool, 4 stages of 2 BasicBlocks, pooled head."""
+
+    def __init__(self, classes, widths=(64, 128, 256, 512)):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 7, 2, 3, bias=False), nn.BatchNorm2d(widths[0]),
+                                  nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
+        blocks, inputs = [], widths[0]
+        for stage, width in enumerate(widths):
+            blocks += [BasicBlock(inputs, width, 1 if stage == 0 else 2), BasicBlock(width, width, 1)]
+            inputs = width
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(inputs, classes)
+
+    def forward(self, images):
+        x = self.blocks(self.stem(images))
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def build_resnet18():
     s = RESNET_SHAPE
     torch.manual_seed(2)
-    model = torchvision.models.resnet18(num_classes=s["classes"])
+    model = ResNet18(s["classes"])
     images = torch.randn(s["batch"], s["channels"], s["height"], s["width"])
     labels = torch.randint(0, s["classes"], (s["batch"],))
 
@@ -129,7 +165,7 @@ CASES = {
         model="GPT-style decoder: token + position embedding, nn.TransformerEncoder (pre-norm, causal mask), "
               "LM head, cross-entropy", **GPT_SHAPE)),
     "resnet18": ModelCase("resnet18", build_resnet18, dict(
-        model="torchvision resnet18, cross-entropy", **RESNET_SHAPE)),
+        model="ResNet-18 layout (BasicBlocks, BatchNorm, in-place ReLU), cross-entropy", **RESNET_SHAPE)),
     "vit": ModelCase("vit", build_vit, dict(
         model="ViT-style: patch-embedding conv, class token, position embedding, nn.TransformerEncoder (pre-norm, "
               "GELU), head, cross-entropy", **VIT_SHAPE)),

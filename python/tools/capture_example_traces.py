@@ -1,6 +1,6 @@
 """Captures the example traces in examples/traces/ from the Python tests' models.
 
-    PYTHONPATH=build/python /usr/bin/python3 python/tools/capture_example_traces.py [--out examples/traces]
+    PYTHONPATH=build/python .venv/bin/python python/tools/capture_example_traces.py [--out examples/traces]
 
 For each model (python/tests/models.py: gpt_decoder, resnet18, vit) it runs one
 step without a budget to measure the unplanned activation peak, then a session

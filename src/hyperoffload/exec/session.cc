@@ -154,11 +154,41 @@ Status Session::finish_warmup() {
                     format_bytes(*options_.budget_bytes), *options_.budget_bytes, format_bytes(floor_->bytes),
                     floor_->bytes, floor_->op, warmed->trace.op_name(floor_->op)));
   }
-  const ValidationReport report = validate_schedule(warmed->trace, planned->schedule);
+  ValidationReport report = validate_schedule(warmed->trace, planned->schedule);
   if (!report.valid()) {
     return make_error(ErrorCode::kInternal,
                       fmt::format("planner \"{}\" produced a schedule the validator rejects: {}", options_.planner,
                                   report.problems.empty() ? std::string("(no details)") : report.problems.front()));
+  }
+  // The budget is a promise to the user. A heuristic planner (greedy) can miss
+  // it although the floor allows it; the peak planner keeps to any budget at or
+  // above the floor, so the step is planned again with it, and a note says so.
+  if (options_.budget_bytes && report.peak_bytes > *options_.budget_bytes && options_.planner != "peak") {
+    HO_ASSIGN_OR_RETURN(std::unique_ptr<Planner> fallback, make_planner("peak", options_.planner_options));
+    Result<PlanResult> replanned = fallback->plan(warmed->trace, options_.budget_bytes);
+    if (replanned) {
+      ValidationReport second = validate_schedule(warmed->trace, replanned->schedule);
+      if (second.valid() && second.peak_bytes <= *options_.budget_bytes) {
+        planned->notes.push_back(fmt::format(
+            "planner \"{}\" peaked at {} ({} bytes), above the budget of {}; the step was planned with \"peak\", "
+            "which keeps to it",
+            options_.planner, format_bytes(report.peak_bytes), report.peak_bytes,
+            format_bytes(*options_.budget_bytes)));
+        for (std::string& note : planned->notes) replanned->notes.push_back(std::move(note));
+        if (!replanned->floor) replanned->floor = floor_;
+        *planned = std::move(*replanned);
+        report = std::move(second);
+      }
+    }
+  }
+  if (options_.budget_bytes && report.peak_bytes > *options_.budget_bytes) {
+    // The peak planner keeps to every budget at or above the floor: a bug.
+    return make_error(ErrorCode::kInternal,
+                      fmt::format("the plan peaks at {} ({} bytes) at op {}, above the budget of {} ({} bytes) "
+                                  "although the floor is {}",
+                                  format_bytes(report.peak_bytes), report.peak_bytes, report.peak_op,
+                                  format_bytes(*options_.budget_bytes), *options_.budget_bytes,
+                                  format_bytes(floor_ ? floor_->bytes : 0)));
   }
   for (std::string& note : planned->notes) notes_.push_back(std::move(note));
   Schedule schedule = std::move(planned->schedule);

@@ -53,7 +53,7 @@ struct SessionOptions {
   // Device budget for tracked storages, in bytes: the warmup's online limit
   // and the planning budget. nullopt: unlimited (nothing is offloaded).
   std::optional<std::int64_t> budget_bytes;
-  std::string planner = "greedy";  // any name make_planner() accepts
+  std::string planner = "greedy";  // any name make_planner() accepts; see finish_warmup() for a plan over the budget
   PlannerOptions planner_options;
   // Pinned host pool limit: the most bytes offloaded at once.
   std::int64_t host_capacity_bytes = std::numeric_limits<std::int64_t>::max();
