@@ -33,7 +33,7 @@ if(HYPEROFFLOAD_BUILD_PYTHON)
   # project's virtual environment (.venv, made by scripts/install-deps.sh --python
   # with the PyTorch of python/requirements.txt) — not whichever python3 is first
   # on PATH. -DPython3_EXECUTABLE=... picks another; `pip install .` passes its own.
-  if(NOT DEFINED Python3_EXECUTABLE AND EXISTS ${PROJECT_SOURCE_DIR}/.venv/bin/python)
+  if(NOT SKBUILD AND NOT DEFINED Python3_EXECUTABLE AND EXISTS ${PROJECT_SOURCE_DIR}/.venv/bin/python)
     set(Python3_EXECUTABLE ${PROJECT_SOURCE_DIR}/.venv/bin/python)
   endif()
   find_package(Python3 COMPONENTS Interpreter Development.Module)

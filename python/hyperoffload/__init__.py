@@ -14,6 +14,8 @@ plans when to copy each activation to host memory and back, and every later step
 replays that plan with the copies overlapping compute. See docs/PYTHON.md.
 """
 
+import torch  # noqa: F401  (loads libtorch before the extension that links it)
+
 from . import _C
 from .config import OffloadConfig
 from .errors import BudgetError, DeviceMismatchError, DivergenceError, HyperoffloadError

@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
+import types
 import warnings
-from typing import Any, Callable, Dict, Optional
+from typing import Callable, Optional
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -24,19 +26,47 @@ from ._compat import TorchDispatchMode, current_dispatch_mode, suspended_mode
 from .config import OffloadConfig
 from .errors import HyperoffloadError
 
-# OpInfo per OpOverload: the op's name and the arguments it writes in place,
-# read from its schema once.
-_OP_INFOS: Dict[Any, "_C.OpInfo"] = {}
+_LOG = logging.getLogger("hyperoffload")
 
+
+def _size(n: Optional[int]) -> str:
+    """Bytes in binary units, as the CLI prints them (1.50 MiB)."""
+    if n is None:
+        return "none"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{n} B"  # unreachable
+
+
+def _summary_line(plan: Optional[dict], stats: dict) -> str:
+    if plan is None:
+        if stats.get("kind") is None:
+            return "hyperoffload: no step traced yet; the next step is the warmup"
+        return "hyperoffload: no plan (the last warmup did not end in one); the next step warms up again"
+    budget = plan["budget_bytes"]
+    head = f"hyperoffload: planned {plan['ops']} ops with {plan['planner']}"
+    if budget is None:
+        return (f"{head}: no budget, nothing offloaded; activation peak {_size(plan['unplanned_peak_bytes'])}")
+    return (f"{head}: budget {_size(budget)}, floor {_size(plan['floor_bytes'])}, "
+            f"peak {_size(plan['unplanned_peak_bytes'])} -> {_size(plan['planned_peak_bytes'])}; "
+            f"offloads {_size(plan['offloaded_bytes'])} "
+            f"({plan['offload_count']} {'copy' if plan['offload_count'] == 1 else 'copies'}), "
+            f"recomputes {_size(plan['recomputed_bytes'])}; simulated overhead {plan['overhead_percent']:.1f}% "
+            f"({plan['stall_ms']:.3f} ms stall on {plan['compute_ms']:.3f} ms of compute)")
 
 def _op_info(func) -> "_C.OpInfo":
+    """The op's name and the arguments it writes in place, from its schema.
+
+    Called by the runtime the first time it sees an OpOverload (it caches it).
+    """
     schema = func._schema
     name = schema.name + ("." + schema.overload_name if schema.overload_name else "")
     written = [(index, argument.name) for index, argument in enumerate(schema.arguments)
                if argument.alias_info is not None and argument.alias_info.is_write]
-    info = _C.OpInfo(name, written, False)
-    _OP_INFOS[func] = info
-    return info
+    return _C.OpInfo(name, written, False)
 
 
 def _compute_stream(device: str) -> int:
@@ -45,30 +75,23 @@ def _compute_stream(device: str) -> int:
 
 
 class _StepMode(TorchDispatchMode):
-    """Reports every op of one step to the runtime."""
+    """Reports every op of one step to the runtime.
+
+    ``__torch_dispatch__`` is the runtime's own C++ ``dispatch`` bound to the
+    instance as a method: PyTorch looks the attribute up on the mode object
+    (and accepts only a plain method, not a classmethod), so each op goes
+    from the dispatcher straight into C++ (``Runtime.dispatch`` reports the op,
+    runs it and reports its results) with no Python frame of ours.
+    """
 
     def __init__(self, session: "OffloadSession") -> None:
         super().__init__()
         self.session = session
         self._rt = session._rt
+        self.__torch_dispatch__ = types.MethodType(session._rt.dispatch, self)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        rt = self._rt
-        if kwargs is None:
-            kwargs = {}
-        if not rt.tracking:
-            return func(*args, **kwargs)
-        info = _OP_INFOS.get(func)
-        if info is None:
-            info = _op_info(func)
-        rt.begin(info, args, kwargs)
-        try:
-            out = func(*args, **kwargs)
-        except BaseException:
-            rt.op_failed()
-            raise
-        rt.end(out)
-        return out
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # replaced per instance in __init__
+        return self._rt.dispatch(func, types, args, kwargs)
 
 
 class OffloadSession:
@@ -128,6 +151,8 @@ class OffloadSession:
                 self._rt.abort_step()
             else:
                 self._rt.end_step()
+                if _LOG.isEnabledFor(logging.INFO) and self._rt.stats()["kind"] == "warmup":
+                    _LOG.info("%s", self.summary())
         finally:
             for message in self._rt.take_warnings():
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
@@ -184,6 +209,28 @@ class OffloadSession:
         without offloading after a divergence or a failed op).
         """
         return self._rt.stats()
+
+    def plan_summary(self) -> Optional[dict]:
+        """What the last warmup decided, or None before a plan.
+
+        Keys: ``planner``, ``ops``, ``storages``, ``budget_bytes``,
+        ``floor_bytes``, ``unplanned_peak_bytes``, ``planned_peak_bytes`` (the
+        plan's op-granular peak), ``offloaded_bytes`` and ``offload_count`` (the
+        plan's copies to host per step), ``recomputed_bytes``, and the plan's
+        simulated cost on the warmup's measured op times and copy bandwidths:
+        ``compute_ms``, ``stall_ms``, ``overhead_percent``; ``notes``.
+        """
+        return self._rt.plan_summary()
+
+    def summary(self) -> str:
+        """One line: budget, floor, peak before and after, bytes offloaded and
+        recomputed, and the plan's simulated overhead.
+
+        The session logs the same line at INFO level on the ``hyperoffload``
+        logger after every warmup step
+        (``logging.basicConfig(level=logging.INFO)`` shows it).
+        """
+        return _summary_line(self._rt.plan_summary(), self._rt.stats())
 
     def unplanned_peak_bytes(self) -> Optional[int]:
         """Peak activation bytes of the traced step with nothing offloaded, or None before a trace."""

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "hyperoffload/io/schedule_json.h"
 #include "hyperoffload/io/trace_json.h"
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/sim/simulator.h"
 #include "torch_session.h"
 
 namespace py = pybind11;
@@ -214,6 +216,34 @@ class Runtime {
 
   void op_failed() { session_->op_failed(); }
 
+  // A TorchDispatchMode's __torch_dispatch__(self, func, types, args, kwargs),
+  // whole in C++: the session's mode binds it to itself as an instance
+  // attribute (PyTorch wants a plain method), so PyTorch calls it with no
+  // Python frame of ours in between (docs/PYTHON.md, "Overhead"). Reports the op around running it; an op that raises ends
+  // offloading for the step (TorchSession::op_failed) and the error propagates.
+  py::object dispatch(py::handle /*mode*/, py::handle func, py::handle /*types*/, py::handle args,
+                      py::handle kwargs) {
+    PyObject* kwarg_dict = kwargs.is_none() ? nullptr : kwargs.ptr();
+    PyObject* arg_tuple = args.ptr();
+    py::tuple empty;
+    if (!PyTuple_Check(arg_tuple)) {
+      empty = py::reinterpret_steal<py::tuple>(PySequence_Tuple(arg_tuple));  // PyTorch passes a tuple
+      if (!empty) throw py::error_already_set();
+      arg_tuple = empty.ptr();
+    }
+    if (!session_->tracking()) return call(func, arg_tuple, kwarg_dict);
+    const OpInfo& info = op_info(func);
+    begin(info, py::handle(arg_tuple), kwarg_dict != nullptr ? py::handle(kwarg_dict) : py::handle(Py_None));
+    PyObject* out = PyObject_Call(func.ptr(), arg_tuple, kwarg_dict);
+    if (out == nullptr) {
+      session_->op_failed();
+      throw py::error_already_set();
+    }
+    py::object result = py::reinterpret_steal<py::object>(out);
+    end(result);
+    return result;
+  }
+
   py::object trace_json() const {
     const Session* session = session_->session();
     if (session == nullptr || session->trace() == nullptr) return py::none();
@@ -250,11 +280,64 @@ class Runtime {
     return session->notes();
   }
   py::dict stats() const { return stats_dict(*session_); }
+
+  // What the last warmup decided, for OffloadSession.summary(): the plan's
+  // numbers and its simulated cost on the warmup's measured op times and copy
+  // bandwidths (sim/simulator.h, the session's copy engines). None before a plan.
+  py::object plan_summary() const {
+    const Session* session = session_->session();
+    if (session == nullptr || session->schedule() == nullptr) return py::none();
+    const Trace& trace = *session->trace();
+    const Schedule& schedule = *session->schedule();
+    SimulatorOptions options;
+    options.copy_engines = session_->options().copy_engines;
+    const SimulationResult simulated = simulate(trace, schedule, options);
+    py::dict summary;
+    summary["planner"] = schedule.planner;
+    summary["ops"] = trace.op_count();
+    summary["storages"] = trace.storage_count();
+    const auto& budget = session_->options().budget_bytes;
+    summary["budget_bytes"] = budget ? py::object(py::int_(*budget)) : py::object(py::none());
+    summary["floor_bytes"] = session->floor() ? py::object(py::int_(session->floor()->bytes)) : py::object(py::none());
+    summary["unplanned_peak_bytes"] = unplanned_peak(trace).bytes;
+    summary["planned_peak_bytes"] = simulated.peak_bytes();
+    summary["offloaded_bytes"] = simulated.d2h_bytes;
+    summary["offload_count"] = simulated.d2h_count;
+    summary["recomputed_bytes"] = 0;  // offload-only planners
+    summary["compute_ms"] = simulated.compute_ms;
+    summary["stall_ms"] = simulated.stall_ms;
+    summary["overhead_percent"] = simulated.overhead_percent();
+    py::list notes;
+    for (const std::string& note : session->notes()) notes.append(note);
+    summary["notes"] = notes;
+    return summary;
+  }
   std::vector<std::string> take_warnings() { return session_->take_warnings(); }
   std::size_t tracked_storages() const { return session_->tracked_storages(); }
 
  private:
+  static py::object call(py::handle func, PyObject* args, PyObject* kwargs) {
+    PyObject* out = PyObject_Call(func.ptr(), args, kwargs);
+    if (out == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(out);
+  }
+
+  // The OpInfo of an OpOverload, read from its schema by hyperoffload.session._op_info
+  // the first time this runtime sees it (OpOverloads live as long as the
+  // interpreter; the map holds a reference anyway).
+  const OpInfo& op_info(py::handle func) {
+    auto found = op_infos_.find(func.ptr());
+    if (found != op_infos_.end()) return found->second.second;
+    // Kept for the interpreter's lifetime (never destroyed after finalization).
+    static PyObject* reader =
+        py::object(py::module_::import("hyperoffload.session").attr("_op_info")).release().ptr();
+    OpInfo info = py::handle(reader)(func).cast<OpInfo>();
+    return op_infos_.emplace(func.ptr(), std::make_pair(py::reinterpret_borrow<py::object>(func), std::move(info)))
+        .first->second.second;
+  }
+
   std::unique_ptr<TorchSession> session_;
+  std::unordered_map<PyObject*, std::pair<py::object, OpInfo>> op_infos_;
   std::vector<c10::StorageImpl*> inputs_;
   std::vector<c10::StorageImpl*> written_;
   std::vector<c10::Storage> outputs_;
@@ -289,6 +372,9 @@ PYBIND11_MODULE(_C, m) {
       .def("begin", &Runtime::begin, py::arg("info"), py::arg("args"), py::arg("kwargs"))
       .def("end", &Runtime::end, py::arg("out"))
       .def("op_failed", &Runtime::op_failed)
+      .def("dispatch", &Runtime::dispatch, py::arg("mode"), py::arg("func"), py::arg("types"),
+           py::arg("args") = py::tuple(),
+           py::arg("kwargs") = py::none())
       .def_property_readonly("tracking", &Runtime::tracking)
       .def("trace_json", &Runtime::trace_json)
       .def("schedule_json", &Runtime::schedule_json)
@@ -298,6 +384,7 @@ PYBIND11_MODULE(_C, m) {
       .def("device", &Runtime::device)
       .def("notes", &Runtime::notes)
       .def("stats", &Runtime::stats)
+      .def("plan_summary", &Runtime::plan_summary)
       .def("take_warnings", &Runtime::take_warnings)
       .def("tracked_storages", &Runtime::tracked_storages);
 

@@ -2,12 +2,14 @@
 
     PYTHONPATH=build/python .venv/bin/python python/tools/capture_example_traces.py [--out examples/traces]
 
-For each model (python/tests/models.py: gpt_decoder, resnet18, vit) it runs one
-step without a budget to measure the unplanned activation peak, then a session
-with a budget of half that peak, and saves that session's warmup trace with a
-`meta` object describing the model, its shapes and how the trace was taken. The
-op durations and copy bandwidths are measured on the machine that runs it (CPU,
-one intra-op thread, the HostBackend).
+For each model (python/tests/models.py: gpt_decoder, resnet18, vit; and, when
+`transformers` is installed, python/tests/hf_models.py: hf_gpt2, hf_llama,
+hf_bert, hf_vit — built from config objects with random weights, nothing
+downloaded) it runs one step without a budget to measure the unplanned
+activation peak, then a session with a budget of half that peak, and saves that
+session's warmup trace with a `meta` object describing the model, its shapes and
+how the trace was taken. The op durations and copy bandwidths are measured on the
+machine that runs it (CPU, one intra-op thread, the HostBackend).
 """
 
 from __future__ import annotations
@@ -27,9 +29,16 @@ import hyperoffload as ho  # noqa: E402
 from conftest import train  # noqa: E402  (also sets one thread and deterministic algorithms)
 from models import CASES  # noqa: E402
 
+try:
+    import transformers
+    from hf_models import HF_CASES, config_of  # sets HF_HUB_OFFLINE=1: nothing is downloaded
+except ImportError:  # the Hugging Face models are optional
+    transformers, HF_CASES = None, {}
+
 
 def capture(name: str, out: pathlib.Path) -> pathlib.Path:
-    case = CASES[name]
+    hf = name in HF_CASES
+    case = HF_CASES[name] if hf else CASES[name]
     probe = ho.OffloadSession()
     train(case.build, probe, steps=1)
     peak = probe.unplanned_peak_bytes()
@@ -53,6 +62,18 @@ def capture(name: str, out: pathlib.Path) -> pathlib.Path:
         replay_peak_resident_bytes=results[1].stats["peak_resident_bytes"],
         replay_offloaded_bytes=results[1].stats["offloaded_bytes"],
     )
+    if hf:
+        model = case.build()[0]
+        meta.update(
+            model_class=f"transformers.{type(model).__name__}",
+            config=config_of(model),
+            parameters=sum(p.numel() for p in model.parameters()),
+            transformers=transformers.__version__,
+            step="forward + the model's own loss (labels passed to the model) + backward, in training mode with "
+                 "dropout on (torch.manual_seed before building; dropout draws from the CPU generator); parameter "
+                 "gradients exist before the step and are accumulated in place (not traced); the SGD update runs "
+                 "outside the step",
+        )
     path = out / f"{name}.json"
     session.save_trace(path, meta=meta)
     return path
@@ -61,7 +82,7 @@ def capture(name: str, out: pathlib.Path) -> pathlib.Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=REPO / "examples" / "traces")
-    parser.add_argument("models", nargs="*", default=sorted(CASES))
+    parser.add_argument("models", nargs="*", default=sorted(CASES) + sorted(HF_CASES))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for name in args.models:

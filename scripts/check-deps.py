@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Proves that a build used only what the project's own install step installs.
+
+    scripts/check-deps.py [BUILD_DIR] [--extra FILE ...]   (default: build; run by `make test`)
+
+--extra adds files to those the build used (the tests use it to show that a
+stray header is caught).
+
+A fresh machine has only what scripts/install-deps.sh puts there: the Debian
+packages of scripts/debian-packages.txt (with everything they depend on) and the
+virtual environment .venv filled from python/requirements.txt (with what those
+depend on). A build that also used something installed by hand passes on the
+machine where it was installed and fails everywhere else (it happened: Debian's
+libtorch-dev headers). So this script takes every file the build really used —
+each object's header dependencies as the compiler reported them to Ninja, every
+library and tool named on a compile or link line — and finds who owns it:
+
+  * the source tree or the build directory: the project itself;
+  * the virtual environment's site-packages: the pip distribution whose RECORD
+    lists the file, which must be required (directly or through a dependency) by
+    python/requirements.txt;
+  * the interpreter the virtual environment was made from (its headers): that
+    interpreter is what install-deps.sh makes .venv with;
+  * the CUDA toolkit directory (/usr/local/cuda): the machine's toolkit, which
+    the build uses only when present (HYPEROFFLOAD_WITH_CUDA; without it the CUDA
+    backend is left out);
+  * anything else: `dpkg -S` names the Debian package, which must be one of
+    scripts/debian-packages.txt or a package one of them depends on, recursively.
+
+Exit 0 when every file is accounted for; otherwise exit 1 and list each stray
+file with its owner and the fix (add the package to the list).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def read_list(path: Path) -> list[str]:
+    names = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(line)
+    return names
+
+
+def used_files(build: Path) -> set[str]:
+    """Every header, library and tool the build's Ninja graph used."""
+    files: set[str] = set()
+    deps = subprocess.run(["ninja", "-C", str(build), "-t", "deps"], check=True, capture_output=True, text=True)
+    for line in deps.stdout.splitlines():
+        if line.startswith("    "):
+            files.add(line.strip())
+    commands = subprocess.run(["ninja", "-C", str(build), "-t", "commands"], check=True, capture_output=True,
+                              text=True)
+    for line in commands.stdout.splitlines():
+        for command in re.split(r"\s&&\s", line):
+            try:
+                words = shlex.split(command)
+            except ValueError:
+                continue
+            if words and words[0] == ":":
+                words = words[1:]
+            if not words:
+                continue
+            tool = words[0]
+            if os.path.isabs(tool):
+                files.add(tool)
+            for word in words[1:]:
+                if os.path.isabs(word) and re.search(r"\.(so(\.\d+)*|a)$", word):
+                    files.add(word)
+    return {f for f in files if os.path.exists(f)}
+
+
+def venv_owners(python: Path) -> tuple[dict[str, str], dict[str, set[str]], str]:
+    """(file -> distribution, distribution -> its requirements, base interpreter prefix) of a venv."""
+    probe = r"""
+import json, sys, importlib.metadata as md, re
+from pathlib import Path
+files, requires = {}, {}
+for dist in md.distributions():
+    name = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
+    for f in dist.files or []:
+        files[str(Path(dist.locate_file(f)).resolve())] = name
+    requires[name] = sorted({re.sub(r"[-_.]+", "-", re.split(r"[ ;<>=!~\[(]", r, 1)[0]).lower()
+                             for r in (dist.requires or []) if "extra ==" not in r})
+print(json.dumps({"files": files, "requires": requires, "base": sys.base_prefix}))
+"""
+    out = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True).stdout
+    data = json.loads(out)
+    return data["files"], {k: set(v) for k, v in data["requires"].items()}, data["base"]
+
+
+def debian_closure(roots: list[str]) -> set[str]:
+    """The installed packages `roots` depend on, recursively (Depends and Pre-Depends)."""
+    query = subprocess.run(["dpkg-query", "-W", "-f=${Package}\t${Provides}\t${Depends},${Pre-Depends}\n"],
+                           check=True, capture_output=True, text=True).stdout
+    depends: dict[str, set[str]] = {}
+    provided_by: dict[str, set[str]] = {}
+    for line in query.splitlines():
+        package, provides, deps = (line.split("\t") + ["", ""])[:3]
+        names = set()
+        for clause in deps.split(","):
+            # "a (>= 1) | b": any alternative may be the installed one.
+            for alternative in clause.split("|"):
+                name = alternative.strip().split(" ")[0].split(":")[0]
+                if name:
+                    names.add(name)
+        depends[package] = names
+        for provided in provides.split(","):
+            name = provided.strip().split(" ")[0]
+            if name:
+                provided_by.setdefault(name, set()).add(package)
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        package = stack.pop()
+        for name in {package} | provided_by.get(package, set()):
+            if name in seen or name not in depends:
+                continue
+            seen.add(name)
+            stack.extend(depends[name])
+    return seen
+
+
+def dpkg_owners(paths: list[str]) -> dict[str, str]:
+    """file -> Debian package, for the files dpkg knows (also through /usr-merge symlinks)."""
+    owners: dict[str, str] = {}
+    variants: dict[str, str] = {}
+    for path in paths:
+        real = os.path.realpath(path)
+        for candidate in {path, real, re.sub(r"^/usr(/lib|/bin|/sbin)", r"\1", real)}:
+            variants[candidate] = path
+    names = sorted(variants)
+    for start in range(0, len(names), 500):
+        result = subprocess.run(["dpkg", "-S", *names[start:start + 500]], capture_output=True, text=True)
+        for line in result.stdout.splitlines():
+            if ": " not in line:
+                continue
+            packages, file = line.rsplit(": ", 1)
+            if file in variants and variants[file] not in owners:
+                owners[variants[file]] = packages.split(",")[0].strip().split(":")[0]
+    return owners
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    extra: list[str] = []
+    if "--extra" in args:
+        at = args.index("--extra")
+        extra, args = args[at + 1:], args[:at]
+    build = Path(args[0] if args else REPO / "build").resolve()
+    if not (build / "build.ninja").exists():
+        print(f"check-deps: {build} is not a Ninja build directory (run `make build` first)", file=sys.stderr)
+        return 2
+    debian = read_list(REPO / "scripts" / "debian-packages.txt")
+    requirements = [re.sub(r"[-_.]+", "-", re.split(r"[ ;<>=!~\[]", r, 1)[0]).lower()
+                    for r in read_list(REPO / "python" / "requirements.txt")]
+    files = used_files(build) | {os.path.abspath(f) for f in extra}
+
+    venv_python = REPO / ".venv" / "bin" / "python"
+    pip_files: dict[str, str] = {}
+    pip_requires: dict[str, set[str]] = {}
+    base_prefix = None
+    if venv_python.exists():
+        pip_files, pip_requires, base_prefix = venv_owners(venv_python)
+    allowed_pip: set[str] = set()
+    stack = list(requirements)
+    while stack:
+        name = stack.pop()
+        if name not in allowed_pip:
+            allowed_pip.add(name)
+            stack.extend(pip_requires.get(name, ()))
+    allowed_debian = debian_closure(debian)
+    cuda_root = os.path.realpath("/usr/local/cuda")
+
+    strays: list[str] = []
+    counts = {"project": 0, "pip": 0, "interpreter": 0, "cuda": 0, "debian": 0}
+    to_dpkg = []
+    for file in sorted(files):
+        real = os.path.realpath(file)
+        if real.startswith(str(REPO) + os.sep) and not real.startswith(str(REPO / ".venv") + os.sep):
+            counts["project"] += 1
+        elif real.startswith(str(build) + os.sep):
+            counts["project"] += 1
+        elif real in pip_files:
+            dist = pip_files[real]
+            if dist in allowed_pip:
+                counts["pip"] += 1
+            else:
+                strays.append(f"{file}: from pip distribution {dist}, which python/requirements.txt does not "
+                              f"require; add it there")
+        elif base_prefix and real.startswith(os.path.realpath(base_prefix) + os.sep) and "/include/" in real:
+            counts["interpreter"] += 1
+        elif real.startswith(cuda_root + os.sep) or file.startswith("/usr/local/cuda"):
+            counts["cuda"] += 1
+        else:
+            to_dpkg.append(file)
+    owners = dpkg_owners(to_dpkg)
+    for file in to_dpkg:
+        package = owners.get(file)
+        if package is None:
+            strays.append(f"{file}: no Debian package or pip distribution owns it (installed by hand?)")
+        elif package not in allowed_debian:
+            strays.append(f"{file}: from Debian package {package}, which scripts/debian-packages.txt does not "
+                          f"install (directly or as a dependency); add it there")
+        else:
+            counts["debian"] += 1
+    summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+    if strays:
+        print(f"check-deps: {len(strays)} of {len(files)} files the build used come from outside the project's "
+              f"install step:")
+        for line in strays[:50]:
+            print("  " + line)
+        if len(strays) > 50:
+            print(f"  ... and {len(strays) - 50} more")
+        return 1
+    print(f"check-deps: all {len(files)} files the build used are accounted for ({summary})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
