@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import _C
+from . import _C, _compile_check
 from ._compat import TorchDispatchMode, current_dispatch_mode, suspended_mode
 from .config import OffloadConfig
 from .errors import HyperoffloadError
@@ -126,20 +126,29 @@ class OffloadSession:
             calibration_bytes=self.config.calibration_bytes,
         )
         self._mode: Optional[_StepMode] = None
+        # Ends the step's torch.compile scope (_compile_check: compiled callables run eagerly in a step).
+        self._end_compile_scope: Optional[Callable[[], None]] = None
 
     # ---- Steps -------------------------------------------------------------------
 
     def __enter__(self) -> "OffloadSession":
         if self._mode is not None:
             raise HyperoffloadError("a step of this session is already running (steps do not nest)")
-        self._rt.begin_step()
+        end_compile_scope = _compile_check.check_step_start()  # raises inside compiled code
+        try:
+            self._rt.begin_step()
+        except BaseException:
+            end_compile_scope()
+            raise
         mode = _StepMode(self)
         try:
             mode.__enter__()
         except BaseException:
             self._rt.abort_step()
+            end_compile_scope()
             raise
         self._mode = mode
+        self._end_compile_scope = end_compile_scope
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
@@ -154,6 +163,9 @@ class OffloadSession:
                 if _LOG.isEnabledFor(logging.INFO) and self._rt.stats()["kind"] == "warmup":
                     _LOG.info("%s", self.summary())
         finally:
+            end_compile_scope, self._end_compile_scope = self._end_compile_scope, None
+            if end_compile_scope is not None:
+                end_compile_scope()
             for message in self._rt.take_warnings():
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
         return False

@@ -163,6 +163,19 @@ std::vector<StorageId> StorageRegistry::live_ids() const {
   return ids;
 }
 
+bool StorageRegistry::hand_back(StorageId id) {
+  if (!live(id)) return false;
+  Tracked& tracked = tracked_[static_cast<std::size_t>(id)];
+  if (c10::intrusive_ptr<c10::StorageImpl> impl = tracked.storage.lock()) {
+    if (Installed* current = installed_of(impl->data_ptr())) {
+      if (current->block == nullptr) return false;
+      replace_data_ptr(*impl, std::move(current->block->real));
+    }
+  }
+  forget(id);
+  return true;
+}
+
 std::int64_t StorageRegistry::release_all() {
   std::int64_t refilled = 0;
   for (std::size_t id = 0; id < tracked_.size(); ++id) {

@@ -96,6 +96,12 @@ class StorageRegistry {
   std::vector<StorageId> live_ids() const;
   std::size_t live_count() const { return ids_.size(); }
 
+  // After the runtime forgot a resident storage: puts its memory back as a
+  // plain PyTorch DataPtr and stops tracking it (a storage a collective uses;
+  // Note [Collective buffers] in torch_session.cc). False, and nothing changed,
+  // when it is not tracked or holds no memory (released).
+  bool hand_back(StorageId id);
+
   // After the runtime stopped tracking every storage: gives each live storage
   // its memory back as a plain PyTorch DataPtr and forgets everything. A
   // storage the runtime left released (its data lost after a failure) gets

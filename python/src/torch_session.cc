@@ -15,6 +15,21 @@ TorchError runtime_error(const Error& error) { return TorchError{ErrorKind::kRun
 
 bool contains(std::span<const StorageId> ids, StorageId id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
 
+// Note [Collective buffers]. A c10d collective (c10d::allreduce_,
+// _allgather_base_, _reduce_scatter_base_, ...; functional collectives) runs on
+// the process group's own threads or streams after its op returns, until a
+// Work.wait() or wait_tensor that is no op of the step, and its schemas declare
+// no writes. FSDP2's copy-in/copy-out ops (fsdp::) fill and drain the
+// all-gather and reduce-scatter buffers, which FSDP2 then frees and
+// reallocates with UntypedStorage.resize_ (no op either). None of these buffers
+// may be released, copied or overwritten behind the collective's back, so the
+// storages such an op touches leave the session at that op: their memory goes
+// back to PyTorch and the runtime hears them freed (warmup and replays alike,
+// so the trace and its replays agree), and its results are never adopted.
+bool is_collective(std::string_view name) {
+  return name.starts_with("c10d::") || name.starts_with("_c10d_functional::") || name.starts_with("fsdp::");
+}
+
 }  // namespace
 
 TorchResult<std::unique_ptr<TorchSession>> TorchSession::create(TorchSessionOptions options,
@@ -140,6 +155,7 @@ TorchStatus TorchSession::begin_op(std::string_view name, std::span<c10::Storage
                                    std::span<c10::StorageImpl* const> written) {
   if (mode_ != StepMode::kTracking) return lost_.empty() ? TorchStatus{} : check_lost(name, inputs);
   in_op_ = true;
+  collective_op_ = is_collective(name);
   op_inputs_.assign(inputs.begin(), inputs.end());
   if (session_ == nullptr) {
     early_ops_.emplace_back(name);  // nothing is tracked before the device is known
@@ -170,6 +186,10 @@ TorchStatus TorchSession::end_op(std::span<const c10::Storage> outputs) {
   auto has_bytes = [](const c10::StorageImpl* impl) {
     return impl->nbytes() > 0 && impl->data_ptr().get() != nullptr && !impl->device().is_meta();
   };
+  if (session_ == nullptr && collective_op_) {
+    in_op_ = false;  // nothing is tracked yet, and a collective's results never are
+    return {};
+  }
   if (session_ == nullptr) {
     // The device is that of the first storage a step produces.
     const c10::Storage* first = nullptr;
@@ -205,8 +225,20 @@ TorchStatus TorchSession::end_op(std::span<const c10::Storage> outputs) {
     written_ids_.clear();
   }
   if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;
+  if (collective_op_) {
+    // Note [Collective buffers]: on_op_begin made the inputs resident; the
+    // runtime forgets them (waiting for copies touching them), then PyTorch
+    // gets their memory back.
+    ResidencyManager& residency = session_->residency();
+    for (StorageId id : input_ids_) {
+      if (!registry_->live(id) || !residency.tracked(id) || !residency.resident(id)) continue;
+      if (Status freed = session_->on_storage_freed(id); !freed) return hook_failed(freed.error());
+      registry_->hand_back(id);
+    }
+  }
   outputs_.clear();
   for (const c10::Storage& storage : outputs) {
+    if (collective_op_) break;  // Note [Collective buffers]
     const c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
     if (impl == nullptr || registry_->find(impl) || is_input(impl) || !has_bytes(impl)) continue;
     const c10::Device device = impl->device();

@@ -168,6 +168,8 @@ class TorchSession {
   StepMode mode_ = StepMode::kIdle;
   bool in_runtime_step_ = false;
   bool in_op_ = false;
+  // The current op is a collective (Note [Collective buffers] in torch_session.cc).
+  bool collective_op_ = false;
   // Ops of this step run before the device was known: their names, reported
   // to the runtime once it is (none of them touched a tracked storage).
   std::vector<std::string> early_ops_;
