@@ -9,7 +9,11 @@ python/tests/models.py on the CPU, one intra-op thread, in these modes:
   empty mode     a TorchDispatchMode that only calls the op (PyTorch's own cost
                  of intercepting ops in Python: the floor for any such layer)
   warmup         the first step of a fresh session (trace + online eviction)
-  replay         later steps of a session without a budget (nothing moves)
+  replay         later steps of a session without a budget (nothing moves);
+                 each op goes from PyTorch's mode machinery straight into C++
+                 (Runtime.dispatch bound as the mode's __torch_dispatch__)
+  replay, py frame  the same with one Python __torch_dispatch__ frame in
+                 between (how the session intercepted ops before)
   replay 50%     later steps of a session at half the activation peak (copies
                  run on the HostBackend's copy threads)
 
@@ -39,6 +43,15 @@ from models import CASES  # noqa: E402
 class EmptyMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))
+
+
+class PythonFrameSession(ho.OffloadSession):
+    """An OffloadSession whose mode calls the runtime from a Python __torch_dispatch__ method."""
+
+    def __enter__(self):
+        super().__enter__()
+        del self._mode.__torch_dispatch__  # the class's Python method takes over
+        return self
 
 
 def make(name):
@@ -93,7 +106,13 @@ def main() -> int:
     rows["warmup"] = [one_step(model, batch, loss_fn, ho.OffloadSession()) for _ in range(args.repeats)]
     replay = ho.OffloadSession()
     one_step(model, batch, loss_fn, replay)
-    rows["replay"] = [one_step(model, batch, loss_fn, replay) for _ in range(args.repeats)]
+    framed = PythonFrameSession()
+    one_step(model, batch, loss_fn, framed)
+    # Interleaved, so machine noise hits both alike.
+    rows["replay"], rows["replay, py frame"] = [], []
+    for _ in range(args.repeats):
+        rows["replay"].append(one_step(model, batch, loss_fn, replay))
+        rows["replay, py frame"].append(one_step(model, batch, loss_fn, framed))
     tight = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget))
     one_step(model, batch, loss_fn, tight)
     rows["replay 50%"] = [one_step(model, batch, loss_fn, tight) for _ in range(args.repeats)]
@@ -110,9 +129,9 @@ def main() -> int:
         return 0
     print(f"model {args.model}: {ops} ops per step, median of {args.repeats} steps, torch {torch.__version__}, "
           f"1 thread; at 50% the replay offloads {moved / 2**20:.2f} MiB per step")
-    print(f"{'mode':<12} {'step ms':>9} {'overhead us/op':>15}")
+    print(f"{'mode':<17} {'step ms':>9} {'overhead us/op':>15}")
     for name, r in results.items():
-        print(f"{name:<12} {r['step_ms']:>9.2f} {r['overhead_us_per_op']:>15.1f}")
+        print(f"{name:<17} {r['step_ms']:>9.2f} {r['overhead_us_per_op']:>15.1f}")
     return 0
 
 

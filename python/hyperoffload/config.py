@@ -42,8 +42,11 @@ class OffloadConfig:
             no limit — the session traces and replays but offloads nothing.
         max_offload_activation_mb: limit on the pinned host memory holding
             offloaded activations. ``None``: no limit.
-        planner: ``"greedy"`` or ``"peak"`` (any planner ``hyperoffload plan``
-            knows).
+        planner: ``"peak"`` (the default: the peak-driven planner, lowest
+            stall) or ``"greedy"`` (any planner ``hyperoffload plan`` knows).
+            Whatever the planner, a plan that would exceed the budget although
+            the floor allows it is replaced by the ``"peak"`` planner's (a note
+            in :meth:`OffloadSession.notes` says so).
         copy_engines: 2 — device-to-host and host-to-device copies run on their
             own streams; 1 — one shared copy stream.
         max_resident_activation_bytes, max_offload_activation_bytes: the same
@@ -66,7 +69,7 @@ class OffloadConfig:
 
     max_resident_activation_mb: Optional[float] = None
     max_offload_activation_mb: Optional[float] = None
-    planner: str = "greedy"
+    planner: str = "peak"
     copy_engines: int = 2
     max_resident_activation_bytes: Optional[int] = None
     max_offload_activation_bytes: Optional[int] = None

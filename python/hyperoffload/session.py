@@ -91,7 +91,7 @@ class _StepMode(TorchDispatchMode):
         self.__torch_dispatch__ = types.MethodType(session._rt.dispatch, self)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # replaced per instance in __init__
-        return self._rt.dispatch(func, types, args, kwargs)
+        return self._rt.dispatch(self, func, types, args, kwargs)
 
 
 class OffloadSession:

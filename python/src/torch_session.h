@@ -83,7 +83,7 @@ struct TorchSessionOptions {
   std::optional<std::int64_t> budget_bytes;
   // Pinned host memory for offloaded copies, in bytes.
   std::int64_t host_capacity_bytes = std::numeric_limits<std::int64_t>::max();
-  std::string planner = "greedy";
+  std::string planner = "peak";
   CopyEngines copy_engines = CopyEngines::kTwo;
   // The session's device; nullopt: the first storage a step produces decides.
   std::optional<c10::Device> device;

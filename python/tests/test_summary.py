@@ -62,3 +62,29 @@ def test_without_a_budget_the_summary_says_nothing_is_offloaded():
     assert plan["budget_bytes"] is None and plan["offloaded_bytes"] == 0 and plan["offload_count"] == 0
     assert session.summary().endswith(f"no budget, nothing offloaded; activation peak "
                                       f"{plan['unplanned_peak_bytes'] / 1024:.2f} KiB")
+
+
+def test_a_greedy_plan_over_the_budget_is_replaced_by_the_peak_planners():
+    # GPT decoder, gradients reset to None every step, budget 60% of the
+    # unplanned peak: the floor (the retained .grads plus the largest backward
+    # op) is 56% of the peak, and greedy's plan peaks at 60.4% — above the
+    # budget (measured: 775,940 B against 752,796 B). The session must not
+    # replay it: it plans again with "peak" and says so.
+    from test_models import run_loop
+
+    build = CASES["gpt_decoder"].build
+    eager, _ = run_loop(build, None, 3, "none")
+    probe = ho.OffloadSession()
+    run_loop(build, probe, 1, "none")
+    budget = probe.unplanned_peak_bytes() * 6 // 10
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="greedy"))
+    results, warned = run_loop(build, session, 3, "none")
+    assert warned == []
+    assert [r.stats["kind"] for r in results] == ["warmup", "replay", "replay"]
+    for e, r in zip(eager, results):
+        assert torch.equal(e.loss, r.loss)
+        assert r.stats["peak_resident_bytes"] <= budget and r.stats["offloaded_bytes"] > 0
+    notes = [n for n in session.notes() if 'planned with "peak"' in n]
+    assert len(notes) == 1 and notes[0].startswith('planner "greedy" peaked at ')
+    assert session.schedule()["planner"] == "peak"
+    assert session.plan_summary()["planned_peak_bytes"] <= budget
