@@ -1,6 +1,8 @@
 # hyperoffload — the two commands a newcomer needs are `make run` and `make test`.
-# Every target installs missing Debian packages first (scripts/install-deps.sh is
-# idempotent), then configures and builds with CMake presets (CMakePresets.json).
+# Every target installs what is missing first (scripts/install-deps.sh is
+# idempotent): Debian packages, and for the release build the project's virtual
+# environment .venv with PyTorch (python/requirements.txt); then it configures and
+# builds with CMake presets (CMakePresets.json).
 
 JOBS ?= $(shell nproc)
 # Random-trace stress tests run this many traces under the sanitizers
@@ -8,7 +10,7 @@ JOBS ?= $(shell nproc)
 STRESS_ITERATIONS ?= 2000
 CLI := build/bin/hyperoffload
 
-.PHONY: run test build bench deps deps-python test-asan test-tsan test-debug clean
+.PHONY: run test test-pip build bench deps deps-python test-asan test-tsan test-debug clean distclean
 
 deps:
 	@scripts/install-deps.sh
@@ -25,6 +27,11 @@ run: build
 
 test: build
 	ctest --preset release -j $(JOBS)
+
+# `pip install --no-build-isolation .` into a new virtual environment, then
+# import hyperoffload and run the CLI from elsewhere (scripts/test-pip-install.sh).
+test-pip: deps-python
+	scripts/test-pip-install.sh
 
 bench: build
 	scripts/run-benchmarks.sh
@@ -46,3 +53,7 @@ test-tsan: deps
 
 clean:
 	rm -rf build build-debug build-asan build-tsan
+
+# Also removes the virtual environment (the next build makes it again).
+distclean: clean
+	rm -rf .venv
