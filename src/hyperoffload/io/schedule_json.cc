@@ -1,5 +1,6 @@
 #include "hyperoffload/io/schedule_json.h"
 
+#include <algorithm>
 #include <limits>
 
 #include <fmt/format.h>
@@ -29,16 +30,19 @@ Result<ActionKind> parse_kind(std::string_view text, const std::string& path) {
   if (text == "release_device") return ActionKind::kReleaseDevice;
   if (text == "copy_h2d") return ActionKind::kCopyH2D;
   if (text == "release_host") return ActionKind::kReleaseHost;
+  if (text == "recompute") return ActionKind::kRecompute;
   return make_error(ErrorCode::kInvalidInput,
                     fmt::format("{}: unknown action kind \"{}\" (expected copy_d2h, release_device, "
-                                "copy_h2d or release_host)",
+                                "copy_h2d, release_host or recompute)",
                                 path, text));
 }
 
 Result<Schedule> build_from_document(simdjson::dom::element document) {
   simdjson::dom::object root;
   HO_ASSIGN_OR_RETURN(root, as_object(document, "(document)"));
-  HO_RETURN_IF_ERROR(internal::check_header(root, kScheduleFormat, kScheduleVersion));
+  std::int64_t version;
+  HO_ASSIGN_OR_RETURN(version,
+                      internal::check_header(root, kScheduleFormat, kOldestScheduleVersion, kScheduleVersion));
   Schedule schedule;
   if (std::optional<simdjson::dom::element> planner = member(root, "planner"); planner && !planner->is_null()) {
     std::string_view name;
@@ -76,10 +80,44 @@ Result<Schedule> build_from_document(simdjson::dom::element document) {
     HO_ASSIGN_OR_RETURN(field, required("kind"));
     HO_ASSIGN_OR_RETURN(text, as_string(field, path + ".kind"));
     HO_ASSIGN_OR_RETURN(kind, parse_kind(text, path + ".kind"));
-    std::int64_t storage;
-    HO_ASSIGN_OR_RETURN(field, required("storage"));
-    HO_ASSIGN_OR_RETURN(storage, as_int64(field, path + ".storage"));
-    schedule.add(static_cast<OpIndex>(op), phase, kind, storage);
+    if (kind == ActionKind::kRecompute) {
+      if (version < 2) {
+        return make_error(ErrorCode::kInvalidInput,
+                          fmt::format("{}.kind: recompute needs schedule format version 2 (this file says "
+                                      "version {})",
+                                      path, version));
+      }
+      std::int64_t source_op;
+      std::optional<simdjson::dom::element> source = member(action, "source_op");
+      if (!source) {
+        return make_error(ErrorCode::kInvalidInput,
+                          fmt::format("{}.source_op: missing (a recompute names the op it re-runs)", path));
+      }
+      HO_ASSIGN_OR_RETURN(source_op, as_int64(*source, path + ".source_op"));
+      // Compared as int64 first, so an out-of-range source_op cannot wrap.
+      if (source_op > op || !recompute_source_precedes(static_cast<OpIndex>(std::max<std::int64_t>(source_op, -1)),
+                                                       static_cast<OpIndex>(op), phase)) {
+        return make_error(ErrorCode::kInvalidInput,
+                          fmt::format("{}.source_op: {} does not run before op {} {} (a recompute re-runs an "
+                                      "earlier op: source_op < op, or source_op <= op for \"post\")",
+                                      path, source_op, op, to_string(phase)));
+      }
+      if (member(action, "storage")) {
+        return make_error(ErrorCode::kInvalidInput,
+                          fmt::format("{}.storage: a recompute has no storage (it regenerates what op {} wrote)",
+                                      path, source_op));
+      }
+      schedule.add_recompute(static_cast<OpIndex>(op), phase, static_cast<OpIndex>(source_op));
+    } else {
+      if (member(action, "source_op")) {
+        return make_error(ErrorCode::kInvalidInput,
+                          fmt::format("{}.source_op: only a recompute names a source op", path));
+      }
+      std::int64_t storage;
+      HO_ASSIGN_OR_RETURN(field, required("storage"));
+      HO_ASSIGN_OR_RETURN(storage, as_int64(field, path + ".storage"));
+      schedule.add(static_cast<OpIndex>(op), phase, kind, storage);
+    }
     ++index;
   }
   HO_RETURN_IF_ERROR(check_execution_order(schedule.actions));
@@ -114,8 +152,13 @@ std::string schedule_to_json(const Schedule& schedule) {
   out += ",\n \"actions\": [";
   bool first = true;
   for (const Action& action : schedule.actions) {
-    fmt::format_to(buffer, "{}\n  {{\"op\": {}, \"phase\": \"{}\", \"kind\": \"{}\", \"storage\": {}}}",
-                   first ? "" : ",", action.op, to_string(action.phase), to_string(action.kind), action.storage);
+    if (action.kind == ActionKind::kRecompute) {
+      fmt::format_to(buffer, "{}\n  {{\"op\": {}, \"phase\": \"{}\", \"kind\": \"recompute\", \"source_op\": {}}}",
+                     first ? "" : ",", action.op, to_string(action.phase), action.source_op);
+    } else {
+      fmt::format_to(buffer, "{}\n  {{\"op\": {}, \"phase\": \"{}\", \"kind\": \"{}\", \"storage\": {}}}",
+                     first ? "" : ",", action.op, to_string(action.phase), to_string(action.kind), action.storage);
+    }
     first = false;
   }
   out += schedule.actions.empty() ? "]}\n" : "\n ]}\n";

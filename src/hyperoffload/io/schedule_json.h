@@ -15,7 +15,9 @@
 namespace hyperoffload {
 
 inline constexpr std::string_view kScheduleFormat = "hyperoffload.schedule";
-inline constexpr int kScheduleVersion = 1;
+// Readers accept versions 1 and 2 (2 adds the recompute action); writers write 2.
+inline constexpr int kScheduleVersion = 2;
+inline constexpr int kOldestScheduleVersion = 1;
 
 Result<Schedule> parse_schedule_json(std::string_view json, std::string_view source = "<schedule>");
 Result<Schedule> read_schedule_file(const std::filesystem::path& path);

@@ -32,7 +32,8 @@ Status read_bandwidth(simdjson::dom::object root, const char* key, double* out) 
 Result<Trace> build_from_document(simdjson::dom::element document) {
   simdjson::dom::object root;
   HO_ASSIGN_OR_RETURN(root, as_object(document, "(document)"));
-  HO_RETURN_IF_ERROR(internal::check_header(root, kTraceFormat, kTraceVersion));
+  std::int64_t version;
+  HO_ASSIGN_OR_RETURN(version, internal::check_header(root, kTraceFormat, kOldestTraceVersion, kTraceVersion));
 
   TraceBuilder builder;
   if (std::optional<simdjson::dom::element> limit = member(root, "memory_limit_bytes");
@@ -100,7 +101,18 @@ Result<Trace> build_from_document(simdjson::dom::element document) {
       }
       duration_ms = *as_number(*duration_value, "");
     }
-    HO_RETURN_IF_ERROR(builder.add_op(name, duration_ms));
+    Recomputable recomputable = Recomputable::kNo;
+    if (std::optional<simdjson::dom::element> recomputable_value = member(op, "recomputable")) {
+      if (!recomputable_value->is_bool()) {
+        return std::unexpected(as_bool(*recomputable_value, path(".recomputable")).error());
+      }
+      if (version < 2) {
+        return make_error(ErrorCode::kInvalidInput,
+                          path(".recomputable: needs trace format version 2 (this file says version 1)"));
+      }
+      if (bool(*recomputable_value)) recomputable = Recomputable::kYes;
+    }
+    HO_RETURN_IF_ERROR(builder.add_op(name, duration_ms, recomputable));
     if (std::optional<simdjson::dom::element> accesses_value = member(op, "accesses")) {
       if (!accesses_value->is_array()) return std::unexpected(as_array(*accesses_value, path(".accesses")).error());
       const simdjson::dom::array accesses(*accesses_value);
@@ -192,7 +204,9 @@ std::string trace_to_json(const Trace& trace) {
   for (OpIndex op = 0; op < trace.op_count(); ++op) {
     out += op == 0 ? "\n  {\"name\": " : ",\n  {\"name\": ";
     internal::append_json_string(out, trace.op_name(op));
-    fmt::format_to(buffer, ", \"duration_ms\": {}, \"accesses\": [", trace.op_duration_ms(op));
+    fmt::format_to(buffer, ", \"duration_ms\": {}, ", trace.op_duration_ms(op));
+    if (trace.op_recomputable(op)) out += "\"recomputable\": true, ";
+    out += "\"accesses\": [";
     bool first = true;
     for (const Access& access : trace.accesses(op)) {
       fmt::format_to(buffer, "{}{{\"storage\": {}, \"kind\": \"{}\"}}", first ? "" : ", ",

@@ -14,7 +14,10 @@
 namespace hyperoffload {
 
 inline constexpr std::string_view kTraceFormat = "hyperoffload.trace";
-inline constexpr int kTraceVersion = 1;
+// Readers accept versions 1 and 2 (2 adds ops[].recomputable; a v1 trace has
+// nothing recomputable); writers write 2.
+inline constexpr int kTraceVersion = 2;
+inline constexpr int kOldestTraceVersion = 1;
 
 // `source` names the document in syntax-error messages (usually the file path).
 Result<Trace> parse_trace_json(std::string_view json, std::string_view source = "<trace>");

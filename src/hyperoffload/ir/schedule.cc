@@ -12,13 +12,24 @@ const char* to_string(ActionKind kind) {
     case ActionKind::kReleaseDevice: return "release_device";
     case ActionKind::kCopyH2D: return "copy_h2d";
     case ActionKind::kReleaseHost: return "release_host";
+    case ActionKind::kRecompute: return "recompute";
   }
   return "unknown";
 }
 
 std::string describe(const Action& action) {
+  if (action.kind == ActionKind::kRecompute) {
+    return fmt::format("op {} {} recompute op {}", action.op, to_string(action.phase), action.source_op);
+  }
   return fmt::format("op {} {} {} storage {}", action.op, to_string(action.phase),
                      to_string(action.kind), action.storage);
+}
+
+bool Schedule::has_recompute() const {
+  for (const Action& action : actions) {
+    if (action.kind == ActionKind::kRecompute) return true;
+  }
+  return false;
 }
 
 Status check_execution_order(std::span<const Action> actions) {

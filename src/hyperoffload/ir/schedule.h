@@ -1,10 +1,13 @@
 // Schedule: the residency actions a planner chose, in execution order.
 //
-// Each action runs before ("pre") or after ("post") one op and moves one
+// Each action runs before ("pre") or after ("post") one op. Four move one
 // storage: copy_d2h (device→host copy of its current data), release_device
 // (free its device memory), copy_h2d (host→device copy back), release_host
-// (free its host copy). The vector is in execution order: by op, pre before
-// post, and within one (op, phase) in the order the actions run.
+// (free its host copy). The fifth, recompute (schedule format v2), re-runs an
+// earlier recomputable op `source_op` (ir/trace.h, Recomputable) at that point,
+// regenerating the storages it wrote (docs/FORMATS.md has the rules). The vector
+// is in execution order: by op, pre before post, and within one (op, phase) in
+// the order the actions run.
 //
 // Thread-safety: a const Schedule may be read from any number of threads.
 #pragma once
@@ -21,22 +24,30 @@
 namespace hyperoffload {
 
 enum class Phase : std::uint8_t { kPre, kPost };
-enum class ActionKind : std::uint8_t { kCopyD2H, kReleaseDevice, kCopyH2D, kReleaseHost };
+enum class ActionKind : std::uint8_t { kCopyD2H, kReleaseDevice, kCopyH2D, kReleaseHost, kRecompute };
 
 const char* to_string(Phase phase);      // "pre" / "post"
-const char* to_string(ActionKind kind);  // "copy_d2h", "release_device", ...
+const char* to_string(ActionKind kind);  // "copy_d2h", "release_device", ..., "recompute"
 
 struct Action {
   OpIndex op = 0;
   Phase phase = Phase::kPre;
   ActionKind kind = ActionKind::kCopyD2H;
-  StorageId storage = 0;  // external id, as in the trace
+  StorageId storage = 0;  // external id, as in the trace; 0 (unused) for kRecompute
+  OpIndex source_op = -1;  // kRecompute: the op re-run; -1 for every other kind
 
   friend bool operator==(const Action&, const Action&) = default;
 };
 
-// "op 3 post copy_d2h storage 7" — for messages and test output.
+// "op 3 post copy_d2h storage 7", "op 9 pre recompute op 4" — for messages and
+// test output.
 std::string describe(const Action& action);
+
+// Whether a recompute of `source_op` may stand at (op, phase): the source must
+// run before that point, i.e. source_op < op, or source_op <= op for post.
+inline bool recompute_source_precedes(OpIndex source_op, OpIndex op, Phase phase) {
+  return source_op >= 0 && (source_op < op || (phase == Phase::kPost && source_op == op));
+}
 
 // Position of an action's (op, phase) in execution order: 2*op for pre, 2*op+1
 // for post. Precondition: action.op >= 0.
@@ -48,10 +59,16 @@ struct Schedule {
   std::string planner;  // which planner made it ("greedy", "peak", or a file's value)
   std::vector<Action> actions;
 
-  // Appends an action; callers append in execution order.
+  // Appends a storage action (every kind but kRecompute); callers append in
+  // execution order.
   void add(OpIndex op, Phase phase, ActionKind kind, StorageId storage) {
-    actions.push_back(Action{op, phase, kind, storage});
+    actions.push_back(Action{op, phase, kind, storage, -1});
   }
+  // Appends a recompute of source_op at (op, phase).
+  void add_recompute(OpIndex op, Phase phase, OpIndex source_op) {
+    actions.push_back(Action{op, phase, ActionKind::kRecompute, 0, source_op});
+  }
+  bool has_recompute() const;
 };
 
 // Checks that actions are in execution order (op ascending, pre before post).

@@ -89,7 +89,7 @@ Status TraceBuilder::add_storage(StorageId id, std::int64_t size_bytes, Retentio
   return ok_status();
 }
 
-Status TraceBuilder::add_op(std::string_view name, double duration_ms) {
+Status TraceBuilder::add_op(std::string_view name, double duration_ms, Recomputable recomputable) {
   const std::size_t index = trace_.ops_.size();
   if (!(duration_ms >= 0.0) || !std::isfinite(duration_ms)) {
     return make_error(ErrorCode::kInvalidInput,
@@ -109,7 +109,8 @@ Status TraceBuilder::add_op(std::string_view name, double duration_ms) {
     name_to_index_.emplace(std::string(name), name_index);
   }
   const auto access_at = static_cast<std::uint32_t>(trace_.accesses_.size());
-  trace_.ops_.push_back(Trace::OpRecord{name_index, access_at, access_at, duration_ms});
+  trace_.ops_.push_back(Trace::OpRecord{name_index, access_at, access_at, recomputable, duration_ms});
+  if (recomputable == Recomputable::kYes) ++trace_.recomputable_count_;
   return ok_status();
 }
 
@@ -124,6 +125,55 @@ void TraceBuilder::reserve(std::size_t ops, std::size_t storages, std::size_t ac
   trace_.storages_.reserve(storages);
   trace_.accesses_.reserve(accesses);
   pending_ids_.reserve(accesses);
+}
+
+// What a recomputable op must look like from the trace alone: it writes at
+// least one storage, and each storage it writes is created by that write (the
+// storage's first access in the step) and is not also read by the op (an
+// in-place update cannot be re-run from its inputs). O(ops + accesses).
+Status TraceBuilder::check_recomputable_ops() const {
+  const auto storages = static_cast<std::size_t>(trace_.storage_count());
+  std::vector<OpIndex> first_access(storages, -1);
+  std::vector<OpIndex> read_by(storages, -1);  // last op that read the storage
+  for (OpIndex op = 0; op < trace_.op_count(); ++op) {
+    const std::span<const Access> accesses = trace_.accesses(op);
+    if (trace_.op_recomputable(op)) {
+      for (const Access& access : accesses) {
+        if (access.kind == AccessKind::kRead) read_by[static_cast<std::size_t>(access.storage)] = op;
+      }
+      bool writes = false;
+      for (std::size_t a = 0; a < accesses.size(); ++a) {
+        if (accesses[a].kind != AccessKind::kWrite) continue;
+        writes = true;
+        const auto s = static_cast<std::size_t>(accesses[a].storage);
+        const StorageId id = trace_.storages_[s].id;
+        if (first_access[s] >= 0 && first_access[s] != op) {
+          return make_error(ErrorCode::kInvalidInput,
+                            fmt::format("ops[{}].recomputable: the op writes storage {} (accesses[{}]), which "
+                                        "ops[{}] created; an op that writes a storage it did not create cannot "
+                                        "be recomputed",
+                                        op, id, a, first_access[s]));
+        }
+        if (read_by[s] == op) {
+          return make_error(ErrorCode::kInvalidInput,
+                            fmt::format("ops[{}].recomputable: the op reads and writes storage {} (accesses[{}]); "
+                                        "an in-place op cannot be recomputed",
+                                        op, id, a));
+        }
+      }
+      if (!writes) {
+        return make_error(ErrorCode::kInvalidInput,
+                          fmt::format("ops[{}].recomputable: the op writes no storage, so there is nothing to "
+                                      "recompute",
+                                      op));
+      }
+    }
+    for (const Access& access : accesses) {
+      OpIndex& first = first_access[static_cast<std::size_t>(access.storage)];
+      if (first < 0) first = op;
+    }
+  }
+  return ok_status();
 }
 
 Result<Trace> TraceBuilder::build() && {
@@ -169,6 +219,7 @@ Result<Trace> TraceBuilder::build() && {
       trace_.accesses_[a].storage = *index;
     }
   }
+  if (trace_.recomputable_count_ > 0) HO_RETURN_IF_ERROR(check_recomputable_ops());
   pending_ids_ = {};
   name_to_index_ = {};
   return std::move(trace_);

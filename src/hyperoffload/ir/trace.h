@@ -34,6 +34,15 @@ const char* to_string(AccessKind kind);  // "read" / "write"
 // user keeps). Retained storages are never released at the end of their use.
 enum class Retention : std::uint8_t { kReleasable, kRetained };
 
+// Whether re-running an op with the same inputs regenerates exactly what it
+// wrote (trace format v2, `ops[].recomputable`): it writes only storages it
+// creates (no in-place write), is deterministic (no seeded randomness such as
+// dropout) and reads only what its accesses list. Only such an op may be the
+// source of a recompute action (ir/schedule.h). The builder checks what it can
+// see: a recomputable op writes at least one storage, and every storage it
+// writes is first accessed by that write and not also read by the op.
+enum class Recomputable : std::uint8_t { kNo, kYes };
+
 struct StorageInfo {
   StorageId id = 0;
   std::int64_t size_bytes = 0;
@@ -62,6 +71,9 @@ class Trace {
   std::string_view op_name(OpIndex op) const { return names_[ops_[op].name_index]; }
   std::uint32_t op_name_index(OpIndex op) const { return ops_[op].name_index; }
   double op_duration_ms(OpIndex op) const { return ops_[op].duration_ms; }
+  bool op_recomputable(OpIndex op) const { return ops_[op].recomputable == Recomputable::kYes; }
+  // Whether any op is recomputable (a v1 trace has none).
+  bool has_recomputable_ops() const { return recomputable_count_ > 0; }
   std::span<const Access> accesses(OpIndex op) const {
     const OpRecord& r = ops_[op];
     return {accesses_.data() + r.access_begin, r.access_end - r.access_begin};
@@ -98,6 +110,7 @@ class Trace {
     std::uint32_t name_index = 0;
     std::uint32_t access_begin = 0;
     std::uint32_t access_end = 0;
+    Recomputable recomputable = Recomputable::kNo;  // fits in the padding before duration_ms
     double duration_ms = 0.0;
   };
 
@@ -120,6 +133,7 @@ class Trace {
   std::vector<StorageInfo> storages_;
   StorageIdMap id_map_;
   std::optional<std::int64_t> memory_limit_bytes_;
+  std::int64_t recomputable_count_ = 0;
   double d2h_bandwidth_gib_per_s_ = kDefaultBandwidthGiBPerS;
   double h2d_bandwidth_gib_per_s_ = kDefaultBandwidthGiBPerS;
 };
@@ -150,7 +164,8 @@ class TraceBuilder {
                      Retention retention = Retention::kReleasable);
 
   // Appends an op; later add_access calls attach to it. duration_ms >= 0.
-  Status add_op(std::string_view name, double duration_ms = 0.0);
+  Status add_op(std::string_view name, double duration_ms = 0.0,
+                Recomputable recomputable = Recomputable::kNo);
 
   // Adds an access by the most recently added op (precondition: an op exists).
   void add_access(StorageId storage, AccessKind kind);
@@ -162,6 +177,8 @@ class TraceBuilder {
   Result<Trace> build() &&;
 
  private:
+  Status check_recomputable_ops() const;
+
   Trace trace_;
   std::vector<StorageId> pending_ids_;  // external id per access, resolved in build()
   // Transparent hashing: interning looks names up by string_view, allocating

@@ -145,7 +145,8 @@ Result<std::string_view> as_string(simdjson::dom::element value, const std::stri
   return std::string_view(value);
 }
 
-Status check_header(simdjson::dom::object root, std::string_view expected_format, std::int64_t expected_version) {
+Result<std::int64_t> check_header(simdjson::dom::object root, std::string_view expected_format,
+                                  std::int64_t min_version, std::int64_t max_version) {
   std::optional<simdjson::dom::element> format = member(root, "format");
   if (!format) {
     return make_error(ErrorCode::kInvalidInput,
@@ -159,16 +160,19 @@ Status check_header(simdjson::dom::object root, std::string_view expected_format
   }
   std::optional<simdjson::dom::element> version = member(root, "version");
   if (!version) {
-    return make_error(ErrorCode::kInvalidInput, fmt::format("version: missing; expected {}", expected_version));
+    return make_error(ErrorCode::kInvalidInput, fmt::format("version: missing; expected {}", max_version));
   }
   Result<std::int64_t> version_number = as_int64(*version, "version");
   if (!version_number) return std::unexpected(version_number.error());
-  if (*version_number != expected_version) {
+  if (*version_number < min_version || *version_number > max_version) {
     return make_error(ErrorCode::kInvalidInput,
-                      fmt::format("version: unsupported version {}; this build reads version {}",
-                                  *version_number, expected_version));
+                      min_version == max_version
+                          ? fmt::format("version: unsupported version {}; this build reads version {}",
+                                        *version_number, max_version)
+                          : fmt::format("version: unsupported version {}; this build reads versions {} to {}",
+                                        *version_number, min_version, max_version));
   }
-  return ok_status();
+  return *version_number;
 }
 
 void append_json_string(std::string& out, std::string_view text) {

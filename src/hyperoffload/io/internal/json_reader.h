@@ -32,9 +32,10 @@ Result<double> as_number(simdjson::dom::element value, const std::string& path);
 Result<bool> as_bool(simdjson::dom::element value, const std::string& path);
 Result<std::string_view> as_string(simdjson::dom::element value, const std::string& path);
 
-// Checks the "format" and "version" members of a file's top-level object.
-Status check_header(simdjson::dom::object root, std::string_view expected_format,
-                    std::int64_t expected_version);
+// Checks the "format" and "version" members of a file's top-level object and
+// returns the version, which must be in [min_version, max_version].
+Result<std::int64_t> check_header(simdjson::dom::object root, std::string_view expected_format,
+                                  std::int64_t min_version, std::int64_t max_version);
 
 // Appends `text` as a JSON string literal (with quotes) to `out`.
 void append_json_string(std::string& out, std::string_view text);
