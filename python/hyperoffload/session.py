@@ -57,8 +57,36 @@ def _summary_line(plan: Optional[dict], stats: dict) -> str:
             f"recomputes {_size(plan['recomputed_bytes'])}; simulated overhead {plan['overhead_percent']:.1f}% "
             f"({plan['stall_ms']:.3f} ms stall on {plan['compute_ms']:.3f} ms of compute)")
 
+# Ops that return memory they never wrote (uninitialised): re-running one gives
+# other bytes, so none is recomputable whatever its schema says.
+_UNINITIALISED_RESULTS = frozenset({
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+    "aten::empty_permuted", "aten::resize_", "aten::set_",
+})
+
+
+def _recomputable(func, schema, written) -> bool:
+    """Whether re-running the op on the same inputs regenerates its results bit for bit.
+
+    From the schema and the op's tags: an aten op (other namespaces may have
+    side effects the schema does not show) that writes no argument in place,
+    draws no random numbers (``nondeterministic_seeded``: dropout, ``rand``,
+    ``bernoulli``), is not allowed to vary bit-wise from run to run
+    (``nondeterministic_bitwise``: atomics on CUDA), and returns at least one
+    fresh tensor (a result that aliases no argument). The trace keeps the mark
+    only where the warmup saw the op produce a storage and write no input.
+    """
+    if written or schema.is_mutable or not schema.name.startswith("aten::") or schema.name in _UNINITIALISED_RESULTS:
+        return False
+    tags = getattr(func, "tags", ())
+    for tag in ("nondeterministic_seeded", "nondeterministic_bitwise"):
+        if hasattr(torch.Tag, tag) and getattr(torch.Tag, tag) in tags:
+            return False
+    return any(result.alias_info is None and "Tensor" in str(result.type) for result in schema.returns)
+
+
 def _op_info(func) -> "_C.OpInfo":
-    """The op's name and the arguments it writes in place, from its schema.
+    """The op's name, the arguments it writes in place and whether it is recomputable, from its schema.
 
     Called by the runtime the first time it sees an OpOverload (it caches it).
     """
@@ -66,7 +94,7 @@ def _op_info(func) -> "_C.OpInfo":
     name = schema.name + ("." + schema.overload_name if schema.overload_name else "")
     written = [(index, argument.name) for index, argument in enumerate(schema.arguments)
                if argument.alias_info is not None and argument.alias_info.is_write]
-    return _C.OpInfo(name, written, False)
+    return _C.OpInfo(name, written, False, _recomputable(func, schema, written))
 
 
 def _compute_stream(device: str) -> int:

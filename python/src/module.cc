@@ -69,6 +69,8 @@ struct OpInfo {
   std::vector<std::pair<std::size_t, std::string>> written;
   // A skip_offload region: any tracked input may be written.
   bool all_written = false;
+  // Re-running the op on the same inputs gives the same results bit for bit.
+  bool recomputable = false;
 };
 
 // Calls visit(tensor) for a defined tensor argument with storage, or for each
@@ -202,7 +204,8 @@ class Runtime {
         }
       }
     }
-    check(session_->begin_op(info.name, inputs_, written_));
+    check(session_->begin_op(info.name, inputs_, written_,
+                             info.recomputable ? Recomputable::kYes : Recomputable::kNo));
   }
 
   void end(py::handle out) {
@@ -352,13 +355,15 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "hyperoffload's C++ runtime for PyTorch (see hyperoffload.OffloadSession)";
 
   py::class_<OpInfo>(m, "OpInfo")
-      .def(py::init([](std::string name, std::vector<std::pair<std::size_t, std::string>> written, bool all_written) {
-             return OpInfo{std::move(name), std::move(written), all_written};
+      .def(py::init([](std::string name, std::vector<std::pair<std::size_t, std::string>> written, bool all_written,
+                       bool recomputable) {
+             return OpInfo{std::move(name), std::move(written), all_written, recomputable};
            }),
-           py::arg("name"), py::arg("written"), py::arg("all_written") = false)
+           py::arg("name"), py::arg("written"), py::arg("all_written") = false, py::arg("recomputable") = false)
       .def_readonly("name", &OpInfo::name)
       .def_readonly("written", &OpInfo::written)
-      .def_readonly("all_written", &OpInfo::all_written);
+      .def_readonly("all_written", &OpInfo::all_written)
+      .def_readonly("recomputable", &OpInfo::recomputable);
 
   py::class_<Runtime>(m, "Runtime")
       .def(py::init<std::optional<std::int64_t>, std::optional<std::int64_t>, std::string, int,

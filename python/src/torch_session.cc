@@ -152,10 +152,11 @@ TorchStatus TorchSession::report_deaths() {
 }
 
 TorchStatus TorchSession::begin_op(std::string_view name, std::span<c10::StorageImpl* const> inputs,
-                                   std::span<c10::StorageImpl* const> written) {
+                                   std::span<c10::StorageImpl* const> written, Recomputable recomputable) {
   if (mode_ != StepMode::kTracking) return lost_.empty() ? TorchStatus{} : check_lost(name, inputs);
   in_op_ = true;
   collective_op_ = is_collective(name);
+  op_recomputable_ = collective_op_ ? Recomputable::kNo : recomputable;
   op_inputs_.assign(inputs.begin(), inputs.end());
   if (session_ == nullptr) {
     early_ops_.emplace_back(name);  // nothing is tracked before the device is known
@@ -172,6 +173,12 @@ TorchStatus TorchSession::begin_op(std::string_view name, std::span<c10::Storage
     if (id && !contains(written_ids_, *id)) written_ids_.push_back(*id);
   }
   if (Status begun = session_->on_op_begin(name, input_ids_, written_ids_); !begun) return hook_failed(begun.error());
+  return mark_if_recomputable();
+}
+
+TorchStatus TorchSession::mark_if_recomputable() {
+  if (op_recomputable_ == Recomputable::kNo) return {};
+  if (Status marked = session_->mark_recomputable(); !marked) return hook_failed(marked.error());
   return {};
 }
 
@@ -222,6 +229,7 @@ TorchStatus TorchSession::end_op(std::span<const c10::Storage> outputs) {
     }
     early_ops_.clear();
     if (Status begun = session_->on_op_begin(current, {}, {}); !begun) return hook_failed(begun.error());
+    if (TorchStatus marked = mark_if_recomputable(); !marked) return marked;
     written_ids_.clear();
   }
   if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;

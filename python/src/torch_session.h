@@ -113,8 +113,11 @@ class TorchSession {
   TorchStatus begin_step();
   // `inputs`: the StorageImpl of every tensor argument, in argument order (any
   // device, tracked or not). `written`: those the op writes in place.
+  // `recomputable`: re-running the op on the same inputs gives the same
+  // results bit for bit (hyperoffload.session._op_info reads it from the
+  // schema); the warmup's trace records it (exec/hooks.h, mark_recomputable).
   TorchStatus begin_op(std::string_view name, std::span<c10::StorageImpl* const> inputs,
-                       std::span<c10::StorageImpl* const> written);
+                       std::span<c10::StorageImpl* const> written, Recomputable recomputable = Recomputable::kNo);
   // `outputs`: the storages of the op's tensor results, in order.
   TorchStatus end_op(std::span<const c10::Storage> outputs);
   // The op raised: stop offloading for the rest of the step (see above).
@@ -150,6 +153,8 @@ class TorchSession {
   // A runtime error from a hook: stop offloading (restoring every storage),
   // then either swallow a first-replay divergence (re-warmup) or return it.
   TorchStatus hook_failed(const Error& error);
+  // Tells the runtime the current op is recomputable, when begin_op said so.
+  TorchStatus mark_if_recomputable();
   // Brings every tracked storage back, aborts the runtime step, hands the
   // memory back to PyTorch and switches to passthrough.
   void stop_tracking();
@@ -170,6 +175,7 @@ class TorchSession {
   bool in_op_ = false;
   // The current op is a collective (Note [Collective buffers] in torch_session.cc).
   bool collective_op_ = false;
+  Recomputable op_recomputable_ = Recomputable::kNo;  // the current op's
   // Ops of this step run before the device was known: their names, reported
   // to the runtime once it is (none of them touched a tracked storage).
   std::vector<std::string> early_ops_;

@@ -66,6 +66,38 @@ TEST(WarmupExecutor, RecordsAccessesSizesAndRetention) {
   rt.expect_nothing_held();
 }
 
+// The framework marks ops deterministic; the trace keeps the mark only where
+// the op also produced a storage and wrote no input (ir/trace.h, Recomputable).
+TEST(WarmupExecutor, RecordsAMarkedOpAsRecomputableOnlyWhenItProducedAndWroteNoInput) {
+  HostRuntime rt;
+  auto warmup = start(rt, std::nullopt);
+  auto marked_op = [&](const std::string& name, std::vector<StorageId> inputs, std::vector<OpOutput> outputs,
+                       std::vector<StorageId> written) -> Status {
+    HO_RETURN_IF_ERROR(warmup->on_op_begin(name, inputs, written));
+    HO_RETURN_IF_ERROR(warmup->mark_recomputable());
+    for (const OpOutput& out : outputs) HO_RETURN_IF_ERROR(warmup->allocate_output(out.id, out.size_bytes));
+    return warmup->on_op_end(outputs, written);
+  };
+  ASSERT_TRUE(marked_op("embed", {}, {{1, 64}}, {}));      // 0: produces storage 1
+  ASSERT_TRUE(marked_op("relu_", {1}, {}, {1}));           // 1: writes its input in place
+  ASSERT_TRUE(marked_op("sum", {1}, {}, {}));              // 2: produces nothing
+  ASSERT_TRUE(marked_op("mm", {1}, {{2, 32}, {3, 16}}, {}));  // 3: two new storages
+  StepDriver step(*warmup);
+  ASSERT_TRUE(step.op("dropout", {2}, {{4, 32}}));         // 4: not marked (seeded randomness)
+  EXPECT_FALSE(warmup->mark_recomputable());               // outside an op
+  Result<WarmupResult> result = warmup->finish();
+  ASSERT_TRUE(result.has_value()) << result.error().message;
+  const Trace& trace = result->trace;
+  ASSERT_EQ(trace.op_count(), 5);
+  EXPECT_TRUE(trace.op_recomputable(0));
+  EXPECT_FALSE(trace.op_recomputable(1));
+  EXPECT_FALSE(trace.op_recomputable(2));
+  EXPECT_TRUE(trace.op_recomputable(3));
+  EXPECT_FALSE(trace.op_recomputable(4));
+  warmup.reset();
+  rt.expect_nothing_held();
+}
+
 TEST(WarmupExecutor, EvictsTheOldestProducedStorageTheOpDoesNotUse) {
   // Budget 300. Every allocation and page-in first makes room for itself.
   //   op0 a: -> 1 (100)     100

@@ -5,6 +5,7 @@
 //
 //   on_op_begin(name, inputs, written)   before the op runs
 //   allocate_output(id, size)            optional, while it runs: runtime memory
+//   mark_recomputable()                  optional, while it runs: the op is deterministic
 //   on_op_end(outputs, mutated)          after it ran
 //
 // and on_storage_freed(id) whenever it drops a storage. Storage ids are int64s
@@ -68,6 +69,15 @@ class StepHooks {
   virtual Result<void*> allocate_output(StorageId id, std::int64_t size_bytes) = 0;
   // `outputs`: storages the op produced (new ids). `mutated`: inputs it wrote.
   virtual Status on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) = 0;
+  // Declares the current op (after on_op_begin, before on_op_end) recomputable:
+  // run again on the same inputs it produces the same outputs, bit for bit —
+  // which only the framework can know (PyTorch: no argument written in place,
+  // no nondeterministic tag). The warmup records the op as recomputable in its
+  // trace (ir/trace.h, Recomputable) when it also produced at least one storage
+  // and wrote no input; a replay ignores it (its plan says what to recompute).
+  // Storages the op reads that the runtime does not track (parameters, the
+  // batch) must not change during the step.
+  virtual Status mark_recomputable() = 0;
   // The caller dropped a tracked storage; its copies are released.
   virtual Status on_storage_freed(StorageId id) = 0;
   // Current device address of a tracked storage, paged in if needed. kRead use

@@ -228,6 +228,12 @@ Result<void*> ReplayExecutor::allocate_output(StorageId id, std::int64_t size_by
   return ptr;
 }
 
+Status ReplayExecutor::mark_recomputable() {
+  // The plan already says what to recompute; only the precondition is checked.
+  if (!in_op_) return make_error(ErrorCode::kFailedPrecondition, "mark_recomputable outside an op");
+  return ok_status();
+}
+
 Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) {
   if (!in_op_) return make_error(ErrorCode::kFailedPrecondition, "on_op_end without on_op_begin");
   const Trace& trace = plan_->trace();

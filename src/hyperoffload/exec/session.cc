@@ -86,6 +86,12 @@ Status Session::on_op_end(std::span<const OpOutput> outputs, std::span<const Sto
   return check(active()->on_op_end(outputs, mutated));
 }
 
+Status Session::mark_recomputable() {
+  if (failure_) return std::unexpected(already_failed(*failure_));
+  if (!in_step()) return std::unexpected(not_in_step("mark_recomputable"));
+  return check(active()->mark_recomputable());
+}
+
 Status Session::on_storage_freed(StorageId id) {
   if (!in_step()) {
     if (!residency_->tracked(id)) {

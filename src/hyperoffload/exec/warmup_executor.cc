@@ -113,6 +113,7 @@ Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const Storag
                       fmt::format("on_op_begin(\"{}\") inside {}: the previous op did not end", name, op_label()));
   }
   current_name_.assign(name);
+  current_marked_recomputable_ = false;
   current_used_.assign(inputs.begin(), inputs.end());
   current_allocated_.clear();
   HO_RETURN_IF_ERROR(residency_.poll());
@@ -139,7 +140,7 @@ Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const Storag
   const auto access_begin = static_cast<std::uint32_t>(accesses_.size());
   for (StorageId id : inputs) accesses_.emplace_back(id, AccessKind::kRead);
   HO_ASSIGN_OR_RETURN(current_start_, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
-  ops_.push_back(OpRecord{current_name_, access_begin, access_begin, {}, {}});
+  ops_.push_back(OpRecord{current_name_, access_begin, access_begin, false, {}, {}});
   in_op_ = true;
   return ok_status();
 }
@@ -210,8 +211,17 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
     accesses_.emplace_back(id, AccessKind::kWrite);
   }
   op.access_end = static_cast<std::uint32_t>(accesses_.size());
+  // What the trace can check of a recomputable op (ir/trace.h): it writes only
+  // storages it creates, so an op that wrote an input is not one.
+  op.recomputable = current_marked_recomputable_ && !outputs.empty() && mutated.empty();
   in_op_ = false;
   current_used_.clear();
+  return ok_status();
+}
+
+Status WarmupExecutor::mark_recomputable() {
+  if (!in_op_) return make_error(ErrorCode::kFailedPrecondition, "mark_recomputable outside an op");
+  current_marked_recomputable_ = true;
   return ok_status();
 }
 
@@ -312,7 +322,8 @@ Result<WarmupResult> WarmupExecutor::finish() {
   for (const OpRecord& op : ops_) {
     HO_RETURN_IF_ERROR(op.end.wait());
     HO_ASSIGN_OR_RETURN(double ms, backend.elapsed_ms(op.start.event(), op.end.event()));
-    HO_RETURN_IF_ERROR(builder.add_op(op.name, std::max(0.0, ms)));
+    HO_RETURN_IF_ERROR(
+        builder.add_op(op.name, std::max(0.0, ms), op.recomputable ? Recomputable::kYes : Recomputable::kNo));
     for (std::uint32_t a = op.access_begin; a < op.access_end; ++a) {
       builder.add_access(accesses_[a].first, accesses_[a].second);
     }
