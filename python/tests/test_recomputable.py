@@ -1,0 +1,78 @@
+"""The warmup's trace marks ops `recomputable` (trace format v2) from their schema and tags.
+
+An op is recomputable when re-running it on the same inputs regenerates its
+results bit for bit (hyperoffload.session._recomputable): an aten op with no
+argument written in place, no `nondeterministic_seeded` (dropout, bernoulli) or
+`nondeterministic_bitwise` tag, and a fresh tensor result; the warmup keeps the
+mark only where the op produced a tracked storage and wrote no input.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import hyperoffload as ho
+from models import CASES
+
+
+def marks_by_name(trace: dict) -> dict:
+    """Op name -> the set of recomputable marks its ops got (True, False or both)."""
+    marks: dict = {}
+    for op in trace["ops"]:
+        marks.setdefault(op["name"], set()).add(bool(op.get("recomputable", False)))
+    return marks
+
+
+def test_a_step_marks_matmuls_and_norms_recomputable_but_not_dropout_in_place_ops_or_views():
+    torch.manual_seed(0)
+    w = torch.randn(32, 32, requires_grad=True)
+    x = torch.randn(16, 32)
+    session = ho.OffloadSession()
+    with session:
+        h = x @ w                                            # aten::mm: fresh result
+        h = torch.nn.functional.layer_norm(h, (32,))        # aten::native_layer_norm: three fresh results
+        # On the CPU dropout runs as empty_like (uninitialised memory), bernoulli_
+        # (random numbers, in place), div_ (in place) and mul (recomputable: its
+        # inputs, h and the mask, are what the trace lists).
+        h = torch.nn.functional.dropout(h, 0.5, training=True)
+        h.relu_()                                            # aten::relu_: in place
+        v = h.t()                                            # aten::t: a view, produces no storage
+        loss = (v @ v.t()).sum()
+        loss.backward()
+    trace = session.trace()
+    assert trace["version"] == 2
+    marks = marks_by_name(trace)
+    assert marks["aten::mm"] == {True}
+    assert marks["aten::native_layer_norm"] == {True}
+    assert marks["aten::empty_like"] == {False}
+    assert marks["aten::bernoulli_.float"] == {False}
+    assert marks["aten::div_.Scalar"] == {False}
+    assert marks["aten::mul.Tensor"] == {True}
+    assert marks["aten::relu_"] == {False}
+    assert marks["aten::t"] == {False}
+    # Every marked op writes only storages it creates and reads none of them
+    # (what the trace format checks; the C++ reader would reject the trace
+    # otherwise, and session.trace() came through it).
+    first_access = {}
+    for index, op in enumerate(trace["ops"]):
+        for access in op["accesses"]:
+            first_access.setdefault(access["storage"], index)
+        if op.get("recomputable"):
+            written = [a["storage"] for a in op["accesses"] if a["kind"] == "write"]
+            read = {a["storage"] for a in op["accesses"] if a["kind"] == "read"}
+            assert written and all(first_access[s] == index for s in written) and not read & set(written)
+
+
+def test_the_gpt_models_trace_marks_most_of_its_compute_recomputable_and_its_dropouts_not():
+    model, batch, loss_fn = CASES["gpt_decoder"].build()
+    model.train()
+    session = ho.OffloadSession()
+    with session:
+        loss_fn(model, batch).backward()
+    ops = session.trace()["ops"]
+    marked = [op for op in ops if op.get("recomputable")]
+    assert marked, "no op of a transformer step is recomputable"
+    base_names = {op["name"].split(".")[0] for op in marked}
+    assert not any(name.endswith("_") or "bernoulli" in name or "dropout" in name or "empty" in name
+                   for name in base_names), base_names
+    assert any(op["name"] == "aten::addmm" for op in marked)
