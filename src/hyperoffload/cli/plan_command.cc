@@ -77,7 +77,7 @@ Command register_plan(CLI::App& root) {
   app->add_option("--budget,-b", args->budget,
                   "Device-memory budget: bytes, a size (2GiB, 512MB) or a percentage of the unplanned "
                   "op-granular peak (40%); overrides the trace's memory_limit_bytes");
-  app->add_option("--planner,-p", args->planner, "Planner: greedy or peak")->capture_default_str();
+  app->add_option("--planner,-p", args->planner, "Planner: greedy, peak, hybrid (recompute + offload) or recompute (recompute only)")->capture_default_str();
   app->add_option("--score-weight", args->score_weights, "Peak planner score weight NAME=VALUE (repeatable)");
   add_memory_cap_option(*app, args->device_memory);
   app->add_option("-o,--output", args->output, "Write the schedule here (hyperoffload.schedule JSON; - for stdout)");
