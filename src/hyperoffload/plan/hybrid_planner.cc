@@ -106,7 +106,7 @@ class HybridPlanning {
     result.initial_peak_bytes = *std::max_element(peak_model_.resident_bytes.begin(), peak_model_.resident_bytes.end());
     Candidate chosen;
     if (options_.offload == OffloadUse::kRecomputeOnly) {
-      chosen = recompute_only(&result.floor);
+      chosen = recompute_only(recompute_only_sequence(), &result.floor);
       chosen.notes.push_back(fmt::format("recompute: {} recompute(s) ({:.3f} ms); estimated step {:.3f} ms",
                                          chosen.recompute_count, chosen.recompute_ms, chosen.time_ms));
     } else {
@@ -184,9 +184,7 @@ class HybridPlanning {
   // whose peak over ops and recomputes fits the budget, found by trying the
   // prefix at which the selection's profile fits and then longer ones
   // (doubling the step); the full sequence is the floor.
-  Candidate recompute_only(std::optional<UnavoidableFloor>* floor) const {
-    const RecomputeSelection sequence =
-        internal::select_recomputes(trace_, peak_model_.resident_bytes, model_, {kNoRatioLimit, 0});
+  Candidate recompute_only(const RecomputeSelection& sequence, std::optional<UnavoidableFloor>* floor) const {
     Candidate full = without_offloads(sequence.decisions, "recompute-only");
     *floor = UnavoidableFloor{full.peak_op, full.peak_bytes};
     if (full.peak_bytes > budget_) return full;
@@ -251,7 +249,7 @@ class HybridPlanning {
         }
       }
     }
-    candidates.push_back(recompute_only_candidate());
+    if (std::optional<Candidate> recompute = recompute_only_candidate()) candidates.push_back(std::move(*recompute));
 
     const double work = static_cast<double>(trace_.op_count()) + static_cast<double>(trace_.access_count());
     const auto sets = static_cast<std::size_t>(
@@ -371,9 +369,22 @@ class HybridPlanning {
     return label + ", offload the rest";
   }
 
-  Candidate recompute_only_candidate() const {
+  RecomputeSelection recompute_only_sequence() const {
+    return internal::select_recomputes(trace_, peak_model_.resident_bytes, model_, {kNoRatioLimit, 0});
+  }
+
+  // The recompute-only plan when it can fit the budget. At real ops the
+  // augmented trace holds exactly the selection's profile (re-runs can only
+  // add), so a sequence whose profile ends above the budget cannot fit and
+  // needs no plan.
+  std::optional<Candidate> recompute_only_candidate() const {
+    const RecomputeSelection sequence = recompute_only_sequence();
+    const std::int64_t lowest = sequence.peak_after.empty()
+                                    ? *std::max_element(peak_model_.resident_bytes.begin(), peak_model_.resident_bytes.end())
+                                    : sequence.peak_after.back();
+    if (lowest > budget_) return std::nullopt;
     std::optional<UnavoidableFloor> unused;
-    Candidate candidate = recompute_only(&unused);
+    Candidate candidate = recompute_only(sequence, &unused);
     candidate.label = "recompute-only";
     return candidate;
   }
