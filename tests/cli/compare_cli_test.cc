@@ -207,7 +207,7 @@ TEST(PeakPlanCli, ReportsTheFloorAndABudgetBelowItButStillPlans) {
   EXPECT_THAT(run.out, HasSubstr("planner   peak in "));
   EXPECT_THAT(run.out, HasSubstr("peak      300 B unplanned (op 3) -> 200 B planned (op 2), op-granular"));
   EXPECT_THAT(run.out, HasSubstr("shortfall planned peak exceeds the budget by 50 B"));
-  EXPECT_THAT(run.out, HasSubstr("floor     200 B at op 2 (c): no plan can go lower"));
+  EXPECT_THAT(run.out, HasSubstr("floor     200 B at op 2 (c): the lowest peak this planner reaches"));
   EXPECT_THAT(run.out, HasSubstr("note      budget 150 B (150 bytes) is below the unavoidable floor of 200 B (200 "
                                  "bytes) at op 2 (c)"));
   EXPECT_THAT(run.out, HasSubstr("check     valid, 0 faults"));

@@ -53,7 +53,7 @@ int run_plan(const PlanArgs& args) {
     fmt::print("shortfall planned peak exceeds the budget by {}\n", format_bytes(check.peak_bytes - *budget));
   }
   if (plan.result.floor) {
-    fmt::print("floor     {} at op {} ({}): no plan can go lower\n", format_bytes(plan.result.floor->bytes),
+    fmt::print("floor     {} at op {} ({}): the lowest peak this planner reaches\n", format_bytes(plan.result.floor->bytes),
                plan.result.floor->op, trace.op_name(plan.result.floor->op));
   }
   fmt::print("moved     d2h {} in {} copies, h2d {} in {} copies\n", format_bytes(check.d2h_bytes),
