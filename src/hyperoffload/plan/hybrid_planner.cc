@@ -28,6 +28,11 @@ using internal::RecomputeModel;
 using internal::RecomputeSelection;
 
 constexpr double kNoRatioLimit = std::numeric_limits<double>::infinity();
+// With fewer plans than this to make, a decision set that lowers the peak by
+// less than kNegligibleShare of the excess is not planned: its plan would be
+// the offload-only plan's but for a few recomputes away from the peak.
+constexpr std::size_t kScarceDecisionSets = 4;
+constexpr double kNegligibleShare = 0.01;
 
 // One decision set (hybrid_planner.h, step 2). Recompute candidates whose
 // cost is at most `max_ratio` times the H2D time of their bytes, down to the
@@ -271,9 +276,11 @@ class HybridPlanning {
       offload->label = "offload-only (nothing recomputable)";
       return finish(std::move(*offload), {}, floor);
     }
-    // Gaps only recompute frees lower the floor; below the peak planner's
-    // floor every decision set includes them.
-    const std::vector<std::int32_t> floor_gaps = floor_candidates();
+    // Below the peak planner's floor: gaps only recompute frees can lower the
+    // floor, and then every decision set includes them. (At or above it, the
+    // floor reported is the lowest among the plans made.)
+    const std::vector<std::int32_t> floor_gaps =
+        budget_ < peak_model_.floor.bytes ? floor_candidates() : std::vector<std::int32_t>{};
     std::vector<Candidate> candidates;
     if (!floor_gaps.empty()) {
       // Taken as decisions (so that they agree with each other), with no stop.
@@ -286,12 +293,10 @@ class HybridPlanning {
         const AugmentedTrace& augmented = floor_model->second;
         *floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(floor_model->first.floor.op)],
                                   floor_model->first.floor.bytes};
-        if (budget_ < peak_model_.floor.bytes) {
-          preselected = floor_gaps;
-          HO_ASSIGN_OR_RETURN(Candidate floor_plan,
-                              with_offloads(floor_set, "recompute where offloading cannot, offload the rest"));
-          candidates.push_back(std::move(floor_plan));
-        }
+        preselected = floor_gaps;
+        HO_ASSIGN_OR_RETURN(Candidate floor_plan,
+                            with_offloads(floor_set, "recompute where offloading cannot, offload the rest"));
+        candidates.push_back(std::move(floor_plan));
       }
     }
     if (std::optional<Candidate> recompute = recompute_only_candidate()) candidates.push_back(std::move(*recompute));
@@ -302,13 +307,17 @@ class HybridPlanning {
                    static_cast<double>(std::max(1, options_.max_decision_sets))));
     DecisionSearch search;
     search.preselected = preselected;
+    search.scarce = sets < kScarceDecisionSets;
+    // Selections are cheap next to plans, but not free on a large trace:
+    // at most three per plan.
+    const std::size_t tries = 3 * sets;
     for (const DecisionParams& params : kDecisionGrid) {
-      if (search.plans.size() >= sets) break;
+      if (search.plans.size() >= sets || search.tried.size() >= tries) break;
       HO_RETURN_IF_ERROR(evaluate(params, search));
     }
     // Refine around the best: half and double its ratio, a quarter more or
     // less of its share, while evaluations are left and that improves it.
-    while (search.plans.size() < sets && !search.plans.empty()) {
+    while (search.plans.size() < sets && search.tried.size() < tries && !search.plans.empty()) {
       const DecisionParams best = search.plans[search.best()].first;
       const double ratio = best.max_ratio;
       const double share = best.offload_share;
@@ -323,7 +332,7 @@ class HybridPlanning {
       };
       const std::size_t best_before = search.best();
       for (const DecisionParams& params : neighbours) {
-        if (search.plans.size() >= sets) break;
+        if (search.plans.size() >= sets || search.tried.size() >= tries) break;
         HO_RETURN_IF_ERROR(evaluate(params, search));
       }
       if (search.best() == best_before) break;
@@ -343,6 +352,9 @@ class HybridPlanning {
     std::vector<std::vector<std::pair<std::int32_t, OpIndex>>> seen;
     std::vector<std::pair<DecisionParams, Candidate>> plans;
     std::int64_t budget = 0;
+    // Few plans can be made (a large trace): skip decision sets that barely
+    // lower the peak, whose plans would be the offload-only plan's.
+    bool scarce = false;
 
     std::size_t best() const {
       std::size_t best = 0;
@@ -384,10 +396,14 @@ class HybridPlanning {
             : std::vector<std::int32_t>{};
     const std::int64_t target =
         budget_ + static_cast<std::int64_t>(params.offload_share * static_cast<double>(offloadable_at_peak_));
-    const std::vector<RecomputeDecision> chosen =
-        internal::select_recomputes(trace_, peak_model_.resident_bytes, model_, {params.max_ratio, target},
-                                    search.preselected, reserved)
-            .decisions;
+    const RecomputeSelection selection = internal::select_recomputes(
+        trace_, peak_model_.resident_bytes, model_, {params.max_ratio, target}, search.preselected, reserved);
+    const std::vector<RecomputeDecision>& chosen = selection.decisions;
+    if (search.scarce && !selection.peak_after.empty()) {
+      const std::int64_t unplanned = peak_model_.resident_bytes[static_cast<std::size_t>(peak_op_)];
+      const double lowered = static_cast<double>(unplanned - selection.peak_after.back());
+      if (lowered < kNegligibleShare * static_cast<double>(unplanned - budget_)) return ok_status();
+    }
     std::vector<std::pair<std::int32_t, OpIndex>> key;
     key.reserve(chosen.size());
     for (const RecomputeDecision& d : chosen) key.push_back({d.candidate, d.regenerate_before});
@@ -420,9 +436,21 @@ class HybridPlanning {
 
   // The recompute-only plan when it can fit the budget. At real ops the
   // augmented trace holds exactly the selection's profile (re-runs can only
-  // add), so a sequence whose profile ends above the budget cannot fit and
-  // needs no plan.
+  // add), which never goes below the resident bytes less every candidate
+  // covering the op; so when that is above the budget somewhere, or the
+  // sequence's profile ends above it, the plan cannot fit and is not made.
   std::optional<Candidate> recompute_only_candidate() const {
+    const auto ops = static_cast<std::size_t>(trace_.op_count());
+    std::vector<std::int64_t> reducible_delta(ops + 1, 0);
+    for (const internal::RecomputeCandidate& c : model_.candidates) {
+      reducible_delta[static_cast<std::size_t>(c.interior_first())] += c.size_bytes;
+      reducible_delta[static_cast<std::size_t>(c.end_op)] -= c.size_bytes;
+    }
+    std::int64_t reducible = 0;
+    for (std::size_t op = 0; op < ops; ++op) {
+      reducible += reducible_delta[op];
+      if (peak_model_.resident_bytes[op] - reducible > budget_) return std::nullopt;
+    }
     const RecomputeSelection sequence = recompute_only_sequence();
     const std::int64_t lowest = sequence.peak_after.empty()
                                     ? *std::max_element(peak_model_.resident_bytes.begin(), peak_model_.resident_bytes.end())

@@ -75,12 +75,12 @@ struct HybridPlannerOptions {
   // (peak.device_memory): the plans are compared on that device.
   PeakPlannerOptions peak;
   OffloadUse offload = OffloadUse::kOffloadAndRecompute;
-  // How many decision sets may be evaluated at most, and how much planning work
-  // they may take together: the planner evaluates
+  // How many decision sets may be planned at most, and how much planning work
+  // they may take together: the planner plans
   // clamp(evaluation_budget / (ops + accesses), 1, max_decision_sets) of them
-  // (a 1M-op trace gets one, a GPT step all of them).
+  // (a 1M-op trace gets one, a 100k-op trace a few, a GPT step all of them).
   std::int32_t max_decision_sets = 32;
-  double evaluation_budget = 4.0e6;
+  double evaluation_budget = 1.0e6;
 };
 
 class HybridPlanner final : public Planner {
