@@ -1,8 +1,9 @@
-// hyperoffload compare TRACE [--budget B | --budgets B1,B2,...] [--planners greedy,peak]
+// hyperoffload compare TRACE [--budget B | --budgets B1,B2,...] [--planners greedy,peak,hybrid,recompute]
 //                    [--copy-engines 1|2] [--memory-cap unlimited|budget] [--score-weight N=V]...
 //                    [--plot FILE.svg] [--json]
-// The peak planner is tuned to the memory cap simulated; each budget's table
-// shows the stall lower bound (report/stall_bound.h).
+// The planners are tuned to the memory cap simulated; each budget's table
+// shows the offload-only stall lower bound (report/stall_bound.h) and, per
+// plan, its recomputes and how far its stall plus recompute is above it.
 #include <fmt/format.h>
 
 #include "hyperoffload/cli/command.h"
@@ -19,7 +20,7 @@ struct CompareArgs {
   std::string trace_path;
   std::string budget;
   std::string budgets;
-  std::string planners = "greedy,peak";
+  std::string planners = "greedy,peak,hybrid,recompute";
   int copy_engines = 2;
   std::string device_memory = "unlimited";
   std::vector<std::string> score_weights;
@@ -94,7 +95,8 @@ Command register_compare(CLI::App& root) {
                   "Copy engines in the simulation: 2 (one per direction) or 1 (shared)")
       ->check(CLI::IsMember({1, 2}))
       ->capture_default_str();
-  app->add_option("--score-weight", args->score_weights, "Peak planner score weight NAME=VALUE (repeatable)");
+  app->add_option("--score-weight", args->score_weights,
+                  "Peak planner score weight NAME=VALUE, also for the hybrid planner's offloads (repeatable)");
   app->add_option("--plot", args->plot, "Write an SVG plot of device memory over time per planner and budget");
   app->add_flag("--json", args->json, "Print the results as JSON instead of a table");
   return {app, [args] { return run_compare(*args); }};
