@@ -40,7 +40,8 @@ constexpr const char* kTrace = R"({"format": "hyperoffload.trace", "version": 1,
 
 TEST(CompareCli, PrintsOneTableRowPerPlanner) {
   ScratchDir dir;
-  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200"});
+  const testing::CliRun run =
+      run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200", "--planners", "greedy,peak"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("ops, 3 storages, 5.000 ms of compute"));
   EXPECT_THAT(run.out, HasSubstr("unplanned  300 B op-granular peak (op 3)"));
@@ -62,7 +63,8 @@ TEST(CompareCli, TunesThePeakPlannerToADeviceThatHoldsOnlyTheBudget) {
   // bound is the same 2 ms, and the timed peak stays within the budget.
   ScratchDir dir;
   const testing::CliRun run =
-      run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200", "--memory-cap", "budget"});
+      run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200", "--memory-cap", "budget", "--planners",
+               "greedy,peak"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("memory     capped at the budget"));
   EXPECT_THAT(run.out, HasSubstr("floor 200 B at op 2; stall lower bound 2.000 ms\n"));
@@ -140,7 +142,7 @@ TEST(CompareCli, RejectsBadOptionsWithExitCode2AndWritesNoPlot) {
       {{"--budget", "200", "--budgets", "250"}, "give either --budget or --budgets, not both"},
       {{"--budgets", "30%,,50%"}, "--budgets \"30%,,50%\": empty item"},
       {{"--budget", "lots"}, "invalid budget \"lots\""},
-      {{"--budget", "200", "--planners", "greedy,best"}, "unknown planner \"best\" (available: greedy, peak)"},
+      {{"--budget", "200", "--planners", "greedy,best"}, "unknown planner \"best\" (available: greedy, peak, optimal)"},
       {{"--budget", "200", "--copy-engines", "3"}, "--copy-engines"},
       {{}, "no budget to compare at"},
       {{"--budget", "200", "--planners", "greedy", "--score-weight", "hiding=2"},

@@ -133,7 +133,7 @@ TEST(Comparison, RejectsBadOptionsWithMessages) {
   unknown.planners = {"greedy", "best"};
   result = run_comparison(retained_trace(), unknown);
   ASSERT_FALSE(result.has_value());
-  EXPECT_THAT(result.error().message, HasSubstr("unknown planner \"best\" (available: greedy, peak)"));
+  EXPECT_THAT(result.error().message, HasSubstr("unknown planner \"best\" (available: greedy, peak, optimal)"));
 
   ComparisonOptions weights = none;
   weights.planners = {"greedy"};
