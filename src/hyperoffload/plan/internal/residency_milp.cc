@@ -244,6 +244,7 @@ Status ResidencyMilp::allocate_cells() {
     m.h.assign(cells, -1);
     m.pending.assign(cells, -1);
     m.work_pre.assign(cells, -1);
+    m.work_mid.assign(cells, -1);
     m.work_rest.assign(cells, -1);
     if (m.size_bytes == 0) continue;
     // Free cells get their columns in add_columns(); mark them with -2 here.
@@ -318,6 +319,9 @@ void ResidencyMilp::add_columns() {
       if (!active) continue;
       m.pending[cell] = problem_.add_column(0.0, h2d_ms, 0.0, false);
       m.work_pre[cell] = problem_.add_column(0.0, h2d_ms, 0.0, false);
+      if (!candidates_at_[static_cast<std::size_t>(t)].empty()) {
+        m.work_mid[cell] = problem_.add_column(0.0, h2d_ms, 0.0, false);
+      }
       if (m.x[cell] < 0) {
         active = false;  // a fixed cell is an access: the run ends here, nothing left after the stall window
       } else {
@@ -337,8 +341,9 @@ void ResidencyMilp::add_rows() {
     terms.clear();
   };
   // Per slot: D2H work, D2H work in the stall window (capped), H2D work, H2D
-  // work in the stall window.
-  std::vector<std::vector<MilpTerm>> d2h_slot(ops), d2h_pre_slot(ops), h2d_slot(ops), h2d_pre_slot(ops);
+  // work in the stall window, H2D work during the recomputes.
+  std::vector<std::vector<MilpTerm>> d2h_slot(ops), d2h_pre_slot(ops), h2d_slot(ops), h2d_pre_slot(ops),
+      h2d_mid_slot(ops);
 
   for (const StorageModel& m : storages_) {
     const double d2h_ms = trace.d2h_ms(m.size_bytes);
@@ -410,28 +415,36 @@ void ResidencyMilp::add_rows() {
       if (pending < 0) continue;
       const int reload = m.h[cell];
       const int pre = m.work_pre[cell];
+      const int mid = m.work_mid[cell];
       const int rest = m.work_rest[cell];
       // pending = pending before - work before + this slot's reload.
       terms = {{pending, 1.0}};
       if (reload >= 0) terms.push_back({reload, -h2d_ms});
       if (t > m.first && m.pending[cell - 1] >= 0) {
         terms.push_back({m.pending[cell - 1], -1.0});
-        terms.push_back({m.work_pre[cell - 1], 1.0});
-        if (m.work_rest[cell - 1] >= 0) terms.push_back({m.work_rest[cell - 1], 1.0});
+        for (const int work : {m.work_pre[cell - 1], m.work_mid[cell - 1], m.work_rest[cell - 1]}) {
+          if (work >= 0) terms.push_back({work, 1.0});
+        }
       }
       row(0.0, 0.0);
       // Work is at most what is outstanding.
-      terms = {{pre, 1.0}, {pending, -1.0}};
-      if (rest >= 0) terms.push_back({rest, 1.0});
+      terms = {{pending, -1.0}};
+      for (const int work : {pre, mid, rest}) {
+        if (work >= 0) terms.push_back({work, 1.0});
+      }
       row(-kMilpInfinity, 0.0);
-      h2d_slot[static_cast<std::size_t>(t)].push_back({pre, 1.0});
-      if (rest >= 0) h2d_slot[static_cast<std::size_t>(t)].push_back({rest, 1.0});
+      for (const int work : {pre, mid, rest}) {
+        if (work >= 0) h2d_slot[static_cast<std::size_t>(t)].push_back({work, 1.0});
+      }
       h2d_pre_slot[static_cast<std::size_t>(t)].push_back({pre, 1.0});
+      if (mid >= 0) h2d_mid_slot[static_cast<std::size_t>(t)].push_back({mid, 1.0});
       if (m.x[cell] >= 0) {
         terms = {{pending, 1.0}, {m.x[cell], -h2d_ms}};  // an outstanding copy has its memory
         row(-kMilpInfinity, 0.0);
       } else {
-        terms = {{pending, 1.0}, {pre, -1.0}};  // an access: done by the end of the stall window
+        // An access: done once the stall and the recomputes before the op have passed.
+        terms = {{pending, 1.0}, {pre, -1.0}};
+        if (mid >= 0) terms.push_back({mid, -1.0});
         row(-kMilpInfinity, 0.0);
       }
     }
@@ -529,6 +542,13 @@ void ResidencyMilp::add_rows() {
       if (slot->empty()) continue;
       terms = *slot;
       terms.push_back({stall, -1.0});
+      row(-kMilpInfinity, 0.0);
+    }
+    if (!h2d_mid_slot[t].empty()) {
+      // Before op t starts: the stall and its recomputes.
+      terms = h2d_pre_slot[t];
+      terms.insert(terms.end(), h2d_mid_slot[t].begin(), h2d_mid_slot[t].end());
+      add_length();
       row(-kMilpInfinity, 0.0);
     }
   }
@@ -692,7 +712,9 @@ Result<MilpPlan> ResidencyMilp::decode(std::span<const double> values) const {
       bool started = false;
       for (OpIndex u = t; u <= need; ++u) {
         const auto c = static_cast<std::size_t>(m.cell(u));
-        if (value_of(values, m.work_pre[c]) + value_of(values, m.work_rest[c]) <= kWorkEpsilonMs) continue;
+        const double work =
+            value_of(values, m.work_pre[c]) + value_of(values, m.work_mid[c]) + value_of(values, m.work_rest[c]);
+        if (work <= kWorkEpsilonMs) continue;
         if (!started) copy.first_work = u;
         started = true;
         copy.last_work = u;

@@ -38,11 +38,13 @@
 //               still resident, since a release frees memory only once its copy
 //               to host has completed.
 //   H2D         work in a slot is at most what is outstanding; outstanding work
-//               needs the memory (x = 1); at a need point nothing may be
-//               outstanding once the stall window before the op has passed.
+//               needs the memory (x = 1); nothing may be outstanding at an
+//               access once the stall and the recomputes before the op have
+//               passed, nor at a recompute's input once the stall has passed.
 //   engines     per slot: D2H work <= slot length; H2D work <= slot length;
-//               H2D work in stall windows <= w_t (two engines, one per
-//               direction, each a fluid queue).
+//               H2D work before the op <= w_t + recompute_t, before its
+//               recomputes <= w_t; capped: D2H work in the stall window <= w_t
+//               (two engines, one per direction, each a fluid queue).
 //   recompute   R[k,t] <= x[i][t] for each input i of k; memory while k re-runs
 //               (everything resident before op t except what op t first
 //               allocates, plus all of k's outputs) <= budget.
@@ -127,7 +129,10 @@ class ResidencyMilp {
     std::vector<OpIndex> writes;           // distinct ops, ascending
     std::vector<Version> versions;         // by copy_op
     // Per op first..end (index t - first); -1 where absent. x == -1: fixed resident.
-    std::vector<int> x, h, pending, work_pre, work_rest;
+    // work_pre: H2D work in the stall window before op t's recomputes;
+    // work_mid: during those recomputes (only where a candidate exists);
+    // work_rest: during op t (only at free cells).
+    std::vector<int> x, h, pending, work_pre, work_mid, work_rest;
 
     int cell(OpIndex t) const { return static_cast<int>(t - first); }
     bool in_horizon(OpIndex t) const { return t >= first && t <= end; }
