@@ -127,13 +127,13 @@ TEST(Comparison, RejectsBadOptionsWithMessages) {
   none.budgets = {BudgetSpec{BudgetSpec::Unit::kBytes, 200}};
   Result<Comparison> result = run_comparison(retained_trace(), none);
   ASSERT_FALSE(result.has_value());
-  EXPECT_THAT(result.error().message, HasSubstr("no planner to compare (available: greedy, peak)"));
+  EXPECT_THAT(result.error().message, HasSubstr("no planner to compare (available: greedy, peak, hybrid, recompute)"));
 
   ComparisonOptions unknown = none;
   unknown.planners = {"greedy", "best"};
   result = run_comparison(retained_trace(), unknown);
   ASSERT_FALSE(result.has_value());
-  EXPECT_THAT(result.error().message, HasSubstr("unknown planner \"best\" (available: greedy, peak, optimal)"));
+  EXPECT_THAT(result.error().message, HasSubstr("unknown planner \"best\" (available: greedy, peak, hybrid, recompute, optimal)"));
 
   ComparisonOptions weights = none;
   weights.planners = {"greedy"};

@@ -85,7 +85,10 @@ Command register_plan(CLI::App& root) {
   app->add_option("--budget,-b", args->budget,
                   "Device-memory budget: bytes, a size (2GiB, 512MB) or a percentage of the unplanned "
                   "op-granular peak (40%); overrides the trace's memory_limit_bytes");
-  app->add_option("--planner,-p", args->planner, "Planner: greedy, peak or optimal (a MILP reference for small traces)")->capture_default_str();
+  app->add_option("--planner,-p", args->planner,
+                  "Planner: greedy, peak, hybrid (recompute + offload), recompute (recompute only) or optimal (a "
+                  "MILP reference for small traces)")
+      ->capture_default_str();
   app->add_option("--score-weight", args->score_weights, "Peak planner score weight NAME=VALUE (repeatable)");
   add_memory_cap_option(*app, args->device_memory);
   add_time_limit_option(*app, args->time_limit_s);

@@ -1,0 +1,423 @@
+#include "hyperoffload/plan/hybrid_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/budget.h"
+#include "hyperoffload/plan/internal/augmented_trace.h"
+#include "hyperoffload/plan/internal/covering_index.h"
+#include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/internal/profile_tree.h"
+#include "hyperoffload/plan/internal/recompute_model.h"
+#include "hyperoffload/plan/internal/recompute_selection.h"
+#include "hyperoffload/plan/internal/stall_estimate.h"
+
+namespace hyperoffload {
+namespace {
+
+using internal::AugmentedTrace;
+using internal::PeakModel;
+using internal::RecomputeDecision;
+using internal::RecomputeModel;
+using internal::RecomputeSelection;
+
+constexpr double kNoRatioLimit = std::numeric_limits<double>::infinity();
+
+// One decision set (hybrid_planner.h, step 2). Recompute candidates whose
+// cost is at most `max_ratio` times the H2D time of their bytes, down to the
+// budget plus `offload_share` of the bytes the copy engine can take off the
+// device before the peak (its bandwidth times the compute before the peak op,
+// at most the excess), which are left to the offloads. With offload_deadline
+// > 0, the candidates that the copy engine can take off by that fraction of
+// the compute before the peak are left to the offloads first
+// (reserve_for_offload): the oldest data, which an offload can hide best.
+struct DecisionParams {
+  double max_ratio;
+  double offload_share;
+  double offload_deadline;
+
+  friend bool operator==(const DecisionParams&, const DecisionParams&) = default;
+};
+
+// The first decision sets tried, in order; on a large trace only the first
+// few are (HybridPlannerOptions::evaluation_budget), then the neighbours of the
+// best are (see hybrid()). The first is the best single choice on the GPT
+// presets (BENCHMARKS.md).
+constexpr DecisionParams kDecisionGrid[] = {
+    {kNoRatioLimit, 0.0, 0.8}, {kNoRatioLimit, 1.0, 0.0}, {kNoRatioLimit, 0.0, 0.0}, {1.0, 0.5, 0.0},
+    {kNoRatioLimit, 0.5, 0.0}, {kNoRatioLimit, 0.0, 1.5}, {0.1, 0.0, 0.0},           {kNoRatioLimit, 0.0, 1.0},
+    {0.25, 0.5, 0.0},          {1.0, 0.0, 0.8},           {kNoRatioLimit, 0.0, 0.5}, {1.0, 0.0, 0.0},
+    {0.25, 0.0, 0.0},          {0.05, 0.0, 0.0},          {0.25, 0.0, 0.8},          {1.0, 1.0, 0.0},
+    {0.1, 0.5, 0.0},           {kNoRatioLimit, 0.25, 0.8}, {0.25, 1.0, 0.0},         {0.05, 0.5, 0.0},
+};
+
+// A plan for the original trace with what the choice between plans needs.
+struct Candidate {
+  std::string label;
+  std::vector<Action> actions;
+  std::int64_t peak_bytes = 0;  // op-granular, over ops and recomputes (planner's model)
+  double time_ms = 0.0;         // compute + recomputes + estimated stall
+  OpIndex peak_op = -1;         // where peak_bytes is reached (an original op); without offloads only
+  std::int64_t recompute_count = 0;
+  double recompute_ms = 0.0;
+  std::vector<std::string> notes;
+};
+
+// Whether a beats b: fitting the budget first, then the quicker, then the
+// lower peak; ties keep b (the one evaluated first).
+bool better(const Candidate& a, const Candidate& b, std::int64_t budget) {
+  const bool a_fits = a.peak_bytes <= budget;
+  const bool b_fits = b.peak_bytes <= budget;
+  if (a_fits != b_fits) return a_fits;
+  if (!a_fits && a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+  if (a.time_ms != b.time_ms) return a.time_ms < b.time_ms;
+  return a.peak_bytes < b.peak_bytes;
+}
+
+std::int64_t count_copies(std::span<const Action> actions) {
+  std::int64_t copies = 0;
+  for (const Action& action : actions) {
+    copies += action.kind == ActionKind::kCopyD2H || action.kind == ActionKind::kCopyH2D ? 1 : 0;
+  }
+  return copies;
+}
+
+class HybridPlanning {
+ public:
+  HybridPlanning(const Trace& trace, const HybridPlannerOptions& options, std::int64_t budget)
+      : trace_(trace),
+        options_(options),
+        budget_(budget),
+        accesses_(trace),
+        peak_model_(internal::build_peak_model(trace, accesses_)),
+        model_(internal::build_recompute_model(trace, accesses_)),
+        memory_cap_(options.peak.device_memory == DeviceMemory::kBudget ? std::optional<std::int64_t>(budget)
+                                                                        : std::nullopt) {}
+
+  Result<PlanResult> run(std::string_view planner_name) {
+    PlanResult result;
+    result.schedule.planner = std::string(planner_name);
+    result.initial_peak_bytes = *std::max_element(peak_model_.resident_bytes.begin(), peak_model_.resident_bytes.end());
+    Candidate chosen;
+    if (options_.offload == OffloadUse::kRecomputeOnly) {
+      chosen = recompute_only(&result.floor);
+      chosen.notes.push_back(fmt::format("recompute: {} recompute(s) ({:.3f} ms); estimated step {:.3f} ms",
+                                         chosen.recompute_count, chosen.recompute_ms, chosen.time_ms));
+    } else {
+      HO_ASSIGN_OR_RETURN(chosen, hybrid(&result.floor));
+    }
+    if (budget_ < result.floor->bytes) {
+      result.notes.push_back(fmt::format(
+          "budget {} ({} bytes) is below the floor of {} ({} bytes) at op {} ({}): the planned peak cannot go "
+          "below the floor; planned as close to the budget as possible",
+          format_bytes(budget_), budget_, format_bytes(result.floor->bytes), result.floor->bytes, result.floor->op,
+          trace_.op_name(result.floor->op)));
+    }
+    result.notes.insert(result.notes.end(), chosen.notes.begin(), chosen.notes.end());
+    result.planned_peak_bytes = chosen.peak_bytes;
+    result.schedule.actions = std::move(chosen.actions);
+    return result;
+  }
+
+ private:
+  // The peak planner on `trace` (the original or an augmented one).
+  Result<PlanResult> peak_plan(const Trace& trace) const {
+    return PeakPlanner(options_.peak).plan(trace, budget_);
+  }
+
+  double estimated_time_ms(const Trace& trace, const StorageAccesses& accesses, std::span<const Action> actions) const {
+    return trace.total_compute_ms() + internal::estimate_stall_ms(trace, accesses, actions, memory_cap_);
+  }
+
+  Result<Candidate> offload_only() const {
+    Candidate candidate;
+    candidate.label = "offload-only";
+    HO_ASSIGN_OR_RETURN(PlanResult plan, peak_plan(trace_));
+    candidate.time_ms = estimated_time_ms(trace_, accesses_, plan.schedule.actions);
+    candidate.peak_bytes = plan.planned_peak_bytes;
+    candidate.actions = std::move(plan.schedule.actions);
+    for (std::string& note : plan.notes) {
+      if (note.find("boundary candidate") != std::string::npos) candidate.notes.push_back(std::move(note));
+    }
+    return candidate;
+  }
+
+  // Offloads planned around the recomputes of `chosen`.
+  Result<Candidate> with_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
+    const AugmentedTrace augmented = internal::build_augmented_trace(trace_, model_, chosen);
+    const StorageAccesses accesses(augmented.trace);
+    HO_ASSIGN_OR_RETURN(PlanResult plan, peak_plan(augmented.trace));
+    Candidate candidate;
+    candidate.label = std::move(label);
+    candidate.time_ms = estimated_time_ms(augmented.trace, accesses, plan.schedule.actions);
+    candidate.peak_bytes = plan.planned_peak_bytes;
+    candidate.recompute_count = augmented.recompute_count;
+    candidate.recompute_ms = augmented.recompute_ms;
+    candidate.actions = internal::map_back(augmented, plan.schedule.actions);
+    return candidate;
+  }
+
+  // Releases after the last access and the recomputes of `chosen`, no copies.
+  Candidate without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
+    const AugmentedTrace augmented = internal::build_augmented_trace(trace_, model_, chosen);
+    const StorageAccesses accesses(augmented.trace);
+    const std::vector<Action> actions = internal::end_of_life_releases(augmented.trace, accesses);
+    Candidate candidate;
+    candidate.label = std::move(label);
+    candidate.time_ms = estimated_time_ms(augmented.trace, accesses, actions);
+    const PeakBytes peak = unplanned_peak(augmented.trace, accesses);
+    candidate.peak_bytes = peak.bytes;
+    candidate.peak_op = peak.op >= 0 ? augmented.original_op[static_cast<std::size_t>(peak.op)] : -1;
+    candidate.recompute_count = augmented.recompute_count;
+    candidate.recompute_ms = augmented.recompute_ms;
+    candidate.actions = internal::map_back(augmented, actions);
+    return candidate;
+  }
+
+  // The recompute-only plan: the shortest prefix of the full decision sequence
+  // whose peak over ops and recomputes fits the budget, found by trying the
+  // prefix at which the selection's profile fits and then longer ones
+  // (doubling the step); the full sequence is the floor.
+  Candidate recompute_only(std::optional<UnavoidableFloor>* floor) const {
+    const RecomputeSelection sequence =
+        internal::select_recomputes(trace_, peak_model_.resident_bytes, model_, {kNoRatioLimit, 0});
+    Candidate full = without_offloads(sequence.decisions, "recompute-only");
+    *floor = UnavoidableFloor{full.peak_op, full.peak_bytes};
+    if (full.peak_bytes > budget_) return full;
+    const std::size_t total = sequence.decisions.size();
+    std::size_t length = 0;
+    while (length < total && sequence.peak_after[length] > budget_) ++length;
+    if (length < total) ++length;  // the decision that brought the profile within the budget
+    std::size_t step = std::max<std::size_t>(1, length / 16);
+    while (length < total) {
+      Candidate prefix = without_offloads(sequence.prefix(length), "recompute-only");
+      if (prefix.peak_bytes <= budget_) return prefix;
+      length = std::min(total, length + step);
+      step *= 2;
+    }
+    return full;
+  }
+
+  // Recompute gaps that offloading cannot free (inside a leading run of
+  // writes): they lower the floor.
+  std::vector<std::int32_t> floor_candidates() const {
+    std::vector<std::int32_t> gaps;
+    for (std::size_t g = 0; g < model_.candidates.size(); ++g) {
+      if (!model_.candidates[g].offloadable) gaps.push_back(static_cast<std::int32_t>(g));
+    }
+    return gaps;
+  }
+
+  Result<Candidate> hybrid(std::optional<UnavoidableFloor>* floor) const {
+    // The offload-only plan, on a second thread: it is the largest single job.
+    Result<Candidate> offload = make_error(ErrorCode::kInternal, "offload-only plan not made");
+    std::jthread offload_worker([&] { offload = offload_only(); });
+
+    *floor = peak_model_.floor;
+    std::vector<std::int32_t> preselected;  // candidates every decision set starts from
+    if (model_.candidates.empty()) {
+      offload_worker.join();
+      if (!offload) return std::unexpected(offload.error());
+      offload->label = "offload-only (nothing recomputable)";
+      return finish(std::move(*offload), {});
+    }
+    // Gaps only recompute frees lower the floor; below the peak planner's
+    // floor every decision set includes them.
+    const std::vector<std::int32_t> floor_gaps = floor_candidates();
+    std::vector<Candidate> candidates;
+    if (!floor_gaps.empty()) {
+      // Taken as decisions (so that they agree with each other), with no stop.
+      const std::vector<RecomputeDecision> floor_set =
+          internal::select_recomputes(trace_, peak_model_.resident_bytes, model_,
+                                      {0.0, std::numeric_limits<std::int64_t>::max()}, floor_gaps)
+              .decisions;
+      const AugmentedTrace augmented = internal::build_augmented_trace(trace_, model_, floor_set);
+      const PeakModel floor_model =
+          internal::build_peak_model(augmented.trace, StorageAccesses(augmented.trace));
+      if (floor_model.floor.bytes < (*floor)->bytes) {
+        *floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(floor_model.floor.op)],
+                                  floor_model.floor.bytes};
+        if (budget_ < peak_model_.floor.bytes) {
+          preselected = floor_gaps;
+          HO_ASSIGN_OR_RETURN(Candidate floor_plan,
+                              with_offloads(floor_set, "recompute where offloading cannot, offload the rest"));
+          candidates.push_back(std::move(floor_plan));
+        }
+      }
+    }
+    candidates.push_back(recompute_only_candidate());
+
+    const double work = static_cast<double>(trace_.op_count()) + static_cast<double>(trace_.access_count());
+    const auto sets = static_cast<std::size_t>(
+        std::clamp(std::floor(options_.evaluation_budget / std::max(work, 1.0)), 1.0,
+                   static_cast<double>(std::max(1, options_.max_decision_sets))));
+    DecisionSearch search;
+    search.preselected = preselected;
+    for (const DecisionParams& params : kDecisionGrid) {
+      if (search.plans.size() >= sets) break;
+      HO_RETURN_IF_ERROR(evaluate(params, search));
+    }
+    // Refine around the best: half and double its ratio, a quarter more or
+    // less of its share, while evaluations are left and that improves it.
+    while (search.plans.size() < sets && !search.plans.empty()) {
+      const DecisionParams best = search.plans[search.best()].first;
+      const double ratio = best.max_ratio;
+      const double share = best.offload_share;
+      const double deadline = best.offload_deadline;
+      const DecisionParams neighbours[] = {
+          {ratio == kNoRatioLimit ? 4.0 : ratio * 2.0, share, deadline},
+          {ratio == kNoRatioLimit ? 2.0 : ratio / 2.0, share, deadline},
+          {ratio, std::min(1.0, share + 0.25), deadline},
+          {ratio, std::max(0.0, share - 0.25), deadline},
+          {ratio, share, deadline + 0.1},
+          {ratio, share, std::max(0.0, deadline - 0.1)},
+      };
+      const std::size_t best_before = search.best();
+      for (const DecisionParams& params : neighbours) {
+        if (search.plans.size() >= sets) break;
+        HO_RETURN_IF_ERROR(evaluate(params, search));
+      }
+      if (search.best() == best_before) break;
+    }
+    for (auto& [params, candidate] : search.plans) candidates.push_back(std::move(candidate));
+    offload_worker.join();
+    if (!offload) return std::unexpected(offload.error());
+    const std::size_t evaluated = candidates.size() + 1;
+    return finish(std::move(*offload), std::move(candidates), evaluated);
+  }
+
+  // Decision sets tried so far, the decisions already planned (different
+  // parameters can give the same decisions) and the plans made.
+  struct DecisionSearch {
+    std::vector<std::int32_t> preselected;
+    std::vector<DecisionParams> tried;
+    std::vector<std::vector<std::pair<std::int32_t, OpIndex>>> seen;
+    std::vector<std::pair<DecisionParams, Candidate>> plans;
+    std::int64_t budget = 0;
+
+    std::size_t best() const {
+      std::size_t best = 0;
+      for (std::size_t i = 1; i < plans.size(); ++i) {
+        if (better(plans[i].second, plans[best].second, budget)) best = i;
+      }
+      return best;
+    }
+  };
+
+  // The unplanned profile's peak op, and the compute before it, in ms.
+  OpIndex peak_op() const {
+    const auto& resident = peak_model_.resident_bytes;
+    return static_cast<OpIndex>(std::max_element(resident.begin(), resident.end()) - resident.begin());
+  }
+  double compute_before_peak_ms() const {
+    double before_ms = 0.0;
+    for (OpIndex op = 0; op < peak_op_; ++op) before_ms += trace_.op_duration_ms(op);
+    return before_ms;
+  }
+  // Bytes the copy engine can take off the device before the peak op, at most
+  // the excess.
+  std::int64_t offloadable_at_peak() const {
+    const double bytes =
+        compute_before_peak_ms_ / 1e3 * trace_.d2h_bandwidth_gib_per_s() * static_cast<double>(kBytesPerGiB);
+    const std::int64_t excess = peak_model_.resident_bytes[static_cast<std::size_t>(peak_op_)] - budget_;
+    return static_cast<std::int64_t>(std::min(bytes, static_cast<double>(std::max<std::int64_t>(0, excess))));
+  }
+
+  // Plans the decision set of `params` unless it was tried or gives decisions
+  // already planned.
+  Status evaluate(const DecisionParams& params, DecisionSearch& search) const {
+    if (std::find(search.tried.begin(), search.tried.end(), params) != search.tried.end()) return ok_status();
+    search.tried.push_back(params);
+    search.budget = budget_;
+    const std::vector<std::int32_t> reserved =
+        params.offload_deadline > 0.0
+            ? internal::reserve_for_offload(trace_, model_, peak_op_, params.offload_deadline * compute_before_peak_ms_)
+            : std::vector<std::int32_t>{};
+    const std::int64_t target =
+        budget_ + static_cast<std::int64_t>(params.offload_share * static_cast<double>(offloadable_at_peak_));
+    const std::vector<RecomputeDecision> chosen =
+        internal::select_recomputes(trace_, peak_model_.resident_bytes, model_, {params.max_ratio, target},
+                                    search.preselected, reserved)
+            .decisions;
+    std::vector<std::pair<std::int32_t, OpIndex>> key;
+    key.reserve(chosen.size());
+    for (const RecomputeDecision& d : chosen) key.push_back({d.candidate, d.regenerate_before});
+    std::sort(key.begin(), key.end());
+    if (key.empty() || std::find(search.seen.begin(), search.seen.end(), key) != search.seen.end()) return ok_status();
+    search.seen.push_back(std::move(key));
+    HO_ASSIGN_OR_RETURN(Candidate plan, with_offloads(chosen, decision_label(params)));
+    search.plans.push_back({params, std::move(plan)});
+    return ok_status();
+  }
+
+  static std::string decision_label(const DecisionParams& params) {
+    std::string label = params.max_ratio == kNoRatioLimit
+                            ? std::string("recompute at any cost")
+                            : fmt::format("recompute what costs at most {}x its copy back", params.max_ratio);
+    if (params.offload_deadline > 0.0) {
+      label += fmt::format(" except what the copy engine can move by {:.0f}% of the time before the peak",
+                           100.0 * params.offload_deadline);
+    }
+    if (params.offload_share > 0.0) {
+      label += fmt::format(", down to {:.0f}% of what it can move before the peak above the budget",
+                           100.0 * params.offload_share);
+    }
+    return label + ", offload the rest";
+  }
+
+  Candidate recompute_only_candidate() const {
+    std::optional<UnavoidableFloor> unused;
+    Candidate candidate = recompute_only(&unused);
+    candidate.label = "recompute-only";
+    return candidate;
+  }
+
+  // The best of the offload-only plan and `others`, with a note on how it was chosen.
+  Candidate finish(Candidate offload, std::vector<Candidate> others, std::size_t evaluated = 1) const {
+    const double offload_ms = offload.time_ms;
+    double recompute_only_ms = -1.0;
+    Candidate best = std::move(offload);
+    for (Candidate& candidate : others) {
+      if (candidate.label == "recompute-only") recompute_only_ms = candidate.peak_bytes <= budget_ ? candidate.time_ms : -1.0;
+      if (better(candidate, best, budget_)) best = std::move(candidate);
+    }
+    std::string comparison = fmt::format("offload-only {:.3f} ms", offload_ms);
+    if (recompute_only_ms >= 0.0) comparison += fmt::format(", recompute-only {:.3f} ms", recompute_only_ms);
+    best.notes.push_back(fmt::format(
+        "hybrid: {} recompute(s) ({:.3f} ms) and {} copies: {}; estimated step {:.3f} ms, the best of {} plan(s) "
+        "({})",
+        best.recompute_count, best.recompute_ms, count_copies(best.actions), best.label, best.time_ms, evaluated,
+        comparison));
+    return best;
+  }
+
+  const Trace& trace_;
+  const HybridPlannerOptions& options_;
+  std::int64_t budget_;
+  const StorageAccesses accesses_;
+  const PeakModel peak_model_;
+  const RecomputeModel model_;
+  std::optional<std::int64_t> memory_cap_;
+  OpIndex peak_op_ = peak_op();
+  double compute_before_peak_ms_ = compute_before_peak_ms();
+  std::int64_t offloadable_at_peak_ = offloadable_at_peak();
+};
+
+}  // namespace
+
+Result<PlanResult> HybridPlanner::plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const {
+  if (trace.op_count() == 0 || !budget_bytes) {
+    PlanResult result;
+    result.schedule.planner = std::string(name());
+    return result;
+  }
+  return HybridPlanning(trace, options_, *budget_bytes).run(name());
+}
+
+}  // namespace hyperoffload
