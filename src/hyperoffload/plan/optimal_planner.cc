@@ -1,5 +1,7 @@
 #include "hyperoffload/plan/optimal_planner.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -27,6 +29,7 @@ Result<PlanResult> OptimalPlanner::plan(const Trace& trace, std::optional<std::i
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("time limit {} s: expected a positive number of seconds", options_.time_limit_s));
   }
+  const auto start = std::chrono::steady_clock::now();
   PlanResult result;
   result.schedule.planner = "optimal";
   const PeakBytes unplanned = unplanned_peak(trace);
@@ -47,23 +50,35 @@ Result<PlanResult> OptimalPlanner::plan(const Trace& trace, std::optional<std::i
   const internal::MilpProblem& problem = milp.problem();
 
   internal::MilpSolveOptions solve_options;
-  solve_options.time_limit_s = options_.time_limit_s;
+  // The limit covers the whole plan: building the program counts against it.
+  const double built_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  solve_options.time_limit_s = std::max(0.05, options_.time_limit_s - built_s);
   // Proven optimal means within 1e-4 of the compute time (0.01% of a makespan).
-  solve_options.absolute_gap = std::max(1e-9, 1e-4 * trace.total_compute_ms());
-  solve_options.start = milp.offload_everything();
-  solve_options.progress = options_.progress;
-  if (const double violation = problem.max_violation(solve_options.start); violation > 1e-6) {
+  const double unit_ms = milp.time_unit_ms();
+  solve_options.absolute_gap = std::max(1e-9, 1e-4 * problem.cost_offset);
+  if (options_.progress) {
+    solve_options.progress = [&](const SolverProgress& progress) {
+      SolverProgress in_ms = progress;
+      in_ms.bound_ms *= unit_ms;
+      if (in_ms.incumbent_ms) *in_ms.incumbent_ms *= unit_ms;
+      options_.progress(in_ms);
+    };
+  }
+  // The schedule to fall back on when the search finds none in time.
+  const std::vector<double> fallback = milp.offload_everything();
+  if (const double violation = problem.max_violation(fallback); violation > 1e-6) {
     return make_error(ErrorCode::kInternal,
-                      fmt::format("optimal planner: its offload-everything start violates the program by {}", violation));
+                      fmt::format("optimal planner: its offload-everything assignment violates the program by {}",
+                                  violation));
   }
   HO_ASSIGN_OR_RETURN(internal::MilpSolution solution, internal::solve_milp(problem, solve_options));
   if (solution.status == internal::MilpStatus::kInfeasible) {
     return make_error(ErrorCode::kInternal,
-                      "optimal planner: CBC reports the program infeasible although its offload-everything start is "
-                      "feasible");
+                      "optimal planner: CBC proved the program infeasible although its offload-everything "
+                      "assignment is feasible");
   }
-  if (!solution.has_solution) {  // stopped before CBC took the start: the start is the incumbent
-    solution.values = solve_options.start;
+  if (!solution.has_solution) {
+    solution.values = fallback;
     solution.objective = problem.objective(solution.values);
     solution.bound = std::min(solution.bound, solution.objective);
   }
@@ -75,8 +90,8 @@ Result<PlanResult> OptimalPlanner::plan(const Trace& trace, std::optional<std::i
   report.solver = internal::cbc_version();
   report.status = solution.status == internal::MilpStatus::kOptimal ? SolverStatus::kOptimal : SolverStatus::kTimeLimit;
   // decode() drops what serves nothing, so its makespan can only be lower.
-  report.objective_ms = std::min(solution.objective, plan.makespan_ms);
-  report.bound_ms = std::min(solution.bound, report.objective_ms);
+  report.objective_ms = std::min(solution.objective * unit_ms, plan.makespan_ms);
+  report.bound_ms = std::min(solution.bound * unit_ms, report.objective_ms);
   report.gap = report.objective_ms > 0 ? (report.objective_ms - report.bound_ms) / report.objective_ms : 0.0;
   report.solve_seconds = solution.seconds;
   report.nodes = solution.nodes;
@@ -92,9 +107,11 @@ Result<PlanResult> OptimalPlanner::plan(const Trace& trace, std::optional<std::i
                                               : fmt::format("time limit ({:g} s) reached", options_.time_limit_s),
       report.objective_ms, trace.total_compute_ms(), plan.recompute_ms, plan.recompute_count, plan.stall_ms,
       report.bound_ms, 100.0 * report.gap));
-  result.notes.push_back(fmt::format("{} in {:.2f} s, {} nodes; {} variables ({} integer), {} constraints",
-                                     report.solver, report.solve_seconds, report.nodes, report.columns,
-                                     report.integer_columns, report.rows));
+  result.notes.push_back(fmt::format(
+      "{} in {:.2f} s, {} nodes; {} variables ({} integer), {} constraints; {} residency cells free, {} recompute "
+      "candidates",
+      report.solver, report.solve_seconds, report.nodes, report.columns, report.integer_columns, report.rows,
+      milp.free_cells(), milp.candidate_count()));
   return result;
 }
 

@@ -41,7 +41,10 @@ namespace hyperoffload {
 
 struct OptimalPlannerOptions {
   DeviceMemory device_memory = DeviceMemory::kUnlimited;
-  double time_limit_s = 60.0;  // wall clock for the solve, > 0
+  // Wall clock for the plan, building the program included, in seconds (> 0);
+  // decoding the solution after the solver stops adds a little (milliseconds
+  // to tenths of a second on the largest programs).
+  double time_limit_s = 60.0;
   // Traces beyond these are refused (see above).
   OpIndex max_ops = 1000;
   std::int64_t max_columns = 200000;

@@ -121,25 +121,23 @@ Result<MilpSolution> solve_milp(const MilpProblem& problem, const MilpSolveOptio
     solver.loadProblem(sized, col_lower.data(), col_upper.data(), problem.column_cost().data(), row_lower.data(),
                        row_upper.data());
   }
+  solver.messageHandler()->setLogLevel(0);
   for (int c = 0; c < columns; ++c) {
     if (problem.column_integer(c)) solver.setInteger(c);
   }
-  solver.messageHandler()->setLogLevel(0);
 
   CbcModel model(solver);
   model.setLogLevel(0);
   model.messageHandler()->setLogLevel(0);
   ProgressHandler handler(start, options, problem.cost_offset);
   model.passInEventHandler(&handler);
-  if (!options.start.empty()) {
-    model.setBestSolution(options.start.data(), columns, problem.objective(options.start) - problem.cost_offset, true);
-  }
-
   CbcSolverUsefulData data;
   data.noPrinting_ = true;
   data.useSignalHandler_ = false;
   CbcMain0(model, data);
-  const std::string seconds = fmt::format("{:.3f}", std::max(0.01, options.time_limit_s - seconds_since(start)));
+  // CBC's own limit is set a little short of ours: after it stops, undoing its
+  // preprocessing takes time too (Note [CBC progress] stops it at our limit).
+  const std::string seconds = fmt::format("{:.3f}", std::max(0.01, 0.85 * (options.time_limit_s - seconds_since(start))));
   const std::string gap = fmt::format("{:.9g}", options.absolute_gap);
   const char* argv[] = {"hyperoffload", "-log",    "0",         "-timeMode", "elapsed", "-sec", seconds.c_str(),
                         "-allowableGap", gap.c_str(), "-ratioGap", "0",        "-solve", "-quit"};
@@ -156,18 +154,23 @@ Result<MilpSolution> solve_milp(const MilpProblem& problem, const MilpSolveOptio
     result.objective = problem.objective(result.values);
   }
   if (model.isProvenInfeasible()) {
-    result.status = MilpStatus::kInfeasible;
+    // Also what CBC 2.10.8 reports when a time limit stops it inside its root
+    // processing (its preprocessing then drops the search's state); only a
+    // search that ran to its end before the limit is believed.
+    const bool finished = model.status() == 0 && result.seconds < 0.85 * options.time_limit_s;
+    result.status = finished ? MilpStatus::kInfeasible : MilpStatus::kTimeLimit;
     result.has_solution = false;
     result.values.clear();
+    result.bound = problem.cost_offset;
     return result;
   }
-  result.status = model.isProvenOptimal() && result.has_solution ? MilpStatus::kOptimal : MilpStatus::kTimeLimit;
   result.bound = model.getBestPossibleObjValue() + problem.cost_offset;
-  if (result.has_solution) {
-    if (result.status == MilpStatus::kOptimal) result.bound = std::max(result.bound, result.objective - options.absolute_gap);
-    result.bound = std::min(result.bound, result.objective);
-  }
   if (!std::isfinite(result.bound)) result.bound = problem.cost_offset;
+  if (result.has_solution) result.bound = std::min(result.bound, result.objective);
+  // Stopped by the limit with the incumbent already at the bound is optimal too.
+  const bool closed = result.has_solution && result.objective - result.bound <= options.absolute_gap;
+  result.status = result.has_solution && (model.isProvenOptimal() || closed) ? MilpStatus::kOptimal
+                                                                             : MilpStatus::kTimeLimit;
   return result;
 }
 

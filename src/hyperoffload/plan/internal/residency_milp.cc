@@ -63,6 +63,11 @@ Result<ResidencyMilp> ResidencyMilp::build(const Trace& trace, std::int64_t budg
   milp.budget_bytes_ = budget_bytes;
   milp.options_ = options;
   milp.index_trace();
+  // Times in the program are in units of the mean op duration, so that its
+  // coefficients are near 1 whatever the trace's scale (tiny coefficients slow
+  // the LP solves down by orders of magnitude).
+  const double mean_ms = trace.op_count() > 0 ? trace.total_compute_ms() / trace.op_count() : 0.0;
+  milp.time_unit_ms_ = mean_ms > 0.0 ? mean_ms : 1.0;
   HO_RETURN_IF_ERROR(milp.check_floor());
   milp.find_free_gaps();
   milp.find_candidates();
@@ -280,10 +285,10 @@ void ResidencyMilp::add_columns() {
   const bool capped = options_.device_memory == DeviceMemory::kBudget;
   stall_col_.resize(static_cast<std::size_t>(trace.op_count()));
   for (OpIndex t = 0; t < trace.op_count(); ++t) {
-    problem_.cost_offset += trace.op_duration_ms(t);
+    problem_.cost_offset += duration(t);
     stall_col_[static_cast<std::size_t>(t)] = problem_.add_column(0.0, kMilpInfinity, 1.0, false);
   }
-  for (Candidate& c : candidates_) c.column = problem_.add_binary(trace.op_duration_ms(c.source));
+  for (Candidate& c : candidates_) c.column = problem_.add_binary(duration(c.source));
   for (StorageModel& m : storages_) {
     for (int& x : m.x) {
       if (x == -2) x = problem_.add_binary();
@@ -298,7 +303,7 @@ void ResidencyMilp::add_columns() {
       m.h[static_cast<std::size_t>(m.cell(t))] = problem_.add_binary();
       last_reload[static_cast<std::size_t>(version - m.versions.data())] = t;
     }
-    const double d2h_ms = trace.d2h_ms(m.size_bytes);
+    const double d2h_ms = d2h(m.size_bytes);
     for (std::size_t v = 0; v < m.versions.size(); ++v) {
       if (last_reload[v] < 0) continue;
       Version& version = m.versions[v];
@@ -311,7 +316,7 @@ void ResidencyMilp::add_columns() {
       }
     }
     // H2D progress, from a possible reload to the need point that closes its run.
-    const double h2d_ms = trace.h2d_ms(m.size_bytes);
+    const double h2d_ms = h2d(m.size_bytes);
     bool active = false;
     for (OpIndex t = m.first; t <= m.end; ++t) {
       const auto cell = static_cast<std::size_t>(m.cell(t));
@@ -346,8 +351,8 @@ void ResidencyMilp::add_rows() {
       h2d_mid_slot(ops);
 
   for (const StorageModel& m : storages_) {
-    const double d2h_ms = trace.d2h_ms(m.size_bytes);
-    const double h2d_ms = trace.h2d_ms(m.size_bytes);
+    const double d2h_ms = d2h(m.size_bytes);
+    const double h2d_ms = h2d(m.size_bytes);
     // Residency: a storage becomes resident only by a reload or a recompute.
     for (OpIndex t = m.first + 1; t <= m.end; ++t) {
       const int before = m.x_at(t - 1);
@@ -367,6 +372,19 @@ void ResidencyMilp::add_rows() {
       if (reload >= 0) {
         terms = {{reload, 1.0}, {before, 1.0}};  // no reload of a storage still resident
         row(-kMilpInfinity, 1.0);
+      }
+    }
+    // On unlimited memory a release frees at once and its copy to host runs on
+    // regardless, so releasing later than the gap's first op never helps:
+    // within a free gap the storage is off, then back (x does not decrease).
+    // The same optimum with far fewer equivalent solutions to search.
+    if (!capped) {
+      for (std::size_t g = 0; g < free_gaps_[static_cast<std::size_t>(&m - storages_.data())].size(); ++g) {
+        const auto [a, b] = free_gaps_[static_cast<std::size_t>(&m - storages_.data())][g];
+        for (OpIndex t = a + 1; t + 1 < b; ++t) {
+          terms = {{m.x_at(t), 1.0}, {m.x_at(t + 1), -1.0}};
+          row(-kMilpInfinity, 0.0);
+        }
       }
     }
     // D2H progress of each version that some reload restores.
@@ -460,7 +478,7 @@ void ResidencyMilp::add_rows() {
         row(-kMilpInfinity, 0.0);
       }
       if (m.pending[cell] >= 0 && m.x[cell] >= 0) {
-        const double h2d_ms = trace.h2d_ms(m.size_bytes);
+        const double h2d_ms = h2d(m.size_bytes);
         terms = {{m.pending[cell], 1.0}, {m.work_pre[cell], -1.0}, {c.column, h2d_ms}};
         row(-kMilpInfinity, h2d_ms);
       }
@@ -524,12 +542,12 @@ void ResidencyMilp::add_rows() {
   // stall), and work in the stall window at most the stall.
   for (std::size_t t = 0; t < ops; ++t) {
     const int stall = stall_col_[t];
-    const double duration_ms = trace.op_duration_ms(static_cast<OpIndex>(t));
+    const double duration_ms = duration(static_cast<OpIndex>(t));
     auto add_length = [&] {
       terms.push_back({stall, -1.0});
       for (const int c : candidates_at_[t]) {
         terms.push_back({candidates_[static_cast<std::size_t>(c)].column,
-                         -trace.op_duration_ms(candidates_[static_cast<std::size_t>(c)].source)});
+                         -duration(candidates_[static_cast<std::size_t>(c)].source)});
       }
     };
     for (auto* slot : {&d2h_slot[t], &h2d_slot[t]}) {
@@ -563,8 +581,8 @@ std::vector<double> ResidencyMilp::offload_everything() const {
   std::vector<double> stall(ops, 0.0);
   for (std::size_t i = 0; i < storages_.size(); ++i) {
     const StorageModel& m = storages_[i];
-    const double d2h_ms = trace.d2h_ms(m.size_bytes);
-    const double h2d_ms = trace.h2d_ms(m.size_bytes);
+    const double d2h_ms = d2h(m.size_bytes);
+    const double h2d_ms = h2d(m.size_bytes);
     std::vector<bool> copied(m.versions.size(), false);
     for (const auto& [a, b] : free_gaps_[i]) {
       // Off the device during (a, b); back by a reload before b, after the
@@ -815,7 +833,7 @@ Result<MilpPlan> ResidencyMilp::decode(std::span<const double> values) const {
       plan.peak_bytes = std::max(plan.peak_bytes, bytes);
     }
   }
-  for (std::size_t t = 0; t < ops; ++t) plan.stall_ms += values[static_cast<std::size_t>(stall_col_[t])];
+  for (std::size_t t = 0; t < ops; ++t) plan.stall_ms += values[static_cast<std::size_t>(stall_col_[t])] * time_unit_ms_;
   plan.makespan_ms = trace.total_compute_ms() + plan.recompute_ms + plan.stall_ms;
   return plan;
 }

@@ -49,7 +49,8 @@
 //               (everything resident before op t except what op t first
 //               allocates, plus all of k's outputs) <= budget.
 //   memory      sum of resident sizes during op t <= budget.
-// Objective: sum of slot lengths = compute + recompute + stall (ms).
+// Objective: sum of slot lengths = compute + recompute + stall, in units of
+// time_unit_ms() (the trace's mean op duration).
 //
 // Thread-safety: a built ResidencyMilp is immutable.
 #pragma once
@@ -95,6 +96,8 @@ class ResidencyMilp {
                                      const ResidencyMilpOptions& options = {});
 
   const MilpProblem& problem() const { return problem_; }
+  // The program's unit of time, in ms (its objective times this is ms).
+  double time_unit_ms() const { return time_unit_ms_; }
   // The least any plan of this model can keep resident at its worst op: the
   // storages an op accesses plus retained storages past their last access.
   UnavoidableFloor floor() const { return floor_; }
@@ -156,6 +159,10 @@ class ResidencyMilp {
   Status allocate_cells();
   void add_columns();
   void add_rows();
+  // Times in the program's unit (time_unit_ms).
+  double duration(OpIndex op) const { return trace_->op_duration_ms(op) / time_unit_ms_; }
+  double d2h(std::int64_t bytes) const { return trace_->d2h_ms(bytes) / time_unit_ms_; }
+  double h2d(std::int64_t bytes) const { return trace_->h2d_ms(bytes) / time_unit_ms_; }
   // Helpers of find_candidates(), on positions in storages_.
   bool fixed_resident(int model, OpIndex t) const;
   OpIndex creator(int model, OpIndex t) const;
@@ -167,6 +174,7 @@ class ResidencyMilp {
 
   const Trace* trace_ = nullptr;
   std::int64_t budget_bytes_ = 0;
+  double time_unit_ms_ = 1.0;
   ResidencyMilpOptions options_;
   MilpProblem problem_;
   UnavoidableFloor floor_;
