@@ -734,8 +734,10 @@ int kind_rank(ActionKind kind) {
       return 2;
     case ActionKind::kReleaseHost:
       return 3;
+    case ActionKind::kRecompute:  // the peak planner does not recompute
+      return 4;
   }
-  return 4;
+  return 5;
 }
 
 // Turns placements into actions: one copy_d2h per used version, the eviction

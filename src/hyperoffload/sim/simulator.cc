@@ -6,14 +6,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "hyperoffload/check/residency_rules.h"
+#include "hyperoffload/model/residency_rules.h"
 
 namespace hyperoffload {
 namespace {
 
 // Note [Residency state]: the simulator decides which copies are effective,
 // which accesses fault and which are first accesses with the validator's rules
-// (check/residency_rules.h), so the two never disagree about what happens, only
+// (model/residency_rules.h), so the two never disagree about what happens, only
 // the simulator adds when. The property test in tests/sim/ holds them together.
 //
 // The size is kept here rather than read from the trace so that an access
@@ -56,24 +56,34 @@ class Simulation {
     if (record_) result_.timeline.budget_bytes = result_.budget_bytes;
 
     const std::vector<ResolvedAction> actions = resolve_actions(trace_, schedule, {});
+    if (std::any_of(actions.begin(), actions.end(),
+                    [](const ResolvedAction& a) { return a.action.kind == ActionKind::kRecompute; })) {
+      versions_ = AccessVersions(trace_);
+      recompute_times_.resize(states_.size());
+    }
     compute_events_.reserve(trace_.access_count() / 2 + actions.size() / 2 + 16);
     if (record_) result_.timeline.spans.reserve(static_cast<std::size_t>(trace_.op_count()) + actions.size());
 
-    double previous_end_ms = 0.0;
+    // Note [Host and stream clocks]: the host issues op i's pre actions when op
+    // i-1 ends and its post actions when op i ends, in program order; an
+    // allocation with a memory cap can hold the host up (Note [Memory cap]),
+    // and the actions after it are issued later. The compute stream is free
+    // when its last op or recompute ends: a recompute issued in op i-1's post
+    // phase can still run while op i's pre actions are issued.
+    double host_ms = 0.0;
     std::size_t next = 0;
     for (OpIndex op = 0; op < trace_.op_count(); ++op) {
-      // The host issues op's pre actions when the previous op has ended; with a
-      // memory cap an allocation among them can hold the host up (Note [Memory cap]).
-      double host_ms = previous_end_ms;
+      host_ms = std::max(host_ms, op_end_ms_);
       prefetch_action_states(actions, next);
       for (; next < actions.size() && actions[next].action.op == op && actions[next].action.phase == Phase::kPre;
            ++next) {
         host_ms = apply(actions[next], host_ms);
       }
-      previous_end_ms = run_op(op, previous_end_ms, host_ms);
-      for (; next < actions.size() && actions[next].action.op == op; ++next) apply(actions[next], previous_end_ms);
+      run_op(op, host_ms);
+      host_ms = op_end_ms_;
+      for (; next < actions.size() && actions[next].action.op == op; ++next) host_ms = apply(actions[next], host_ms);
     }
-    result_.makespan_ms = std::max(previous_end_ms, copies_end_ms_);
+    result_.makespan_ms = std::max(stream_free_ms_, copies_end_ms_);
     sweep_memory();
     return std::move(result_);
   }
@@ -117,24 +127,33 @@ class Simulation {
   }
   void prefetch_action_states(std::span<const ResolvedAction> actions, std::size_t from) {
     const std::size_t end = std::min(actions.size(), from + kPrefetchDistance);
-    for (std::size_t i = std::max(from, actions_prefetched_); i < end; ++i) prefetch_state(actions[i].storage);
+    for (std::size_t i = std::max(from, actions_prefetched_); i < end; ++i) {
+      if (actions[i].storage >= 0) prefetch_state(actions[i].storage);
+    }
     actions_prefetched_ = std::max(actions_prefetched_, end);
   }
 
-  // Runs one op whose pre actions were issued at `ready_ms` (the previous op's
-  // end) and done by `host_ms` (later when one waited for memory); returns when
-  // it ends.
-  double run_op(OpIndex op, double ready_ms, double host_ms) {
+  // The compute stream's wait before an op or recompute whose actions the host
+  // has issued by `host_ms`: from when the stream is free to the host (waiting
+  // for memory, Note [Memory cap]). Returns when the stream can go on.
+  double wait_for_host(OpIndex op, double host_ms) {
+    if (host_ms <= stream_free_ms_) return stream_free_ms_;
+    add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, stream_free_ms_, host_ms);
+    result_.memory_stall_ms += host_ms - stream_free_ms_;
+    return host_ms;
+  }
+
+  // Runs one op whose pre actions the host has issued by `host_ms`; it starts
+  // once the compute stream is free. Sets op_end_ms_ and stream_free_ms_.
+  void run_op(OpIndex op, double host_ms) {
     ++seq_;
-    if (host_ms > ready_ms) {
-      add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, ready_ms, host_ms);
-      result_.memory_stall_ms += host_ms - ready_ms;
-    }
-    double cursor_ms = host_ms;
+    const double ready_ms = stream_free_ms_;
+    double cursor_ms = wait_for_host(op, host_ms);
     std::int64_t first_access_bytes = 0;
     std::int64_t fault_bytes = 0;
     faults_.clear();
     prefetch_states(trace_.access_offset(op) + trace_.accesses(op).size());
+    std::size_t position = trace_.access_offset(op);
     for (const Access& access : trace_.accesses(op)) {
       StorageState& state = state_of(access.storage);
       switch (classify_access(state.residency)) {
@@ -151,6 +170,7 @@ class Simulation {
           break;
       }
       apply_access(state.residency, access.kind);
+      versions_.record(position++, state.residency.version);
     }
     if (cap_) {
       // Everything this op allocates must fit before its faults and its start.
@@ -182,7 +202,64 @@ class Simulation {
     add_span(SpanKind::kOp, Lane::kCompute, op, -1, 0, start_ms, end_ms);
     result_.compute_ms += duration_ms;
     result_.stall_ms += start_ms - ready_ms;
-    return end_ms;
+    op_end_ms_ = stream_free_ms_ = end_ms;
+  }
+
+  // Note [Recompute timing]: a recompute of op k is issued by the host like any
+  // action of its phase. Its regenerated outputs are allocated when it is
+  // issued (with a cap the host waits for room, as for a prefetch). It runs on
+  // the compute stream for op k's duration once the stream is free and every
+  // in-flight H2D of its inputs has completed; the wait is stall, its run time
+  // is recompute time. The actions after it are issued at once, but a release
+  // of one of its inputs or outputs frees memory, and a copy to host of one of
+  // its outputs starts, no earlier than its end (recompute_times_).
+  double recompute(const ResolvedAction& resolved, double issue_ms) {
+    const Action& action = resolved.action;
+    const OpIndex source = action.source_op;
+    recompute_accesses(trace_, versions_, source, recompute_);
+    std::int64_t regenerated_bytes = 0;
+    for (const RecomputeAccess& output : recompute_.outputs) {
+      StorageState& state = state_of(output.storage);
+      if (classify_recompute_output(state.residency, output.version) != RecomputeOutput::kRegenerates) continue;
+      apply_recompute_output(state.residency);
+      regenerated_bytes += state.size_bytes;
+    }
+    double host_ms = issue_ms;
+    if (cap_) {
+      host_ms = fit(issue_ms, regenerated_bytes);
+      allocated_bytes_ += regenerated_bytes;
+    }
+    add_event(compute_events_, host_ms, regenerated_bytes);
+    const double ready_ms = stream_free_ms_;
+    const double cursor_ms = wait_for_host(action.op, host_ms);
+    double start_ms = cursor_ms;
+    for (const RecomputeAccess& input : recompute_.inputs) start_ms = std::max(start_ms, state_of(input.storage).h2d_end_ms);
+    if (start_ms > cursor_ms) add_span(SpanKind::kStall, Lane::kCompute, action.op, -1, 0, cursor_ms, start_ms);
+    const double duration_ms = trace_.op_duration_ms(source);
+    const double end_ms = start_ms + duration_ms;
+    add_span(SpanKind::kRecompute, Lane::kCompute, source, -1, regenerated_bytes, start_ms, end_ms);
+    result_.stall_ms += start_ms - ready_ms;
+    result_.recompute_ms += duration_ms;
+    ++result_.recompute_count;
+    stream_free_ms_ = end_ms;
+    for (const RecomputeAccess& input : recompute_.inputs) {
+      RecomputeTimes& times = recompute_times_[static_cast<std::size_t>(input.storage)];
+      times.used_until_ms = std::max(times.used_until_ms, end_ms);
+    }
+    for (const RecomputeAccess& output : recompute_.outputs) {
+      RecomputeTimes& times = recompute_times_[static_cast<std::size_t>(output.storage)];
+      times.used_until_ms = std::max(times.used_until_ms, end_ms);
+      times.written_ms = std::max(times.written_ms, end_ms);
+    }
+    return host_ms;
+  }
+
+  // When a recompute last used / wrote storage s (0 without recomputes).
+  double recompute_used_until_ms(StorageIndex s) const {
+    return recompute_times_.empty() ? 0.0 : recompute_times_[static_cast<std::size_t>(s)].used_until_ms;
+  }
+  double recompute_written_ms(StorageIndex s) const {
+    return recompute_times_.empty() ? 0.0 : recompute_times_[static_cast<std::size_t>(s)].written_ms;
   }
 
   // Note [Memory cap]: with DeviceMemory::kBudget every allocation is made by the
@@ -218,6 +295,7 @@ class Simulation {
   double apply(const ResolvedAction& resolved, double issue_ms) {
     ++seq_;
     const Action& action = resolved.action;
+    if (action.kind == ActionKind::kRecompute) return recompute(resolved, issue_ms);
     const StorageIndex s = resolved.storage;
     StorageState& state = state_of(s);
     ResidencyState& residency = state.residency;
@@ -226,7 +304,7 @@ class Simulation {
       case ActionKind::kCopyD2H: {
         if (classify_d2h(residency) != CopyOutcome::kCopies) return issue_ms;  // a no-op, or an error with no copy
         double& engine = engine_free_ms(action.kind);
-        const double start_ms = std::max(issue_ms, engine);
+        const double start_ms = std::max({issue_ms, engine, recompute_written_ms(s)});
         const double end_ms = start_ms + trace_.d2h_ms(size);
         engine = end_ms;
         copies_end_ms_ = std::max(copies_end_ms_, end_ms);
@@ -267,7 +345,7 @@ class Simulation {
       case ActionKind::kReleaseDevice: {
         if (!residency.resident) return issue_ms;
         residency.resident = false;
-        const double free_ms = std::max({issue_ms, state.d2h_end_ms, state.h2d_end_ms});
+        const double free_ms = std::max({issue_ms, state.d2h_end_ms, state.h2d_end_ms, recompute_used_until_ms(s)});
         add_event(free_ms > issue_ms ? delayed_events_ : compute_events_, free_ms, -size);
         if (cap_) pending_frees_.push({free_ms, size});
         return issue_ms;
@@ -275,6 +353,7 @@ class Simulation {
       case ActionKind::kReleaseHost:
         residency.host_present = false;
         return issue_ms;
+      case ActionKind::kRecompute: return issue_ms;  // handled above
     }
     return issue_ms;
   }
@@ -324,6 +403,16 @@ class Simulation {
   std::vector<StorageState> states_;
   SimulationResult result_;
   std::uint64_t seq_ = 0;
+  double op_end_ms_ = 0.0;       // when the last op ended (Note [Host and stream clocks])
+  double stream_free_ms_ = 0.0;  // when the last op or recompute ended
+  // Note [Recompute timing]; all empty or disabled without recompute actions.
+  struct RecomputeTimes {
+    double used_until_ms = 0.0;  // end of the last recompute reading or writing it
+    double written_ms = 0.0;     // end of the last recompute writing it
+  };
+  AccessVersions versions_;
+  std::vector<RecomputeTimes> recompute_times_;
+  RecomputeAccesses recompute_;  // scratch
   std::size_t accesses_prefetched_ = 0;  // Note [Prefetching storage states]
   std::size_t actions_prefetched_ = 0;
   double engine_free_ms_[2] = {0.0, 0.0};
@@ -364,6 +453,8 @@ std::string simulation_to_json(const SimulationResult& result) {
   out["makespan_ms"] = result.makespan_ms;
   out["stall_ms"] = result.stall_ms;
   out["fault_ms"] = result.fault_ms;
+  out["recompute_ms"] = result.recompute_ms;
+  out["recompute_count"] = result.recompute_count;
   out["overhead_percent"] = result.overhead_percent();
   out["d2h_bytes"] = result.d2h_bytes;
   out["h2d_bytes"] = result.h2d_bytes;

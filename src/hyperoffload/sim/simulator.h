@@ -7,7 +7,8 @@
 //    with 1, both directions share one queue, in program order. Transfer time =
 //    size / bandwidth (the trace's GiB/s, 2^30 bytes per second).
 //  - An action is issued when its op ends (post) or when the previous op ends
-//    (pre; time 0 for op 0).
+//    (pre; time 0 for op 0), in program order: one that waits for memory (with
+//    DeviceMemory::kBudget, below) holds up the host, and the actions after it.
 //  - A copy_d2h starts when it is issued and its engine is free.
 //  - A copy_h2d starts when it is issued, its engine is free and the storage's
 //    last D2H has completed; its device memory is taken when the copy starts.
@@ -30,6 +31,15 @@
 //    bytes; actions the validator drops (unknown storage, op out of range) are
 //    ignored, and actions out of execution order run in execution order, as in
 //    the validator.
+//  - A recompute of op k (schedule format v2) is issued like any action of its
+//    phase. The storages it regenerates are allocated when it is issued (with
+//    kBudget the host waits for room, as for a prefetch). It runs on the compute
+//    stream for op k's duration_ms once the stream is free and every in-flight
+//    H2D of its inputs has completed (the wait is stall); the next op or
+//    recompute starts no earlier than its end. The actions after it in its
+//    phase are issued at once, but a release_device of one of its inputs or
+//    outputs frees memory, and a copy_d2h of one of its outputs starts, no
+//    earlier than its end. Its run time is recompute_ms, overhead but not stall.
 //  - Ops do not wait for an in-flight D2H of a storage they write. Schedules
 //    from the planners never need it (the D2H is issued after the storage's last
 //    write before its gap), so the model leaves write-after-read hazards to the
@@ -46,9 +56,10 @@
 // schedule over budget at op granularity, an allocation that cannot fit once
 // every issued release has completed goes ahead and the timed peak shows it.
 //
-// makespan_ms is when the last op or copy ends; stall_ms is the compute stream's
-// total waiting (including faults), so compute_ms + stall_ms is when the last op
-// ends. The timed peak is at least the validator's op-granular peak when every
+// makespan_ms is when the last op, recompute or copy ends; stall_ms is the
+// compute stream's total waiting (including faults, before ops and before
+// recomputes), so compute_ms + stall_ms + recompute_ms is when the compute
+// stream's last op or recompute ends. The timed peak is at least the validator's op-granular peak when every
 // prefetch is taken by the time the validator counts it (greedy's last-moment
 // prefetches, or any schedule with DeviceMemory::kBudget, which
 // reserves at issue); a prefetch issued early that waits in the H2D queue takes
@@ -100,6 +111,8 @@ struct SimulationResult {
   double fault_ms = 0.0;              // time the compute stream spent in faults
   // DeviceMemory::kBudget: compute-stream time spent waiting for memory to be freed.
   double memory_stall_ms = 0.0;
+  double recompute_ms = 0.0;          // compute-stream time spent re-running ops (not stall)
+  std::int64_t recompute_count = 0;   // recompute actions run
   DeviceMemory device_memory = DeviceMemory::kUnlimited;
   std::int64_t d2h_bytes = 0;         // bytes of the copies simulated
   std::int64_t h2d_bytes = 0;         // includes faults
@@ -111,7 +124,13 @@ struct SimulationResult {
   std::size_t faults() const { return validation.faults.size(); }
   std::int64_t peak_bytes() const { return validation.peak_bytes; }
   // Stall as a percentage of compute time (0 when compute is 0).
-  double overhead_percent() const { return compute_ms > 0 ? 100.0 * stall_ms / compute_ms : 0.0; }
+  double stall_percent() const { return compute_ms > 0 ? 100.0 * stall_ms / compute_ms : 0.0; }
+  // What the schedule costs on top of compute, stall and recompute together,
+  // as a percentage of compute time: makespan / compute - 1 whenever an op
+  // ends last (0 when compute is 0). Without recomputes it is stall_percent().
+  double overhead_percent() const {
+    return compute_ms > 0 ? 100.0 * (stall_ms + recompute_ms) / compute_ms : 0.0;
+  }
 };
 
 // Simulates `schedule` on `trace`. Never fails: an invalid schedule is reported in
@@ -120,7 +139,8 @@ struct SimulationResult {
 SimulationResult simulate(const Trace& trace, const Schedule& schedule, const SimulatorOptions& options = {});
 
 // The --json object: valid, faults, peak_bytes, peak_op, peak_bytes_timed,
-// peak_time_ms, compute_ms, makespan_ms, stall_ms, fault_ms, overhead_percent,
+// peak_time_ms, compute_ms, makespan_ms, stall_ms, fault_ms, recompute_ms,
+// recompute_count, overhead_percent,
 // d2h_bytes, h2d_bytes, d2h_count, h2d_count, copy_engines, budget_bytes (when
 // known), memory_cap ("unlimited" / "budget"), memory_stall_ms, problem_count,
 // problems (docs/FORMATS.md).

@@ -74,10 +74,39 @@ double estimate_stall_ms(const Trace& trace, const StorageAccesses& accesses, st
   }
   double d2h_free_ms = 0.0, h2d_free_ms = 0.0;
   double previous_end_ms = 0.0, stall_ms = 0.0;
+  double stream_free_ms = 0.0;            // when the last op or recompute ends
+  std::vector<double> recomputed_until_ms;  // per storage: end of the last recompute using it
   std::size_t next = 0;
+  // A recompute (the simulator's Note [Recompute timing]): its outputs are
+  // allocated when it is issued — all of them, as a fault-free schedule
+  // recomputes what it released — and it runs on the compute stream once the
+  // stream is free and its inputs' copies to device are done.
+  auto recompute = [&](const Action& action, double issue_ms) {
+    if (recomputed_until_ms.empty()) recomputed_until_ms.assign(storages, 0.0);
+    std::int64_t bytes = 0;
+    double start_ms = stream_free_ms;
+    for (const Access& access : trace.accesses(action.source_op)) {
+      const auto s = static_cast<std::size_t>(access.storage);
+      if (access.kind == AccessKind::kWrite) {
+        bytes += trace.storage(access.storage).size_bytes;
+      } else {
+        start_ms = std::max(start_ms, to_device_done_ms[s]);
+      }
+    }
+    if (memory) issue_ms = memory->allocate(issue_ms, bytes);
+    start_ms = std::max(start_ms, issue_ms);
+    stall_ms += start_ms - stream_free_ms;
+    stream_free_ms = start_ms + trace.op_duration_ms(action.source_op);
+    for (const Access& access : trace.accesses(action.source_op)) {
+      double& until = recomputed_until_ms[static_cast<std::size_t>(access.storage)];
+      until = std::max(until, stream_free_ms);
+    }
+    return issue_ms;
+  };
   // Applies one action issued at `issue_ms`; returns when the host is done
   // issuing it (later only for a capped prefetch that waited for memory).
   auto apply = [&](const Action& action, double issue_ms) {
+    if (action.kind == ActionKind::kRecompute) return recompute(action, issue_ms);
     const std::optional<StorageIndex> storage = trace.find_storage(action.storage);
     if (!storage) return issue_ms;
     const auto s = static_cast<std::size_t>(*storage);
@@ -103,9 +132,14 @@ double estimate_stall_ms(const Trace& trace, const StorageAccesses& accesses, st
         return issue_ms;
       }
       case ActionKind::kReleaseDevice:
-        if (memory) memory->release(std::max({issue_ms, to_host_done_ms[s], to_device_done_ms[s]}), bytes);
+        if (memory) {
+          memory->release(std::max({issue_ms, to_host_done_ms[s], to_device_done_ms[s],
+                                    recomputed_until_ms.empty() ? 0.0 : recomputed_until_ms[s]}),
+                          bytes);
+        }
         return issue_ms;
       case ActionKind::kReleaseHost:
+      case ActionKind::kRecompute:  // handled above
         return issue_ms;
     }
     return issue_ms;
@@ -118,9 +152,9 @@ double estimate_stall_ms(const Trace& trace, const StorageAccesses& accesses, st
       host_ms = apply(actions[next], host_ms);
     }
     if (memory) host_ms = memory->allocate(host_ms, first_access_bytes[static_cast<std::size_t>(op)]);
-    const double start_ms = std::max(host_ms, wait_until_ms[static_cast<std::size_t>(op)]);
-    stall_ms += start_ms - previous_end_ms;
-    previous_end_ms = start_ms + trace.op_duration_ms(op);
+    const double start_ms = std::max({host_ms, wait_until_ms[static_cast<std::size_t>(op)], stream_free_ms});
+    stall_ms += start_ms - stream_free_ms;
+    previous_end_ms = stream_free_ms = start_ms + trace.op_duration_ms(op);
     for (; next < actions.size() && actions[next].op == op; ++next) apply(actions[next], previous_end_ms);
   }
   return stall_ms;
