@@ -1,10 +1,11 @@
-// hyperoffload compare TRACE [--budget B | --budgets B1,B2,...] [--planners greedy,peak,...]
+// hyperoffload compare TRACE [--budget B | --budgets B1,B2,...] [--planners greedy,peak,hybrid,recompute,optimal]
 //                    [--copy-engines 1|2] [--memory-cap unlimited|budget] [--score-weight N=V]...
 //                    [--time-limit S] [--plot FILE.svg] [--json]
-// The peak planner is tuned to the memory cap simulated; each budget's table
-// shows the stall lower bound (report/stall_bound.h). Without --planners the
-// heuristic planners are compared, and the optimal planner too when the trace
-// is small enough for it (plan/optimal_planner.h).
+// The planners are tuned to the memory cap simulated; each budget's table
+// shows the offload-only stall lower bound (report/stall_bound.h) and, per
+// plan, its recomputes and how far its stall plus recompute is above it.
+// Without --planners the heuristic planners are compared, and the optimal
+// planner too when the trace is small enough for it (plan/optimal_planner.h).
 #include <fmt/format.h>
 
 #include "hyperoffload/cli/command.h"
@@ -107,7 +108,8 @@ Command register_compare(CLI::App& root) {
                   "Copy engines in the simulation: 2 (one per direction) or 1 (shared)")
       ->check(CLI::IsMember({1, 2}))
       ->capture_default_str();
-  app->add_option("--score-weight", args->score_weights, "Peak planner score weight NAME=VALUE (repeatable)");
+  app->add_option("--score-weight", args->score_weights,
+                  "Peak planner score weight NAME=VALUE, also for the hybrid planner's offloads (repeatable)");
   add_time_limit_option(*app, args->time_limit_s);
   app->add_option("--plot", args->plot, "Write an SVG plot of device memory over time per planner and budget");
   app->add_flag("--json", args->json, "Print the results as JSON instead of a table");

@@ -56,7 +56,7 @@ int run_plan(const PlanArgs& args) {
     fmt::print("shortfall planned peak exceeds the budget by {}\n", format_bytes(check.peak_bytes - *budget));
   }
   if (plan.result.floor) {
-    fmt::print("floor     {} at op {} ({}): no plan can go lower\n", format_bytes(plan.result.floor->bytes),
+    fmt::print("floor     {} at op {} ({}): the lowest peak this planner reaches\n", format_bytes(plan.result.floor->bytes),
                plan.result.floor->op, trace.op_name(plan.result.floor->op));
   }
   if (const std::optional<SolverReport>& solver = plan.result.solver) {
@@ -66,6 +66,16 @@ int run_plan(const PlanArgs& args) {
   }
   fmt::print("moved     d2h {} in {} copies, h2d {} in {} copies\n", format_bytes(check.d2h_bytes),
              group_digits(check.d2h_count), format_bytes(check.h2d_bytes), group_digits(check.h2d_count));
+  std::int64_t recomputes = 0;
+  double recompute_ms = 0.0;
+  for (const Action& action : plan.result.schedule.actions) {
+    if (action.kind != ActionKind::kRecompute || action.source_op < 0 || action.source_op >= trace.op_count()) continue;
+    ++recomputes;
+    recompute_ms += trace.op_duration_ms(action.source_op);
+  }
+  if (recomputes > 0) {
+    fmt::print("recompute {} re-runs of earlier ops, {:.3f} ms of compute\n", group_digits(recomputes), recompute_ms);
+  }
   fmt::print("actions   {} ({} pre, {} post)\n", group_digits(static_cast<std::int64_t>(plan.result.schedule.actions.size())),
              group_digits(static_cast<std::int64_t>(pre)), group_digits(static_cast<std::int64_t>(post)));
   if (check.valid()) {
@@ -89,7 +99,8 @@ Command register_plan(CLI::App& root) {
                   "Planner: greedy, peak, hybrid (recompute + offload), recompute (recompute only) or optimal (a "
                   "MILP reference for small traces)")
       ->capture_default_str();
-  app->add_option("--score-weight", args->score_weights, "Peak planner score weight NAME=VALUE (repeatable)");
+  app->add_option("--score-weight", args->score_weights,
+                  "Peak planner score weight NAME=VALUE, also for the hybrid planner's offloads (repeatable)");
   add_memory_cap_option(*app, args->device_memory);
   add_time_limit_option(*app, args->time_limit_s);
   app->add_option("-o,--output", args->output, "Write the schedule here (hyperoffload.schedule JSON; - for stdout)");

@@ -40,7 +40,11 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
   }
   if (name == "hybrid" || name == "recompute") {
     // The hybrid planner places its offloads with the peak planner, so it takes
-    // the same score weights (recompute-only has no offloads to place).
+    // the same score weights; recompute-only has no offloads to place.
+    if (name == "recompute" && !options.score_weights.empty()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "--score-weight applies to the peak and hybrid planners, not to recompute");
+    }
     HybridPlannerOptions hybrid_options;
     HO_ASSIGN_OR_RETURN(hybrid_options.peak, peak_planner_options(options.score_weights));
     hybrid_options.peak.device_memory = options.device_memory;

@@ -28,12 +28,12 @@ namespace hyperoffload {
 
 struct ComparisonOptions {
   // Planner names (make_planner); rows follow this order within each budget.
-  std::vector<std::string> planners = {"greedy", "peak"};
+  std::vector<std::string> planners = {"greedy", "peak", "hybrid", "recompute"};
   // Budgets to compare at; percentages are of the unplanned op-granular peak.
   // Empty: the trace's memory_limit_bytes (an error when it has none).
   std::vector<BudgetSpec> budgets;
-  // Score weights NAME=VALUE for the peak planner (an error when no planner
-  // takes them).
+  // Score weights NAME=VALUE for the peak planner and the hybrid planner,
+  // which places its offloads with it (an error when no planner takes them).
   std::vector<std::pair<std::string, double>> score_weights;
   CopyEngines copy_engines = CopyEngines::kTwo;
   // kBudget simulates a device that holds only the budget (sim/simulator.h):
@@ -58,7 +58,11 @@ struct ComparisonRow {
   std::int64_t timed_peak_bytes = 0;  // simulator, over time
   double stall_ms = 0.0;
   double memory_stall_ms = 0.0;   // part of stall_ms waiting for memory (DeviceMemory::kBudget)
-  double overhead_percent = 0.0;  // stall as a percentage of compute
+  double recompute_ms = 0.0;      // compute-stream time re-running ops (recompute actions)
+  std::int64_t recompute_count = 0;
+  // (stall + recompute) as a percentage of compute: makespan / compute - 1
+  // whenever an op ends last.
+  double overhead_percent = 0.0;
   double makespan_ms = 0.0;
   std::int64_t d2h_bytes = 0;
   std::int64_t h2d_bytes = 0;  // includes faults
@@ -78,12 +82,18 @@ struct ComparisonRow {
   // planner promises. The timed peak is reported separately.
   bool feasible() const { return refused.empty() && valid && faults == 0 && op_peak_bytes <= budget_bytes; }
   bool timed_within_budget() const { return timed_peak_bytes <= budget_bytes; }
-  // How much more this row stalls than the budget's lower bound; nullopt when
-  // the row is not feasible (the bound holds for feasible plans only) or there
-  // is no bound.
+  // How much more this row stalls than the budget's lower bound on the stall
+  // of offload-only plans; nullopt when the row is not feasible (the bound
+  // holds for feasible plans only) or there is no bound.
   std::optional<double> stall_above_bound_ms(std::optional<double> bound_ms) const {
     if (!feasible() || !bound_ms) return std::nullopt;
     return stall_ms - *bound_ms;
+  }
+  // The same for everything the plan adds to compute, stall and recompute:
+  // negative where recomputing beats every offload-only plan.
+  std::optional<double> overhead_above_bound_ms(std::optional<double> bound_ms) const {
+    if (!feasible() || !bound_ms) return std::nullopt;
+    return stall_ms + recompute_ms - *bound_ms;
   }
 };
 
@@ -98,8 +108,9 @@ struct Comparison {
   CopyEngines copy_engines = CopyEngines::kTwo;
   DeviceMemory device_memory = DeviceMemory::kUnlimited;
   std::vector<std::int64_t> budgets_bytes;  // in the requested order
-  // Per budget: the least stall any plan within it can have (report/stall_bound.h)
-  // under these copy engines and memory cap; nullopt when no plan fits it.
+  // Per budget: the least stall any offload-only plan within it can have
+  // (report/stall_bound.h) under these copy engines and memory cap; nullopt
+  // when no such plan fits it. Plans that recompute can go below it.
   std::vector<std::optional<double>> stall_bounds_ms;
   // Budget-major: rows[b * planners + p] is planner p at budgets_bytes[b].
   std::vector<ComparisonRow> rows;
