@@ -28,6 +28,8 @@ Result<std::vector<NamedPlanner>> make_planners(const ComparisonOptions& options
     // weights; every planner is tuned to the simulated device.
     PlannerOptions planner_options;
     planner_options.device_memory = options.device_memory;
+    planner_options.time_limit_s = options.time_limit_s;
+    planner_options.solver_progress = options.solver_progress;
     if (name == "peak" || name == "hybrid") {
       planner_options.score_weights = options.score_weights;
       weights_used = true;
@@ -50,6 +52,11 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   const auto start = std::chrono::steady_clock::now();
   Result<PlanResult> planned = planner.planner->plan(trace, budget);
   row.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!planned && planned.error().code == ErrorCode::kInvalidArgument) {
+    row.refused = planned.error().message;
+    row.valid = true;  // nothing was planned, so nothing is invalid
+    return row;
+  }
   if (!planned) {
     return make_error(planned.error().code, fmt::format("planner {} at budget {}: {}", planner.name,
                                                         format_bytes(budget), planned.error().message));
@@ -57,6 +64,7 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   const PlanResult& plan = *planned;
   row.floor = plan.floor;
   row.notes = plan.notes;
+  row.solver = plan.solver;
 
   SimulatorOptions sim_options;
   sim_options.copy_engines = options.copy_engines;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -40,6 +41,10 @@ struct ComparisonOptions {
   DeviceMemory device_memory = DeviceMemory::kUnlimited;
   // kYes keeps each row's memory curve (for memory_plot.h).
   RecordTimeline record_timeline = RecordTimeline::kNo;
+  // The optimal planner's solve: wall-clock limit per budget, in seconds, and
+  // its progress reports (PlannerOptions); other planners ignore both.
+  double time_limit_s = PlannerOptions{}.time_limit_s;
+  std::function<void(const SolverProgress&)> solver_progress;
 };
 
 struct ComparisonRow {
@@ -64,13 +69,18 @@ struct ComparisonRow {
   double planning_ms = 0.0;
   std::optional<UnavoidableFloor> floor;  // when the planner computes one
   std::vector<std::string> notes;         // the planner's
+  std::optional<SolverReport> solver;     // the optimal planner's objective, bound and gap
+  // Non-empty when the planner refused this budget (plan() failed with
+  // kInvalidArgument, e.g. the optimal planner below its floor or on a trace
+  // too large for it): its message; nothing was planned or simulated.
+  std::string refused;
   std::vector<MemorySample> memory;       // only with RecordTimeline::kYes
   double end_ms = 0.0;                    // when the memory curve ends (makespan)
 
   std::int64_t bytes_moved() const { return d2h_bytes + h2d_bytes; }
   // Valid, fault-free and within the budget at op granularity: what every
   // planner promises. The timed peak is reported separately.
-  bool feasible() const { return valid && faults == 0 && op_peak_bytes <= budget_bytes; }
+  bool feasible() const { return refused.empty() && valid && faults == 0 && op_peak_bytes <= budget_bytes; }
   bool timed_within_budget() const { return timed_peak_bytes <= budget_bytes; }
   // How much more this row stalls than the budget's lower bound on the stall
   // of offload-only plans; nullopt when the row is not feasible (the bound
@@ -119,7 +129,8 @@ struct Comparison {
 };
 
 // Errors (kInvalidArgument): an empty planner list, an unknown planner, a bad
-// score weight, no budget at all.
+// score weight, no budget at all. A planner that refuses one budget gives a
+// row with `refused` set instead.
 Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& options);
 
 }  // namespace hyperoffload

@@ -26,6 +26,13 @@ constexpr std::array<Column, 10> kColumns = {{{"planner", false},
                                              {"planning ms", true}}};
 
 std::array<std::string, kColumns.size()> cells(const ComparisonRow& row, std::optional<double> bound_ms) {
+  if (!row.refused.empty()) {
+    std::array<std::string, kColumns.size()> refused;
+    refused.fill("-");
+    refused[0] = row.planner;
+    refused[1] = "refused";
+    return refused;
+  }
   const std::optional<double> above = row.overhead_above_bound_ms(bound_ms);
   return {row.planner,
           row.valid ? (row.feasible() ? "yes" : "no") : "INVALID",
@@ -98,6 +105,7 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
                        comparison.budget_percent(budget), floor, bound);
     append_table(out, rows, bound_ms);
     for (const ComparisonRow& row : rows) {
+      if (!row.refused.empty()) out += fmt::format("refused ({}): {}\n", row.planner, row.refused);
       if (!row.valid)
         out +=
             fmt::format("problem ({}): {} problem(s); first: {}\n", row.planner, row.problem_count, row.first_problem);
@@ -157,6 +165,16 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
                                    {"planning_ms", row.planning_ms}};
     if (row.floor) item["floor"] = {{"op", row.floor->op}, {"bytes", row.floor->bytes}};
     if (!row.first_problem.empty()) item["first_problem"] = row.first_problem;
+    if (!row.refused.empty()) item["refused"] = row.refused;
+    if (row.solver) {
+      item["solver"] = {{"name", row.solver->solver},
+                        {"status", to_string(row.solver->status)},
+                        {"objective_ms", row.solver->objective_ms},
+                        {"bound_ms", row.solver->bound_ms},
+                        {"gap", row.solver->gap},
+                        {"solve_seconds", row.solver->solve_seconds},
+                        {"nodes", row.solver->nodes}};
+    }
     item["notes"] = row.notes;
     results.push_back(std::move(item));
   }
