@@ -223,7 +223,8 @@ TEST(ReplayProperty, RandomSchedulesFailExactlyWhereTheValidatorSaysSo) {
     if (trace.storage_count() == 0) continue;
     const Schedule schedule = random_schedule(trace, seed);
     SCOPED_TRACE(fmt::format("seed {}", seed));
-    const ValidationReport report = validate_schedule(with_the_end_of_the_step(trace), as_the_program_runs_it(trace, schedule));
+    const ValidationReport report =
+        validate_schedule(with_the_end_of_the_step(trace), as_the_program_runs_it(trace, schedule));
     HostRuntime rt;
     Result<std::vector<StepStats>> steps = replay_twice(rt, trace, schedule);
     if (!steps) {
@@ -325,7 +326,6 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
             EXPECT_GT(stats.d2h_count, 0) << "step " << step;
             EXPECT_GT(stats.h2d_count, 0) << "step " << step;
           }
-          EXPECT_GT(stats.d2h_bytes, 0) << "step " << step;
         }
       }
       ASSERT_TRUE(session->abort_step());

@@ -21,7 +21,6 @@
 namespace hyperoffload {
 namespace {
 
-using testing::BudgetRange;
 using testing::budget_for;
 using testing::Case;
 using testing::random_case;
