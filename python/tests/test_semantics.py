@@ -269,18 +269,53 @@ class Boom(Exception):
     pass
 
 
-def failing_step(w1, w2, x, fail_at=None, held=None):
+def failing_step(w1, w2, x, fail_at=None, held=None, first=torch.tanh):
     h = x
     for layer in range(8):
         if layer == fail_at:
             raise Boom(f"user code failed at layer {layer}")
-        h = torch.tanh(h @ (w1 if layer % 2 else w2))
+        h = (first if layer == 0 else torch.tanh)(h @ (w1 if layer % 2 else w2))
         if held is not None:
             held.append(h)
     loss = h.square().mean()
     if loss.requires_grad:
         loss.backward()
     return loss.detach()
+
+
+@pytest.fixture(scope="module")
+def failing_step_peak():
+    """Unplanned peak of failing_step with gradients: the saved activations of
+    8 layers are alive at the loss, so half of it needs offloading."""
+    w1, w2, x = make_weights()
+    session = ho.OffloadSession()
+    with session:
+        failing_step(w1, w2, x)
+    return session.unplanned_peak_bytes()
+
+
+def fresh_step(session, w1, w2, x, **kwargs):
+    """failing_step in `session` with the gradients reset first, so every step
+    runs the same ops; returns the loss and both gradients."""
+    w1.grad = w2.grad = None
+    with session:
+        loss = failing_step(w1, w2, x, **kwargs)
+    return loss, w1.grad.clone(), w2.grad.clone()
+
+
+def eager_step(w1, w2, x):
+    w1.grad = w2.grad = None
+    loss = failing_step(w1, w2, x)
+    return loss, w1.grad.clone(), w2.grad.clone()
+
+
+def assert_recovered_with_offloading(session, budget):
+    """The last step was a replay that offloaded and brought data back within the budget."""
+    stats = session.stats()
+    assert stats["kind"] == "replay" and not stats["passthrough"]
+    assert stats["offloaded_bytes"] > 0
+    assert stats["h2d_count"] > 0
+    assert stats["peak_resident_bytes"] <= budget
 
 
 def test_a_step_that_raises_midway_is_aborted_and_the_next_step_is_correct():
@@ -321,53 +356,58 @@ def test_a_step_that_raises_midway_is_aborted_and_the_next_step_is_correct():
         step(fail_at=3)
     assert session.next_step_kind == "replay"
     assert_same(eager[:1], [step()])
-    assert session.stats()["kind"] == "replay"
-    assert session.stats()["peak_resident_bytes"] <= budget
+    assert_recovered_with_offloading(session, budget)
 
 
-def test_a_failing_op_aborts_the_step_and_the_session_recovers():
+def test_a_failing_op_aborts_the_step_and_the_session_recovers(failing_step_peak):
     w1, w2, x = make_weights()
-    w1, w2 = w1.detach(), w2.detach()
-    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=64 << 10))
-    with session:
-        loss = failing_step(w1, w2, x)
+    eager = eager_step(w1, w2, x)
+    budget = failing_step_peak // 2
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget))
+    assert_same([eager], [fresh_step(session, w1, w2, x)])
+    assert session.stats()["kind"] == "warmup" and session.stats()["evictions"] > 0
     wrong = torch.ones(3, 3)
+    w1.grad = w2.grad = None
     with pytest.raises(RuntimeError, match="size mismatch|shapes cannot be multiplied|must match"):
         with session:
             h = torch.tanh(x @ w2)  # the traced step's first two ops
             h @ wrong  # the traced step's third op, which raises here
     assert torch.equal(h, torch.tanh(x @ w2))
     assert session.next_step_kind == "replay"
-    with session:
-        loss = failing_step(w1, w2, x)
-    assert session.stats()["kind"] == "replay"
-    assert not session.stats()["passthrough"]
-    assert torch.equal(loss, failing_step(w1, w2, x))
+    assert_same([eager], [fresh_step(session, w1, w2, x)])
+    assert_recovered_with_offloading(session, budget)
 
 
-def test_a_replay_that_ends_holding_a_tensor_the_warmup_freed_is_a_divergence():
+def test_a_replay_that_ends_holding_a_tensor_the_warmup_freed_is_a_divergence(failing_step_peak):
     w1, w2, x = make_weights()
-    w1, w2 = w1.detach(), w2.detach()
-    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=64 << 10))
-    with session:
-        failing_step(w1, w2, x)  # its result is dropped: freed before the end
+    eager = eager_step(w1, w2, x)
+    budget = failing_step_peak // 2
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget))
+
+    def dropped_step():
+        w1.grad = w2.grad = None
+        with session:
+            failing_step(w1, w2, x)  # its result is dropped: freed before the end
+        return w1.grad.clone(), w2.grad.clone()
+
+    dropped_step()
+    w1.grad = w2.grad = None
     with pytest.raises(ho.DivergenceError, match="ends holding 1 tensor"):
         with session:
             kept = failing_step(w1, w2, x)
     assert kept.shape == ()  # it has memory (fresh), though not the step's data
-    with session:
-        failing_step(w1, w2, x)
-    assert session.stats()["kind"] == "replay"
+    assert_same([eager[1:]], [dropped_step()])
+    assert_recovered_with_offloading(session, budget)
 
 
-def test_a_replay_that_diverges_names_the_op_index_and_both_op_names():
+def test_a_replay_that_diverges_names_the_op_index_and_both_op_names(failing_step_peak):
     w1, w2, x = make_weights()
-    session = ho.OffloadSession(ho.OffloadConfig(rewarm_once=False))
-    with session:
-        torch.tanh(x @ w1).relu()
+    eager = eager_step(w1, w2, x)
+    budget = failing_step_peak // 2
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, rewarm_once=False))
+    fresh_step(session, w1, w2, x)
     with pytest.raises(ho.DivergenceError) as raised:
-        with session:
-            torch.sigmoid(x @ w1).relu()
+        fresh_step(session, w1, w2, x, first=torch.sigmoid)
     message = str(raised.value)
     assert "op 1" in message
     assert '"aten::sigmoid"' in message and '"aten::tanh"' in message
@@ -375,14 +415,12 @@ def test_a_replay_that_diverges_names_the_op_index_and_both_op_names():
     assert "first replay after the warmup step" in message
     assert "zero_grad(set_to_none=True)" in message
     assert isinstance(raised.value, RuntimeError)
-    # The session still replays the traced step.
-    with session:
-        y = torch.tanh(x @ w1).relu()
-    assert session.stats()["kind"] == "replay"
-    assert torch.equal(y, torch.tanh(x @ w1).relu())
+    # The session still replays the traced step, offloading as planned.
+    assert_same([eager], [fresh_step(session, w1, w2, x)])
+    assert_recovered_with_offloading(session, budget)
 
 
-def test_the_first_replay_may_diverge_once_then_the_session_warms_up_again():
+def test_the_first_replay_may_diverge_once_then_the_session_warms_up_again(failing_step_peak):
     # PyTorch 1.13's zero_grad() keeps the .grad tensors: step 1 creates them,
     # later steps add into them — other ops than the warmup's.
     def run(session, steps=5):
@@ -403,12 +441,14 @@ def test_the_first_replay_may_diverge_once_then_the_session_warms_up_again():
         return results, kinds
 
     eager, _ = run(None)
-    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_mb=0.15))
+    budget = failing_step_peak // 2
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         results, kinds = run(session)
     assert_same(eager, results)
     assert kinds == ["warmup", "passthrough", "warmup", "replay", "replay"]
+    assert_recovered_with_offloading(session, budget)
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(messages) == 1
     assert "first replayed step diverged" in messages[0] and "warms up again" in messages[0]

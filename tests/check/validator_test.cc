@@ -154,6 +154,56 @@ TEST(Validator, ReleasingAHostCopyDropsIt) {
   EXPECT_THAT(report.problems[0], HasSubstr("op 3 read of storage 1: data lost"));
 }
 
+TEST(Validator, CountsHostBytesAcrossStoragesAndGivesBackWhatReleaseHostFrees) {
+  // op:          0    1    2    3    4    5
+  // storage 1:   W    .    .    R              (100 B)
+  // storage 2:        W    .    .    R         (50 B)
+  // storage 3:             W    .    .    R    (30 B)
+  // Bytes of host copies after each action, in execution order:
+  //   post 0 copy_d2h 1        100
+  //   post 1 copy_d2h 2        150  <- peak
+  //   post 2 release_host 2    100  (storage 2 keeps its device copy)
+  //   post 2 copy_d2h 3        130
+  //   post 3 release_host 1     30
+  //   post 3 release_host 1     30  (no host copy left: a no-op)
+  //   post 4 copy_d2h 2         80  (its host copy is gone, so a real copy)
+  // Counting the copies without the releases would give 230.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 50)
+                          .storage(3, 30)
+                          .op("a", "W1")
+                          .op("b", "W2")
+                          .op("c", "W3")
+                          .op("d", "R1")
+                          .op("e", "R2")
+                          .op("f", "R3")
+                          .build();
+  const ValidationReport report =
+      validate_schedule(trace, schedule_of("post 0 copy_d2h 1; post 1 copy_d2h 2; post 2 release_host 2;"
+                                           "post 2 copy_d2h 3; post 3 release_host 1; post 3 release_host 1;"
+                                           "post 4 copy_d2h 2"));
+  EXPECT_TRUE(report.valid()) << report.problems.front();
+  EXPECT_EQ(report.peak_host_bytes, 150);
+  EXPECT_EQ(report.d2h_count, 4);
+  EXPECT_EQ(report.d2h_bytes, 230);
+}
+
+TEST(Validator, ReleasingAHostCopyThatIsNotThereFreesNothing) {
+  // release_host of storage 2 before it has a host copy is a no-op: it must
+  // not lower the count below what the later copies hold.
+  //   pre 0 release_host 2 (no copy: 0), post 0 d2h 1 (100), post 1 d2h 2
+  //   (150), post 1 release_host 2 (100), post 1 release_host 2 (no-op, 100),
+  //   post 2 d2h 2 (150).
+  const Trace trace = TraceDsl().storage(1, 100).storage(2, 50).op("a", "W1").op("b", "W2").op("c", "R1 R2").build();
+  const ValidationReport report = validate_schedule(
+      trace, schedule_of("pre 0 release_host 2; post 0 copy_d2h 1; post 1 copy_d2h 2; post 1 release_host 2;"
+                         "post 1 release_host 2; post 2 copy_d2h 2; post 2 copy_d2h 2"));
+  EXPECT_TRUE(report.valid()) << report.problems.front();
+  EXPECT_EQ(report.peak_host_bytes, 150);
+  EXPECT_EQ(report.d2h_count, 3);  // the last copy finds the host current
+}
+
 TEST(Validator, LimitsDescribedProblemsButCountsThemAll) {
   ValidatorOptions options;
   options.max_described_problems = 1;

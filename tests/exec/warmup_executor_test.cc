@@ -239,6 +239,46 @@ TEST(WarmupExecutor, NeverEvictsAStorageTheOpWritesWithoutReadingIt) {
   rt.expect_nothing_held();
 }
 
+TEST(WarmupExecutor, AStoragePagedInThroughDevicePtrCanBeEvictedAgain) {
+  // Budget 100, storages of 60 bytes:
+  //   op0 a:  -> 1                        60
+  //   op1 b:  -> 2: room: 60 + 60 > 100 → evict 1 → 0; +2 → 60
+  //   op2 c:  writes 1 without reading it (device_ptr pages it in): room:
+  //           60 + 60 > 100 → evict 2 → 0; page in 1 → 60
+  //   op3 d:  reads 2: room: evict 1 (op3 does not use it) → 0; page in 2 → 60
+  // Three evictions, two faults, never above 60. (Storage 1, paged in through
+  // device_ptr, once stayed out of the eviction order: op3 then found nothing
+  // to evict and peaked at 120.)
+  HostRuntime rt;
+  auto warmup = start(rt, 100);
+  ASSERT_TRUE(warmup->on_op_begin("a", {}, {}));
+  ASSERT_TRUE(warmup->allocate_output(1, 60));
+  const OpOutput out1[] = {{1, 60, nullptr, {}}};
+  ASSERT_TRUE(warmup->on_op_end(out1, {}));
+  ASSERT_TRUE(warmup->on_op_begin("b", {}, {}));
+  ASSERT_TRUE(warmup->allocate_output(2, 60));
+  const OpOutput out2[] = {{2, 60, nullptr, {}}};
+  ASSERT_TRUE(warmup->on_op_end(out2, {}));
+  ASSERT_TRUE(warmup->on_op_begin("c", {}, {}));
+  ASSERT_TRUE(warmup->device_ptr(1, DeviceAccess::kReadWrite));
+  const StorageId mutated[] = {1};
+  ASSERT_TRUE(warmup->on_op_end({}, mutated));
+  const StorageId inputs[] = {2};
+  ASSERT_TRUE(warmup->on_op_begin("d", inputs, {}));
+  ASSERT_TRUE(warmup->on_op_end({}, {}));
+  EXPECT_FALSE(rt.residency.resident(1));
+  EXPECT_TRUE(rt.residency.resident(2));
+  ASSERT_TRUE(warmup->on_storage_freed(1));
+  ASSERT_TRUE(warmup->on_storage_freed(2));
+  Result<WarmupResult> result = warmup->finish();
+  ASSERT_TRUE(result.has_value()) << result.error().message;
+  EXPECT_EQ(result->stats.evictions, 3);
+  EXPECT_EQ(result->stats.faults, 2);
+  EXPECT_EQ(result->stats.peak_resident_bytes, 60);
+  warmup.reset();
+  rt.expect_nothing_held();
+}
+
 TEST(WarmupExecutor, MeasuresOpDurationsWithEvents) {
   HostRuntime rt;
   auto warmup = start(rt, std::nullopt);

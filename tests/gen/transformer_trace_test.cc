@@ -439,17 +439,34 @@ TEST(TransformerTrace, GreedyAtHalfThePeakValidatesWithoutFaults) {
   variants[4].optimizer = OptimizerStep::kAdamW;
   variants[4].embeddings = EmbeddingTying::kUntied;
   Result<std::unique_ptr<Planner>> greedy = make_planner("greedy");
-  ASSERT_TRUE(greedy.has_value());
+  Result<std::unique_ptr<Planner>> peak = make_planner("peak");
+  ASSERT_TRUE(greedy.has_value() && peak.has_value());
+  int lowered = 0;
   for (std::size_t v = 0; v < variants.size(); ++v) {
     const TransformerTrace t = generate(variants[v]);
-    const std::int64_t budget = unplanned_peak(t.trace).bytes / 2;
-    Result<PlanResult> plan = (*greedy)->plan(t.trace, budget);
+    const std::int64_t unplanned = unplanned_peak(t.trace).bytes;
+    Result<PlanResult> plan = (*greedy)->plan(t.trace, unplanned / 2);
     ASSERT_TRUE(plan.has_value()) << plan.error().message;
-    EXPECT_FALSE(plan->schedule.actions.empty()) << "variant " << v;
     const ValidationReport report = validate_schedule(t.trace, plan->schedule);
     EXPECT_TRUE(report.valid()) << "variant " << v << ": " << (report.problems.empty() ? "" : report.problems[0]);
     EXPECT_TRUE(report.faults.empty()) << "variant " << v;
+    // It offloads (not only releases at end of use) and lowers the peak where
+    // any plan can. With AdamW the peak is the optimizer's update of the
+    // untied lm_head: every weight and both moments are resident (retained)
+    // there and none is used again in the step, so no gap covers that op and
+    // variant 4's floor is its peak.
+    EXPECT_GT(report.d2h_count, 0) << "variant " << v;
+    EXPECT_GT(report.h2d_count, 0) << "variant " << v;
+    Result<PlanResult> probe = (*peak)->plan(t.trace, unplanned);
+    ASSERT_TRUE(probe.has_value() && probe->floor.has_value());
+    if (probe->floor->bytes < unplanned) {
+      EXPECT_LT(report.peak_bytes, unplanned) << "variant " << v;
+      ++lowered;
+    } else {
+      EXPECT_EQ(report.peak_bytes, unplanned) << "variant " << v;
+    }
   }
+  EXPECT_EQ(lowered, 4);  // variants 0-3
 }
 
 TEST(TransformerTrace, FlashAttentionKeepsNothingOfSizeSeqBySeq) {

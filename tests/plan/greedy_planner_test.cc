@@ -11,6 +11,7 @@
 
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/gen/random_trace.h"
+#include "hyperoffload/ir/memory_profile.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload {
@@ -330,7 +331,7 @@ TEST(GreedyPlanner, ProducesValidFaultFreeSchedulesOnRandomTraces) {
   // Property: across thousands of random traces and budgets, every greedy
   // schedule passes the validator with zero faults, and the validator's peak
   // never exceeds the unplanned peak.
-  int planned_with_actions = 0;
+  int offloaded = 0, lowered = 0;
   for (std::uint64_t seed = 1; seed <= 2000; ++seed) {
     RandomTraceOptions options;
     options.seed = seed * 7919;
@@ -343,9 +344,23 @@ TEST(GreedyPlanner, ProducesValidFaultFreeSchedulesOnRandomTraces) {
     const ValidationReport report = validate_schedule(trace, plan->schedule);
     ASSERT_TRUE(report.valid()) << "seed " << seed << ": " << report.problems.front();
     ASSERT_TRUE(report.faults.empty()) << "seed " << seed;
-    planned_with_actions += plan->schedule.actions.empty() ? 0 : 1;
+    const std::int64_t unplanned = unplanned_peak(trace).bytes;
+    ASSERT_LE(report.peak_bytes, unplanned) << "seed " << seed;
+    if (report.d2h_count > 0) {
+      ASSERT_GT(report.h2d_count, 0) << "seed " << seed;
+      ++offloaded;
+      lowered += report.peak_bytes < unplanned ? 1 : 0;
+    }
   }
-  EXPECT_GT(planned_with_actions, 1500);  // the property ran on real plans
+  // The property ran on plans that offload (a release-only schedule, which
+  // every trace with a limit gets, does not count): 1870 of the 2000. Of those,
+  // 1683 bring the validator's peak below the unplanned one; the others leave
+  // it where greedy does not reach, e.g. at an op that no selected gap's interior
+  // covers (SkipsACandidateWhoseInteriorIsWithinBudget).
+  EXPECT_GT(offloaded, 1800);
+  EXPECT_GT(lowered, 1600);
+  RecordProperty("offloading_plans", offloaded);
+  RecordProperty("plans_below_the_unplanned_peak", lowered);
 }
 
 }  // namespace

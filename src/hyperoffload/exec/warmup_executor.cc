@@ -244,7 +244,9 @@ Result<void*> WarmupExecutor::device_ptr(StorageId id, DeviceAccess access) {
   // (or its outputs at on_op_end) must not evict it.
   if (in_op_ && !contains(current_used_, id)) current_used_.push_back(id);
   if (!residency_.resident(id)) HO_RETURN_IF_ERROR(evict_while_over_budget(record->size_bytes));
-  return residency_.device_ptr(id, access);
+  HO_ASSIGN_OR_RETURN(void* ptr, residency_.device_ptr(id, access));
+  make_evictable(id, *record);  // back in the order if it was paged in (the op's own use protects it)
+  return ptr;
 }
 
 Result<double> WarmupExecutor::measure_bandwidth(CopyKind kind, std::int64_t bytes) {

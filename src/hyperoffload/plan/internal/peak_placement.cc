@@ -1,7 +1,9 @@
 #include "hyperoffload/plan/internal/peak_placement.h"
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 namespace hyperoffload::internal {
@@ -46,7 +48,7 @@ std::vector<Placement> place(const Trace& trace, const PeakModel& model, std::sp
   for (std::size_t i = 0; i < by_need.size(); ++i)
     engine_rank[static_cast<std::size_t>(by_need[i])] = static_cast<std::int32_t>(i);
   std::vector<OpIndex> prefetch_op(model.interior.size(), -1);
-  OpIndex issued_up_to = 0;
+  std::set<OpIndex> issued_at;  // ops of the prefetches placed so far
   for (const std::int32_t k : by_need) {
     const PeakCandidate& c = interior(k);
     const auto first = static_cast<std::size_t>(c.interior_first());
@@ -57,11 +59,16 @@ std::vector<Placement> place(const Trace& trace, const PeakModel& model, std::sp
       profile.add(first, last, c.size_bytes);
       continue;
     }
-    // Keep the engine order, unless that would be too late for this copy.
-    const OpIndex prefetch = std::min(std::max(static_cast<OpIndex>(blocked_last) + 1, issued_up_to), c.end_op);
+    // Keep the engine order: no earlier than the copies queued before it. One
+    // of those placed after this copy's use cannot be waited for; then it
+    // follows the latest one placed no later than its use — never later than
+    // the order and the budget require (blocked_last + 1 <= end_op).
+    OpIndex queued_before = 0;
+    if (auto after = issued_at.upper_bound(c.end_op); after != issued_at.begin()) queued_before = *std::prev(after);
+    const OpIndex prefetch = std::max(static_cast<OpIndex>(blocked_last) + 1, queued_before);
     if (prefetch <= c.interior_last()) profile.add(static_cast<std::size_t>(prefetch), last, c.size_bytes);
     prefetch_op[static_cast<std::size_t>(k)] = prefetch;
-    issued_up_to = std::max(issued_up_to, prefetch);
+    issued_at.insert(prefetch);
   }
 
   std::vector<Placement> placements;
