@@ -82,5 +82,11 @@ TEST(ScheduleJson, ReportsMalformedJsonWithLineAndColumn) {
               HasSubstr("s.json:2:14: malformed JSON"));
 }
 
+TEST(ScheduleJson, RejectsJsonNestedThousandsDeepPointingAtTheBracket) {
+  // The 65th '[' (column 65, line 2) opens level 65, one beyond the limit.
+  EXPECT_EQ(parse_error("\n" + std::string(3000, '[') + std::string(3000, ']')),
+            "s.json:2:65: JSON nested deeper than 64 levels of arrays and objects (trace and schedule files need 5)");
+}
+
 }  // namespace
 }  // namespace hyperoffload
