@@ -96,6 +96,10 @@ struct TraceShape {
   // Whether durations and bandwidths may take extreme values (subnormal,
   // 1e300): those the trace limits reject make decode_trace return nullopt.
   bool extreme_times = true;
+  // Whether the trace must be replayable (exec/replay_guide.h), as the
+  // runtime needs: each storage first appears as one write, and its first op
+  // touches it only there (a step produces every storage it tracks).
+  bool replayable = false;
 };
 
 inline double pick_duration_ms(FuzzedDataProvider& in, bool extreme) {
@@ -166,8 +170,14 @@ inline std::optional<Trace> decode_trace(FuzzedDataProvider& in, const TraceShap
     std::vector<Drawn> accesses;
     const int count = storages == 0 ? 0 : in.ConsumeIntegralInRange<int>(0, shape.max_accesses_per_op);
     for (int a = 0; a < count; ++a) {
-      accesses.push_back({in.ConsumeIntegralInRange<int>(0, storages - 1),
-                          in.ConsumeBool() ? AccessKind::kWrite : AccessKind::kRead});
+      Drawn d{in.ConsumeIntegralInRange<int>(0, storages - 1), in.ConsumeBool() ? AccessKind::kWrite : AccessKind::kRead};
+      if (shape.replayable && first_op[static_cast<std::size_t>(d.storage)] < 0) {
+        bool seen_here = false;
+        for (const Drawn& other : accesses) seen_here = seen_here || other.storage == d.storage;
+        if (seen_here) continue;
+        d.kind = AccessKind::kWrite;
+      }
+      accesses.push_back(d);
     }
     // Recomputable only where the builder allows it: writes at least one
     // storage, each created here and not also read here.

@@ -144,6 +144,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   shape.max_storages = 10;
   shape.max_size_bytes = 4096;
   shape.extreme_times = false;
+  shape.replayable = true;
   std::optional<Trace> trace = fuzz::decode_trace(in, shape);
   if (!trace) return 0;
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <limits>
 
-#include <simdjson.h>
+#include <nlohmann/json.hpp>
 
 #include "fuzz_support.h"
 #include "hyperoffload/check/validator.h"
@@ -44,7 +44,11 @@ Schedule decode_schedule(FuzzedDataProvider& in, const Trace& trace) {
     action.kind = static_cast<ActionKind>(in.ConsumeIntegralInRange<int>(0, 4));
     if (action.kind == ActionKind::kRecompute) {
       action.storage = 0;
-      action.source_op = in.ConsumeBool() ? action.op - in.ConsumeIntegralInRange<OpIndex>(0, 3) : pick_op(in, trace);
+      // Mostly just before the action's op (as a planner would put it), in 64 bits so INT32_MIN - 3 cannot wrap.
+      const std::int64_t near = std::int64_t{action.op} - in.ConsumeIntegralInRange<int>(0, 3);
+      action.source_op = in.ConsumeBool()
+                             ? static_cast<OpIndex>(std::max<std::int64_t>(near, std::numeric_limits<OpIndex>::min()))
+                             : pick_op(in, trace);
     } else if (trace.storage_count() > 0 && in.ConsumeIntegralInRange<int>(0, 7) != 0) {
       action.storage = trace.storage(in.ConsumeIntegralInRange<StorageIndex>(0, trace.storage_count() - 1)).id;
     } else {
@@ -103,10 +107,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(sim.makespan_ms >= sim.compute_ms, "makespan {} < compute {}", sim.makespan_ms, sim.compute_ms);
   FUZZ_CHECK(sim.peak_bytes_timed >= 0, "timed peak {}", sim.peak_bytes_timed);
   if (options.record_timeline == RecordTimeline::kYes) {
-    const simdjson::padded_string timeline(timeline_to_chrome_json(*trace, sim.timeline));
-    simdjson::dom::parser parser;
-    simdjson::dom::element root;
-    FUZZ_CHECK(!parser.parse(timeline).get(root), "the timeline is not JSON:\n{}", std::string_view(timeline));
+    // nlohmann rejects the inf and nan that a non-finite time would print.
+    const std::string timeline = timeline_to_chrome_json(*trace, sim.timeline);
+    FUZZ_CHECK(!nlohmann::json::parse(timeline, nullptr, /*allow_exceptions=*/false).is_discarded(),
+               "the timeline is not JSON:\n{}", timeline);
   }
 
   bool readable = check_execution_order(schedule.actions).has_value();

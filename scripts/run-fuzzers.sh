@@ -41,6 +41,10 @@ if ((${#names[@]} == 0)); then
 fi
 if ((build)); then scripts/build-fuzzers.sh; fi
 
+# Stack traces with file:line (llvm-19 from scripts/debian-packages.txt).
+export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-19/bin/llvm-symbolizer}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+
 seconds=${FUZZ_SECONDS:-60}
 if ((smoke)); then seconds=${SMOKE_SECONDS:-5}; fi
 mkdir -p build-fuzz/artifacts build-fuzz/logs
