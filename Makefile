@@ -8,9 +8,11 @@ JOBS ?= $(shell nproc)
 # Random-trace stress tests run this many traces under the sanitizers
 # (tests/exec/replay_stress_test.cc; `make test` uses the small default).
 STRESS_ITERATIONS ?= 2000
+# `make fuzz` runs every libFuzzer harness (fuzz/) for this many seconds each.
+FUZZ_SECONDS ?= 60
 CLI := build/bin/hyperoffload
 
-.PHONY: run test test-pip build bench deps deps-python test-asan test-tsan test-debug clean distclean
+.PHONY: run test test-pip build bench fuzz deps deps-python test-asan test-tsan test-debug clean distclean
 
 deps:
 	@scripts/install-deps.sh
@@ -25,6 +27,8 @@ build: deps-python
 run: build
 	$(CLI) demo
 
+# Also builds the fuzz harnesses (build-fuzz/, clang) and smoke-runs each for a
+# few seconds: ctest's fuzz.* tests.
 test: build
 	ctest --preset release -j $(JOBS)
 
@@ -35,6 +39,12 @@ test-pip: deps-python
 
 bench: build
 	scripts/run-benchmarks.sh
+
+# Builds the libFuzzer harnesses with clang + ASan + UBSan (build-fuzz/) and fuzzes
+# each for FUZZ_SECONDS; corpora grow in build-fuzz/corpus/, findings land in
+# build-fuzz/artifacts/ (docs/FUZZING.md).
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/run-fuzzers.sh
 
 test-debug: deps-python
 	cmake --preset debug >/dev/null
@@ -52,7 +62,7 @@ test-tsan: deps
 	HYPEROFFLOAD_STRESS_ITERATIONS=$(STRESS_ITERATIONS) ctest --preset tsan -j $(JOBS)
 
 clean:
-	rm -rf build build-debug build-asan build-tsan
+	rm -rf build build-debug build-asan build-tsan build-fuzz
 
 # Also removes the virtual environment (the next build makes it again).
 distclean: clean

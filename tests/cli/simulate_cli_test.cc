@@ -231,7 +231,19 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"UnknownActionKind", kTrace,
                                R"({"format": "hyperoffload.schedule", "version": 1,
                                    "actions": [{"op": 0, "phase": "post", "kind": "teleport", "storage": 1}]})",
-                               "teleport"}),
+                               "teleport"},
+                      // Each duration is finite, their sum is not: once accepted, the
+                      // JSON summary held null and the timeline inf (issue 12).
+                      BadInput{"DurationsWhoseTotalOverflows",
+                               R"({"format": "hyperoffload.trace", "version": 1, "storages": [],
+                                   "ops": [{"duration_ms": 1e308}, {"duration_ms": 1e308}]})",
+                               R"({"format": "hyperoffload.schedule", "version": 1, "actions": []})",
+                               "ops[0].duration_ms: 1e+308 ms brings the ops' total duration above 1e15 ms"},
+                      BadInput{"BandwidthTooSlowForItsStorages",
+                               R"({"format": "hyperoffload.trace", "version": 1, "h2d_bandwidth_gbps": 1e-300,
+                                   "storages": [{"id": 1, "size_bytes": 8}], "ops": []})",
+                               R"({"format": "hyperoffload.schedule", "version": 1, "actions": []})",
+                               "h2d_bandwidth_gbps: 1e-300 GiB/s is too slow for this trace"}),
     [](const ::testing::TestParamInfo<BadInput>& param_info) { return std::string(param_info.param.name); });
 
 TEST(SimulateCli, ExitsTwoForAMissingFile) {

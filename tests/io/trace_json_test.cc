@@ -1,6 +1,7 @@
 // Trace file format: parsing, defaults, round trips and every input error.
 #include "hyperoffload/io/trace_json.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -228,6 +229,58 @@ TEST(TraceJson, RejectsANonPositiveBandwidth) {
   json = with_ops("[]");
   json.insert(json.size() - 1, R"(, "d2h_bandwidth_gbps": -3.5)");
   EXPECT_EQ(parse_error(json), "d2h_bandwidth_gbps: must be a positive number, got -3.5");
+}
+
+TEST(TraceJson, RejectsDurationsWhoseTotalOverflowsTime) {
+  // 1e15 ms is the most all durations may add up to: 5e14 + 5e14 reaches it
+  // exactly and is accepted; one more millisecond is not (1e15 + 1 is exact in
+  // a double, whose spacing there is 0.125).
+  EXPECT_TRUE(parse_trace_json(with_ops(R"([{"duration_ms": 5e14}, {"duration_ms": 5e14}])")).has_value());
+  EXPECT_EQ(parse_error(with_ops(R"([{"duration_ms": 5e14}, {"duration_ms": 5e14}, {"duration_ms": 1}])")),
+            "ops[2].duration_ms: 1 ms brings the ops' total duration above 1e15 ms (about 31,700 years), the most a "
+            "trace may hold");
+  // The issue's case: each 1e308 is finite, their sum is not.
+  EXPECT_EQ(parse_error(with_ops(R"([{"duration_ms": 1e308}, {"duration_ms": 1e308}])")),
+            "ops[0].duration_ms: 1e+308 ms brings the ops' total duration above 1e15 ms (about 31,700 years), the "
+            "most a trace may hold");
+}
+
+TEST(TraceJson, RejectsABandwidthTooSlowToCopyTheStorages) {
+  // 2^62 bytes at 2^-7 GiB/s take 2^62 / 2^23 = 2^39 s = 5.5e14 ms: accepted.
+  // At 2^-8 GiB/s they take 2^40 s = 1.1e15 ms, above the 1e15 ms limit.
+  const std::string storages = R"([{"id": 1, "size_bytes": 4611686018427387904}])";
+  std::string json = with_ops("[]", storages);
+  json.insert(json.size() - 1, R"(, "d2h_bandwidth_gbps": 0.0078125, "h2d_bandwidth_gbps": 0.0078125)");
+  EXPECT_TRUE(parse_trace_json(json).has_value());
+  json = with_ops("[]", storages);
+  json.insert(json.size() - 1, R"(, "d2h_bandwidth_gbps": 0.0078125, "h2d_bandwidth_gbps": 0.00390625)");
+  EXPECT_EQ(parse_error(json),
+            "h2d_bandwidth_gbps: 0.00390625 GiB/s is too slow for this trace: copying its storages' "
+            "4611686018427387904 bytes would take more than 1e15 ms (about 31,700 years), the most a trace may hold");
+  // The issue's case: 8 bytes at 1e-300 GiB/s would take 7.5e293 ms.
+  json = with_ops("[]");
+  json.insert(json.size() - 1, R"(, "d2h_bandwidth_gbps": 1e-300)");
+  EXPECT_THAT(parse_error(json), HasSubstr("d2h_bandwidth_gbps: 1e-300 GiB/s is too slow for this trace"));
+  // Without bytes to copy any positive bandwidth will do.
+  json = with_ops("[]", "[]");
+  json.insert(json.size() - 1, R"(, "d2h_bandwidth_gbps": 1e-300)");
+  EXPECT_TRUE(parse_trace_json(json).has_value());
+}
+
+TEST(TraceJson, RejectsJsonNestedDeeperThan64LevelsPointingAtTheBracket) {
+  // 63 arrays inside the top-level object reach level 64 and are accepted as a
+  // producer's own key; the 64th opens level 65, at column prefix + 64.
+  const std::string prefix = R"({"format": "hyperoffload.trace", "version": 1, "storages": [], "ops": [], "meta": )";
+  auto nested = [&](int depth) { return prefix + std::string(depth, '[') + std::string(depth, ']') + "}"; };
+  EXPECT_TRUE(parse_trace_json(nested(63)).has_value());
+  EXPECT_EQ(parse_error(nested(64)),
+            fmt::format("t.json:1:{}: JSON nested deeper than 64 levels of arrays and objects (trace and schedule "
+                        "files need 5)",
+                        prefix.size() + 64));
+  // Thousands deep: the same clear error, with the same position.
+  EXPECT_EQ(parse_error(nested(5000)), parse_error(nested(64)));
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(parse_trace_json(prefix + "\"" + std::string(100, '[') + "\"}").has_value());
 }
 
 TEST(TraceJson, ReportsMalformedJsonWithLineAndColumn) {

@@ -2,9 +2,11 @@
 // line, and curves that keep their peaks when reduced to pixel columns.
 #include "hyperoffload/report/memory_plot.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,21 @@ std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
   for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// Found by fuzzing (fuzz/planners_fuzzer.cc): a step of subnormal length, here
+// 1e-323 ms = 2 × the smallest double d, made the tick step 0 (10^-324
+// underflows) and the tick loop endless. Now the step is d: ticks at 0, d and
+// 2d, three labels plus the two axis titles centred below and beside the plot.
+TEST(MemoryPlot, EndsTheTimeAxisOfASubnormalMakespan) {
+  const double end_ms = 2 * std::numeric_limits<double>::denorm_min();
+  const std::vector<MemorySample> samples = {{0.0, 0}};
+  PlotPanel panel;
+  panel.series = {PlotSeries{"peak", samples, end_ms}};
+  const std::string svg = memory_plot_svg(std::span<const PlotPanel>(&panel, 1));
+  EXPECT_TRUE(balanced_tags(svg));
+  EXPECT_EQ(count(svg, "text-anchor=\"middle\""), 3U + 2U);
+  EXPECT_EQ(count(svg, fmt::format(">{:g}<", end_ms)), 1U);
 }
 
 // One panel, budget 100 B, a curve 0 → 200 B (for 1 µs at 5 ms) → 50 B over 10

@@ -96,9 +96,16 @@ Status TraceBuilder::add_op(std::string_view name, double duration_ms, Recomputa
                       fmt::format("ops[{}].duration_ms: must be a non-negative finite number, got {}",
                                   index, duration_ms));
   }
+  if (total_duration_ms_ + duration_ms > kMaxTotalMs) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("ops[{}].duration_ms: {} ms brings the ops' total duration above 1e15 ms (about "
+                                  "31,700 years), the most a trace may hold",
+                                  index, duration_ms));
+  }
   if (index >= static_cast<std::size_t>(std::numeric_limits<OpIndex>::max())) {
     return make_error(ErrorCode::kInvalidInput, "ops: too many ops");
   }
+  total_duration_ms_ += duration_ms;
   std::uint32_t name_index;
   auto it = name_to_index_.find(name);
   if (it != name_to_index_.end()) {
@@ -192,6 +199,17 @@ Result<Trace> TraceBuilder::build() && {
   trace_.memory_limit_bytes_ = limit_;
   trace_.d2h_bandwidth_gib_per_s_ = d2h_;
   trace_.h2d_bandwidth_gib_per_s_ = h2d_;
+  // Copying every storage once must fit in kMaxTotalMs each way: a bandwidth
+  // of 1e-300 GiB/s would otherwise turn a copy's time into an infinity.
+  for (const auto& [key, copy_ms] : {std::pair{"d2h_bandwidth_gbps", trace_.d2h_ms(total_storage_bytes_)},
+                                     std::pair{"h2d_bandwidth_gbps", trace_.h2d_ms(total_storage_bytes_)}}) {
+    if (!(copy_ms <= kMaxTotalMs)) {
+      return make_error(ErrorCode::kInvalidInput,
+                        fmt::format("{}: {} GiB/s is too slow for this trace: copying its storages' {} bytes "
+                                    "would take more than 1e15 ms (about 31,700 years), the most a trace may hold",
+                                    key, key[0] == 'd' ? d2h_ : h2d_, total_storage_bytes_));
+    }
+  }
 
   trace_.id_map_.build(trace_.storages_);
   // A duplicate id maps to its last declaration; any earlier declaration whose

@@ -150,6 +150,13 @@ class TraceBuilder {
   // count derived from a trace (resident bytes, peaks, bytes moved, a budget
   // plus a size) then fits in int64 with room to spare.
   static constexpr std::int64_t kMaxTotalStorageBytes = std::int64_t{1} << 62;
+  // The most milliseconds a trace's times may add up to: 1e15 ms (about 31,700
+  // years), for the ops' durations together and for copying all its storages
+  // once at either bandwidth. Every time derived from a trace (makespan,
+  // stall, a timeline in microseconds, a sum over any schedule's copies and
+  // faults) then stays a finite double with hundreds of orders of magnitude
+  // to spare, so no output ever holds an infinity.
+  static constexpr double kMaxTotalMs = 1e15;
 
   TraceBuilder() = default;
 
@@ -163,7 +170,8 @@ class TraceBuilder {
   Status add_storage(StorageId id, std::int64_t size_bytes,
                      Retention retention = Retention::kReleasable);
 
-  // Appends an op; later add_access calls attach to it. duration_ms >= 0.
+  // Appends an op; later add_access calls attach to it. duration_ms >= 0, and
+  // all durations together at most kMaxTotalMs.
   Status add_op(std::string_view name, double duration_ms = 0.0,
                 Recomputable recomputable = Recomputable::kNo);
 
@@ -174,6 +182,8 @@ class TraceBuilder {
   void reserve(std::size_t ops, std::size_t storages, std::size_t accesses);
 
   // Resolves storage ids and returns the trace, or the first error found.
+  // Bandwidths must be positive and fast enough to copy all storages in at
+  // most kMaxTotalMs each way.
   Result<Trace> build() &&;
 
  private:
@@ -190,6 +200,7 @@ class TraceBuilder {
   std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> name_to_index_;
   std::optional<std::int64_t> limit_;
   std::int64_t total_storage_bytes_ = 0;  // sum of size_bytes declared so far
+  double total_duration_ms_ = 0.0;        // sum of duration_ms so far, as Trace::total_compute_ms() adds it
   double d2h_ = kDefaultBandwidthGiBPerS;
   double h2d_ = kDefaultBandwidthGiBPerS;
 };

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "hyperoffload/plan/budget.h"
 
@@ -39,9 +40,13 @@ std::string escape(std::string_view text) {
   return out;
 }
 
-// A 1-2-5 step giving about `target` intervals over `range`.
+// A 1-2-5 step giving about `target` intervals over `range` (> 0). Below the
+// normal doubles (a step of 1e-323 ms) the power of ten underflows to 0, and a
+// step of 0 never ends the tick loops; there the step is range / target itself,
+// at least the smallest double.
 double nice_step(double range, int target) {
   const double raw = range / target;
+  if (!(raw >= std::numeric_limits<double>::min())) return std::max(raw, std::numeric_limits<double>::denorm_min());
   const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
   const double normalized = raw / magnitude;
   const double factor = normalized < 1.5 ? 1 : normalized < 3 ? 2 : normalized < 7 ? 5 : 10;

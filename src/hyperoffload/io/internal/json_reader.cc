@@ -42,29 +42,11 @@ class SyntaxErrorFinder : public nlohmann::json_sax<nlohmann::json> {
   std::string reason_;
 };
 
-}  // namespace
-
-Result<simdjson::dom::element> parse_document(simdjson::dom::parser& parser,
-                                              const simdjson::padded_string& json,
-                                              std::string_view source) {
-  simdjson::dom::element root;
-  const simdjson::error_code error = parser.parse(json).get(root);
-  if (!error) return root;
-  if (error == simdjson::MEMALLOC || error == simdjson::CAPACITY) {
-    return make_error(ErrorCode::kInvalidInput,
-                      fmt::format("{}: document too large to parse: {}", source, simdjson::error_message(error)));
-  }
-  SyntaxErrorFinder finder;
-  const std::string_view text(json.data(), json.size());
-  nlohmann::json::sax_parse(text.begin(), text.end(), &finder, nlohmann::json::input_format_t::json, true);
-  std::size_t position = finder.found() ? finder.position() : 0;
-  std::string reason = finder.found() ? finder.reason() : simdjson::error_message(error);
-  // nlohmann's position is one past the offending character (1-based count).
-  std::size_t offset = position > 0 ? position - 1 : 0;
-  offset = std::min(offset, text.size());
+// "<line>:<column>" (1-based) of byte `offset` of `text`.
+std::string line_column(std::string_view text, std::size_t offset) {
   std::size_t line = 1;
   std::size_t column = 1;
-  for (std::size_t i = 0; i < offset; ++i) {
+  for (std::size_t i = 0; i < std::min(offset, text.size()); ++i) {
     if (text[i] == '\n') {
       ++line;
       column = 1;
@@ -72,8 +54,67 @@ Result<simdjson::dom::element> parse_document(simdjson::dom::parser& parser,
       ++column;
     }
   }
+  return fmt::format("{}:{}", line, column);
+}
+
+// Offset of the first '[' or '{' (outside strings) that opens level
+// kMaxJsonDepth + 1; text.size() when there is none.
+std::size_t too_deep_offset(std::string_view text) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return text.size();
+}
+
+}  // namespace
+
+Result<simdjson::dom::element> parse_document(simdjson::dom::parser& parser,
+                                              const simdjson::padded_string& json,
+                                              std::string_view source) {
+  simdjson::dom::element root;
+  simdjson::error_code error = simdjson::SUCCESS;
+  // Capacity for this document and the depth limit, in one allocation; a
+  // document above simdjson's 4 GiB maximum is left to parse() to reject.
+  if (parser.max_depth() != kMaxJsonDepth && json.size() <= parser.max_capacity()) {
+    error = parser.allocate(std::max<std::size_t>(json.size(), simdjson::dom::MINIMAL_DOCUMENT_CAPACITY),
+                            kMaxJsonDepth);
+  }
+  if (!error) error = parser.parse(json).get(root);
+  if (!error) return root;
+  if (error == simdjson::MEMALLOC || error == simdjson::CAPACITY) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("{}: document too large to parse: {}", source, simdjson::error_message(error)));
+  }
+  const std::string_view text(json.data(), json.size());
+  if (error == simdjson::DEPTH_ERROR) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("{}:{}: JSON nested deeper than {} levels of arrays and objects (trace and "
+                                  "schedule files need 5)",
+                                  source, line_column(text, too_deep_offset(text)), kMaxJsonDepth));
+  }
+  SyntaxErrorFinder finder;
+  nlohmann::json::sax_parse(text.begin(), text.end(), &finder, nlohmann::json::input_format_t::json, true);
+  std::size_t position = finder.found() ? finder.position() : 0;
+  std::string reason = finder.found() ? finder.reason() : simdjson::error_message(error);
+  // nlohmann's position is one past the offending character (1-based count).
+  const std::size_t offset = position > 0 ? position - 1 : 0;
   return make_error(ErrorCode::kInvalidInput,
-                    fmt::format("{}:{}:{}: malformed JSON: {}", source, line, column, reason));
+                    fmt::format("{}:{}: malformed JSON: {}", source, line_column(text, offset), reason));
 }
 
 const char* json_type_name(simdjson::dom::element_type type) {

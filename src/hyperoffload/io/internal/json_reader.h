@@ -14,8 +14,15 @@
 
 namespace hyperoffload::internal {
 
+// The deepest nesting of arrays and objects the readers accept. Trace and
+// schedule files need 5 (document, ops, op, accesses, access); the rest is for
+// producers' own keys (unknown keys are ignored). docs/FORMATS.md, "Limits".
+inline constexpr std::size_t kMaxJsonDepth = 64;
+
 // Parses `json` (a whole document) into `parser`'s DOM. A syntax error is
-// reported as "<source>:<line>:<column>: malformed JSON: <reason>".
+// reported as "<source>:<line>:<column>: malformed JSON: <reason>", nesting
+// deeper than kMaxJsonDepth as "<source>:<line>:<column>: JSON nested deeper
+// than 64 levels ...", pointing at the bracket that goes too deep.
 Result<simdjson::dom::element> parse_document(simdjson::dom::parser& parser,
                                               const simdjson::padded_string& json,
                                               std::string_view source);
