@@ -17,8 +17,9 @@ python/tests/models.py on the CPU, one intra-op thread, in these modes:
   replay 50%     later steps of a session at half the activation peak (copies
                  run on the HostBackend's copy threads)
 
-and reports the median step time and the overhead per op against eager. Each
-timing is the median of --repeats steps (warmups: one fresh session each).
+and reports the median step time (with quartiles) and the overhead per op against
+eager. The modes run round-robin, one step each per round, --repeats rounds
+(warmups: one fresh session each), so machine noise hits every mode alike.
 """
 
 from __future__ import annotations
@@ -100,27 +101,35 @@ def main() -> int:
     ops = probe.stats()["ops"]
     budget = probe.unplanned_peak_bytes() // 2
 
-    rows = {}
-    rows["eager"] = [one_step(model, batch, loss_fn, Nothing()) for _ in range(args.repeats)]
-    rows["empty mode"] = [one_step(model, batch, loss_fn, EmptyMode()) for _ in range(args.repeats)]
-    rows["warmup"] = [one_step(model, batch, loss_fn, ho.OffloadSession()) for _ in range(args.repeats)]
     replay = ho.OffloadSession()
     one_step(model, batch, loss_fn, replay)
     framed = PythonFrameSession()
     one_step(model, batch, loss_fn, framed)
-    # Interleaved, so machine noise hits both alike.
-    rows["replay"], rows["replay, py frame"] = [], []
-    for _ in range(args.repeats):
-        rows["replay"].append(one_step(model, batch, loss_fn, replay))
-        rows["replay, py frame"].append(one_step(model, batch, loss_fn, framed))
     tight = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget))
     one_step(model, batch, loss_fn, tight)
-    rows["replay 50%"] = [one_step(model, batch, loss_fn, tight) for _ in range(args.repeats)]
+    modes = {
+        "eager": lambda: Nothing(),
+        "empty mode": lambda: EmptyMode(),
+        "warmup": lambda: ho.OffloadSession(),
+        "replay": lambda: replay,
+        "replay, py frame": lambda: framed,
+        "replay 50%": lambda: tight,
+    }
+    # Round-robin over the modes, so machine noise (a shared 2-core VM) hits all alike.
+    rows = {name: [] for name in modes}
+    for _ in range(args.repeats):
+        for name, context in modes.items():
+            rows[name].append(one_step(model, batch, loss_fn, context()))
     moved = tight.stats()["offloaded_bytes"]
 
     eager_ms = median_ms(rows["eager"])
+    def quartiles_ms(samples):
+        q = statistics.quantiles(samples, n=4)
+        return q[0] * 1e3, q[2] * 1e3
+
     results = {
-        name: dict(step_ms=median_ms(samples), overhead_us_per_op=(median_ms(samples) - eager_ms) * 1e3 / ops)
+        name: dict(step_ms=median_ms(samples), overhead_us_per_op=(median_ms(samples) - eager_ms) * 1e3 / ops,
+                   step_ms_quartiles=quartiles_ms(samples))
         for name, samples in rows.items()
     }
     if args.json:
@@ -129,9 +138,10 @@ def main() -> int:
         return 0
     print(f"model {args.model}: {ops} ops per step, median of {args.repeats} steps, torch {torch.__version__}, "
           f"1 thread; at 50% the replay offloads {moved / 2**20:.2f} MiB per step")
-    print(f"{'mode':<17} {'step ms':>9} {'overhead us/op':>15}")
+    print(f"{'mode':<17} {'step ms':>9} {'quartiles ms':>15} {'overhead us/op':>15}")
     for name, r in results.items():
-        print(f"{name:<17} {r['step_ms']:>9.2f} {r['overhead_us_per_op']:>15.1f}")
+        low, high = r["step_ms_quartiles"]
+        print(f"{name:<17} {r['step_ms']:>9.2f} {f'{low:.2f}-{high:.2f}':>15} {r['overhead_us_per_op']:>15.1f}")
     return 0
 
 

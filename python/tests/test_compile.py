@@ -10,8 +10,6 @@ Entering a step from code that itself runs compiled raises HyperoffloadError.
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
 
@@ -21,31 +19,6 @@ from hyperoffload import _compile_check
 from models import CASES
 
 STEPS = 3
-HOOKED = "_compile_check" in inspect.getsource(ho.session)
-
-
-class _HookedSession(ho.OffloadSession):
-    """OffloadSession with the hook session.py is to call (used until session.py calls it itself)."""
-
-    def __enter__(self):
-        end = _compile_check.check_step_start()
-        try:
-            super().__enter__()
-        except BaseException:
-            end()
-            raise
-        self._end_compile_scope = end
-        return self
-
-    def __exit__(self, exc_type, exc, traceback):
-        try:
-            return super().__exit__(exc_type, exc, traceback)
-        finally:
-            self._end_compile_scope()
-
-
-def make_session(config=None) -> ho.OffloadSession:
-    return ho.OffloadSession(config) if HOOKED else _HookedSession(config)
 
 
 class CountingBackend:
@@ -114,8 +87,7 @@ def test_the_step_scope_forces_eager_and_restores_the_previous_stance():
     assert _compile_check.current_stance() == "default"
 
 
-def test_the_session_calls_the_compile_check():
-    """Passes once OffloadSession.__enter__/__exit__ call _compile_check (see the module's docstring)."""
+def test_the_session_forces_eager_for_its_steps_and_restores_the_stance_however_they_end():
     session = ho.OffloadSession()
     with session:
         inside = _compile_check.current_stance()
@@ -134,7 +106,7 @@ def test_the_session_calls_the_compile_check():
 def test_a_compiled_model_trains_bit_identically_within_half_the_peak(gpt, backend):
     build, eager, peak = gpt
     budget = peak // 2
-    session = make_session(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="peak"))
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="peak"))
     results = train(compiled_build(build, backend=backend), session, steps=STEPS)
     # Inside the step the compiled model runs its Python code eagerly: the same
     # aten ops as the uncompiled model, so bit-identical to it (also for
@@ -157,7 +129,7 @@ def test_compiled_graphs_do_not_run_inside_a_step_and_still_run_outside(gpt):
     loss_fn(compiled, batch).backward()
     compiles, calls = backend.compiles, backend.calls
     assert compiles >= 1 and calls >= 2 * compiles  # a forward and a backward graph per compiled frame ran
-    session = make_session(ho.OffloadConfig(max_resident_activation_bytes=peak // 2))
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=peak // 2))
     for p in model.parameters():
         p.grad = torch.zeros_like(p)  # as in `peak`'s step: the gradients are not activations
     for _ in range(STEPS):
@@ -181,7 +153,7 @@ def test_a_model_compiled_for_the_first_time_inside_a_step_compiles_later_outsid
     compiled = torch.compile(model, backend=backend)
     x = torch.randn(8, 16)
     expected = model(x)
-    session = make_session()
+    session = ho.OffloadSession()
     with session:
         inside = compiled(x)
     assert torch.equal(inside, expected)
@@ -193,7 +165,7 @@ def test_a_model_compiled_for_the_first_time_inside_a_step_compiles_later_outsid
 def test_fullgraph_and_a_fail_on_recompile_stance_work_inside_a_step(gpt):
     build, eager, peak = gpt
     budget = peak // 2
-    session = make_session(ho.OffloadConfig(max_resident_activation_bytes=budget))
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget))
     model, batch, loss_fn = build()
     head = torch.nn.Linear(64, 64)
     compiled_head = torch.compile(head, backend="aot_eager", fullgraph=True)
@@ -209,7 +181,7 @@ def test_fullgraph_and_a_fail_on_recompile_stance_work_inside_a_step(gpt):
 
 
 def test_entering_a_step_inside_compiled_code_raises_a_clear_error():
-    session = make_session()
+    session = ho.OffloadSession()
 
     def step(x):
         with session:
