@@ -8,14 +8,18 @@ python/tests/models.py on the CPU, one intra-op thread, in these modes:
   eager          plain PyTorch
   empty mode     a TorchDispatchMode that only calls the op (PyTorch's own cost
                  of intercepting ops in Python: the floor for any such layer)
+  empty RF       a thread-local RecordFunction callback taking every op's
+                 inputs and outputs and doing nothing (the floor of that hook)
+  empty fallback the session's C++ dispatcher fallback with no session: every
+                 op boxed and run below the key (the floor of the C++ path)
   warmup         the first step of a fresh session (trace + online eviction)
-  replay         later steps of a session without a budget (nothing moves);
-                 each op goes from PyTorch's mode machinery straight into C++
-                 (Runtime.dispatch bound as the mode's __torch_dispatch__)
-  replay, py frame  the same with one Python __torch_dispatch__ frame in
-                 between (how the session intercepted ops before)
+  replay         later steps of a session without a budget (nothing moves),
+                 ops intercepted by the C++ fallback
+  replay, mode   the same through the session's TorchDispatchMode
+                 (OffloadConfig(interception="dispatch_mode"): its fallback
+                 where the C++ one is not available)
   replay 50%     later steps of a session at half the activation peak (copies
-                 run on the HostBackend's copy threads)
+                 run on the HostBackend's copy threads), C++ fallback
 
 and reports the median step time (with quartiles) and the overhead per op against
 eager. The modes run round-robin, one step each per round, --repeats rounds
@@ -37,6 +41,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
 
 import hyperoffload as ho  # noqa: E402
+from hyperoffload import _C  # noqa: E402
 from hyperoffload._compat import TorchDispatchMode  # noqa: E402
 from models import CASES  # noqa: E402
 
@@ -46,13 +51,25 @@ class EmptyMode(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class PythonFrameSession(ho.OffloadSession):
-    """An OffloadSession whose mode calls the runtime from a Python __torch_dispatch__ method."""
-
+class EmptyFallback:
     def __enter__(self):
-        super().__enter__()
-        del self._mode.__torch_dispatch__  # the class's Python method takes over
+        if not _C._empty_fallback(True):
+            raise SystemExit("the C++ dispatcher fallback is not available on this PyTorch")
         return self
+
+    def __exit__(self, *exc):
+        _C._empty_fallback(False)
+        return False
+
+
+class EmptyRecordFunction:
+    def __enter__(self):
+        _C._empty_record_function(True)
+        return self
+
+    def __exit__(self, *exc):
+        _C._empty_record_function(False)
+        return False
 
 
 def make(name):
@@ -103,16 +120,22 @@ def main() -> int:
 
     replay = ho.OffloadSession()
     one_step(model, batch, loss_fn, replay)
-    framed = PythonFrameSession()
-    one_step(model, batch, loss_fn, framed)
+    with_mode = ho.OffloadSession(ho.OffloadConfig(interception="dispatch_mode"))
+    one_step(model, batch, loss_fn, with_mode)
     tight = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget))
     one_step(model, batch, loss_fn, tight)
+    check = ho.OffloadSession()
+    with check:  # an empty step
+        if check.interception != "dispatcher_fallback":
+            raise SystemExit("the C++ dispatcher fallback is not available on this PyTorch")
     modes = {
         "eager": lambda: Nothing(),
         "empty mode": lambda: EmptyMode(),
+        "empty RF": lambda: EmptyRecordFunction(),
+        "empty fallback": lambda: EmptyFallback(),
         "warmup": lambda: ho.OffloadSession(),
         "replay": lambda: replay,
-        "replay, py frame": lambda: framed,
+        "replay, mode": lambda: with_mode,
         "replay 50%": lambda: tight,
     }
     # Round-robin over the modes, so machine noise (a shared 2-core VM) hits all alike.
