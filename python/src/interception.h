@@ -6,7 +6,7 @@
 // and above BackendSelect (so factory ops such as aten::empty are seen with
 // their results). A TorchDispatchMode sits there, but PyTorch's mode machinery
 // (IValues to Python objects and back, the mode stack, an OpOverload call)
-// costs ~30 µs per op on this project's machine (BENCHMARKS.md, "PyTorch
+// costs ~40 µs per op on this project's machine (BENCHMARKS.md, "PyTorch
 // integration"), above the 10 µs the project allows per replayed op.
 //
 // So the session registers a boxed fallback on the dispatch key just below
