@@ -58,9 +58,13 @@ bool fallback_available() {
   static const bool available = [] {
     if (!kKey) return false;
     if (c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(*kKey)) return false;  // taken
-    // Never destroyed: deregistering at exit could run after the dispatcher is gone.
-    auto* library = new torch::Library(torch::Library::IMPL, "_", kKey, __FILE__, __LINE__);
-    library->fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
+    try {
+      auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "_", kKey, __FILE__, __LINE__);
+      library->fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
+      (void)library.release();  // never destroyed: deregistering at exit could run after the dispatcher is gone
+    } catch (const c10::Error&) {
+      return false;  // registered by someone else meanwhile: the session's mode intercepts
+    }
     return true;
   }();
   return available;

@@ -13,7 +13,13 @@
 // Python, DispatchKey::Fake (declared for a C++ FakeTensor mode that PyTorch
 // 2.13 does not implement: no kernel or fallback is registered for it, no
 // tensor carries it), and enables it for the step's thread in the
-// thread-local include set. PyTorch copies that set, like the dispatch-mode
+// thread-local include set. It is the only free key at that level: between
+// Autograd and BackendSelect every other one has a fallback of PyTorch's own
+// (ADInplaceOrView, ZeroTensor, Negative, Conjugate, Functionalize,
+// FuncTorchDynamicLayerBackMode, Python), and a key below BackendSelect
+// misses factory ops, whose BackendSelect kernel redispatches to the backend
+// alone; a key above Autograd sees ops before their decomposition
+// (aten::linear, not aten::t and aten::addmm). PyTorch copies that set, like the dispatch-mode
 // stack, into every thread that runs work on the step's behalf (the autograd
 // engine's device threads, future callbacks), so those ops are seen too. The
 // fallback reports the op, runs it below the key with the key excluded (ops
@@ -32,10 +38,11 @@
 // the fallback (one at a time per process: concurrent steps on other threads,
 // a step of one session inside another's).
 //
-// RecordFunction callbacks, the other C++ hook, cannot do this: they run at
-// the dispatcher's entry, above Autograd (aten::linear, not its aten::t and
-// aten::addmm; ops called from inside kernels too), and only around
-// Dispatcher::call, never around redispatches.
+// RecordFunction callbacks, the other C++ hook, cannot do this: they run
+// around every Dispatcher::call, above Autograd, and never around a
+// redispatch, so they see aten::linear and also the aten::t and aten::addmm
+// it calls, and every op a kernel calls, with nothing to tell which of them
+// is an op at the Python key's level.
 //
 // Thread-safety: attach/detach on the step's thread; the fallback runs on any
 // thread with the key included.
