@@ -13,13 +13,7 @@
 // Python, DispatchKey::Fake (declared for a C++ FakeTensor mode that PyTorch
 // 2.13 does not implement: no kernel or fallback is registered for it, no
 // tensor carries it), and enables it for the step's thread in the
-// thread-local include set. It is the only free key at that level: between
-// Autograd and BackendSelect every other one has a fallback of PyTorch's own
-// (ADInplaceOrView, ZeroTensor, Negative, Conjugate, Functionalize,
-// FuncTorchDynamicLayerBackMode, Python), and a key below BackendSelect
-// misses factory ops, whose BackendSelect kernel redispatches to the backend
-// alone; a key above Autograd sees ops before their decomposition
-// (aten::linear, not aten::t and aten::addmm). PyTorch copies that set, like the dispatch-mode
+// thread-local include set. PyTorch copies that set, like the dispatch-mode
 // stack, into every thread that runs work on the step's behalf (the autograd
 // engine's device threads, future callbacks), so those ops are seen too. The
 // fallback reports the op, runs it below the key with the key excluded (ops
@@ -27,10 +21,20 @@
 // __torch_dispatch__ runs) and reports its results; a Python frame is never
 // entered.
 //
-// Differences from a TorchDispatchMode, all by the key's place below Python:
-// every TorchDispatchMode (whenever entered) and every tensor subclass with
-// __torch_dispatch__ (DTensor) sees an op before the session, which sees the
-// ops those run on plain tensors.
+// It is the only free key at that level: between Autograd and BackendSelect
+// every other one has a fallback of PyTorch's own (ADInplaceOrView,
+// ZeroTensor, Negative, Conjugate, Functionalize,
+// FuncTorchDynamicLayerBackMode, Python); a key below BackendSelect misses
+// factory ops, whose BackendSelect kernel redispatches to the backend alone;
+// a key above Autograd sees ops before their decomposition (aten::linear, not
+// aten::t and aten::addmm).
+//
+// Differences from a TorchDispatchMode: every TorchDispatchMode (whenever
+// entered) and every tensor subclass with __torch_dispatch__ (DTensor) sees
+// an op before the session, which sees the ops those run on plain tensors;
+// and PyTorch runs the program eager PyTorch runs, where under any mode its
+// composite kernels and autograd pick other ops (aten::add for aten::add_,
+// extra aten::detach: at::impl::dispatch_mode_enabled()).
 //
 // The session uses its TorchDispatchMode instead (session.py) where the
 // fallback is not available: a PyTorch older than 2.13 (no such key), a key
