@@ -1,12 +1,15 @@
 """torch.compile inside a session step: compiled callables run eagerly there.
 
-A session sees a step through a ``TorchDispatchMode``. Code that Dynamo compiled
-does not go through it: Inductor's kernels never reach the aten dispatcher, so
-the session could neither trace nor offload what they read and write (and a
-released storage read by such a kernel would be read without data). PyTorch
-itself refuses to run compiled code under a non-infra dispatch mode — the
-tensors' dispatch keys gain ``Python``, every guard fails, and Dynamo falls back
-to the original frame — but on PyTorch 2.13 that fallback marks the code object
+A session sees a step through the aten dispatcher (its C++ fallback, or its
+``TorchDispatchMode``; docs/PYTHON.md, "How ops are intercepted"). Code that
+Dynamo compiled does not go through it: Inductor's kernels never reach the aten
+dispatcher, so the session could neither trace nor offload what they read and
+write (and a released storage read by such a kernel would be read without
+data). Under the C++ fallback the thread's dispatch keys gain the fallback's
+key, so every guard fails and Dynamo compiles the code again for the step —
+into kernels that bypass the session. Under the mode the keys gain ``Python``
+and Dynamo, refusing to compile under a non-infra dispatch mode, falls back to
+the original frame — but on PyTorch 2.13 that fallback marks the code object
 "skip" for good (pytorch/pytorch#190286): after one step under a session, the
 model — and ``nn.Module._call_impl``, so every compiled module — never
 compiles again, even outside the session; and ``fullgraph=True`` raises
@@ -67,7 +70,7 @@ def check_step_start() -> Callable[[], None]:
     if (compiling is not None and compiling()) or _eval_frame_callback() not in (None, False):
         raise HyperoffloadError(
             "a session step was entered inside a torch.compile'd function: compiled code bypasses the session's "
-            "dispatch mode, so its ops could be neither traced nor offloaded. Keep `with session:` in eager code "
+            "op interception, so its ops could be neither traced nor offloaded. Keep `with session:` in eager code "
             "and compile the model (or its forward/loss function) instead — inside the step it runs eagerly "
             "through the session — or mark the function that enters the step with @torch.compiler.disable")
     set_stance = getattr(torch.compiler, "set_stance", None)

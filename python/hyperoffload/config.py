@@ -9,6 +9,7 @@ from typing import Optional, Union
 import torch
 
 MIB = 1 << 20  # "MB" in sizes means MiB (2**20 bytes), as in PyTorch's memory reports
+INTERCEPTIONS = ("auto", "dispatch_mode")
 
 
 def _bytes_from(mb: Optional[float], exact: Optional[int], what: str) -> Optional[int]:
@@ -65,6 +66,15 @@ class OffloadConfig:
             up again; the second time, the error is raised.
         calibration_bytes: size of the warmup's copy-bandwidth calibration copy,
             used only for a copy direction the warmup step never used.
+        interception: how a step's ops reach the session. ``"auto"`` (the
+            default): a C++ dispatcher fallback just below PyTorch's Python key
+            (~7 µs per replayed op on this project's machine), or the session's
+            ``TorchDispatchMode`` where that is not available (PyTorch before
+            2.13; while another session's step holds it). ``"dispatch_mode"``:
+            always the ``TorchDispatchMode`` (~45 µs per op there), which sits
+            among the other dispatch modes in the order they were entered and
+            sees the ops of tensor subclasses such as DTensor before they do.
+            docs/PYTHON.md, "How ops are intercepted".
     """
 
     max_resident_activation_mb: Optional[float] = None
@@ -76,6 +86,7 @@ class OffloadConfig:
     device: Optional[Union[str, torch.device]] = None
     rewarm_once: bool = True
     calibration_bytes: int = 4 << 20
+    interception: str = "auto"
 
     def __post_init__(self) -> None:
         # Validates eagerly, so a bad configuration fails where it is written.
@@ -87,6 +98,9 @@ class OffloadConfig:
             raise ValueError(f"copy_engines must be 1 or 2, got {self.copy_engines!r}")
         if self.calibration_bytes < 0:
             raise ValueError(f"calibration_bytes must be >= 0, got {self.calibration_bytes}")
+        if self.interception not in INTERCEPTIONS:
+            raise ValueError(f"interception must be one of {', '.join(map(repr, INTERCEPTIONS))}, "
+                             f"got {self.interception!r}")
 
     @property
     def budget_bytes(self) -> Optional[int]:

@@ -1,10 +1,14 @@
 """OffloadSession and skip_offload: PyTorch ops into hyperoffload's runtime.
 
-A session intercepts every op of a step with a ``TorchDispatchMode``. Per op the
-mode hands the op's arguments and results to the C++ runtime (``hyperoffload._C``),
-which finds their storages, keeps track of the ones produced inside the step and
-moves their bytes: the first step is the warmup (trace + online eviction), every
-later step replays the plan made from it. See docs/PYTHON.md.
+A session intercepts every op of a step in C++: a boxed dispatcher fallback on
+the dispatch key just below PyTorch's Python key, enabled for the step's thread
+(python/src/interception.h, Note [Op interception]). Where that is not
+available (PyTorch before 2.13, or while another session's step holds it) a
+``TorchDispatchMode`` intercepts instead, at the Python key. Either way each op
+goes to the C++ runtime (``hyperoffload._C``), which finds its storages, keeps
+track of the ones produced inside the step and moves their bytes: the first
+step is the warmup (trace + online eviction), every later step replays the plan
+made from it. See docs/PYTHON.md.
 """
 
 from __future__ import annotations
@@ -57,53 +61,13 @@ def _summary_line(plan: Optional[dict], stats: dict) -> str:
             f"recomputes {_size(plan['recomputed_bytes'])}; simulated overhead {plan['overhead_percent']:.1f}% "
             f"({plan['stall_ms']:.3f} ms stall on {plan['compute_ms']:.3f} ms of compute)")
 
-# Ops that return memory they never wrote (uninitialised): re-running one gives
-# other bytes, so none is recomputable whatever its schema says.
-_UNINITIALISED_RESULTS = frozenset({
-    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
-    "aten::empty_permuted", "aten::resize_", "aten::set_",
-})
-
-
-def _recomputable(func, schema, written) -> bool:
-    """Whether re-running the op on the same inputs regenerates its results bit for bit.
-
-    From the schema and the op's tags: an aten op (other namespaces may have
-    side effects the schema does not show) that writes no argument in place,
-    draws no random numbers (``nondeterministic_seeded``: dropout, ``rand``,
-    ``bernoulli``), is not allowed to vary bit-wise from run to run
-    (``nondeterministic_bitwise``: atomics on CUDA), and returns at least one
-    fresh tensor (a result that aliases no argument). The trace keeps the mark
-    only where the warmup saw the op produce a storage and write no input.
-    """
-    if written or schema.is_mutable or not schema.name.startswith("aten::") or schema.name in _UNINITIALISED_RESULTS:
-        return False
-    tags = getattr(func, "tags", ())
-    for tag in ("nondeterministic_seeded", "nondeterministic_bitwise"):
-        if hasattr(torch.Tag, tag) and getattr(torch.Tag, tag) in tags:
-            return False
-    return any(result.alias_info is None and "Tensor" in str(result.type) for result in schema.returns)
-
-
-def _op_info(func) -> "_C.OpInfo":
-    """The op's name, the arguments it writes in place and whether it is recomputable, from its schema.
-
-    Called by the runtime the first time it sees an OpOverload (it caches it).
-    """
-    schema = func._schema
-    name = schema.name + ("." + schema.overload_name if schema.overload_name else "")
-    written = [(index, argument.name) for index, argument in enumerate(schema.arguments)
-               if argument.alias_info is not None and argument.alias_info.is_write]
-    return _C.OpInfo(name, written, False, _recomputable(func, schema, written))
-
-
 def _compute_stream(device: str) -> int:
     """The CUDA stream PyTorch runs `device`'s kernels on (the runtime's compute stream)."""
     return int(torch.cuda.current_stream(torch.device(device)).cuda_stream)
 
 
 class _StepMode(TorchDispatchMode):
-    """Reports every op of one step to the runtime.
+    """Reports every op of one step to the runtime, where the C++ fallback cannot.
 
     ``__torch_dispatch__`` is the runtime's own C++ ``dispatch`` bound to the
     instance as a method: PyTorch looks the attribute up on the mode object
@@ -153,6 +117,8 @@ class OffloadSession:
             rewarm_once=self.config.rewarm_once,
             calibration_bytes=self.config.calibration_bytes,
         )
+        self._in_step = False
+        # The step's TorchDispatchMode; None while the C++ fallback intercepts (or between steps).
         self._mode: Optional[_StepMode] = None
         # Ends the step's torch.compile scope (_compile_check: compiled callables run eagerly in a step).
         self._end_compile_scope: Optional[Callable[[], None]] = None
@@ -160,7 +126,7 @@ class OffloadSession:
     # ---- Steps -------------------------------------------------------------------
 
     def __enter__(self) -> "OffloadSession":
-        if self._mode is not None:
+        if self._in_step:
             raise HyperoffloadError("a step of this session is already running (steps do not nest)")
         end_compile_scope = _compile_check.check_step_start()  # raises inside compiled code
         try:
@@ -168,21 +134,25 @@ class OffloadSession:
         except BaseException:
             end_compile_scope()
             raise
-        mode = _StepMode(self)
-        try:
-            mode.__enter__()
-        except BaseException:
-            self._rt.abort_step()
-            end_compile_scope()
-            raise
-        self._mode = mode
+        if self.config.interception == "dispatch_mode" or not self._rt.attach():
+            mode = _StepMode(self)
+            try:
+                mode.__enter__()
+            except BaseException:
+                self._rt.abort_step()
+                end_compile_scope()
+                raise
+            self._mode = mode
+        self._in_step = True
         self._end_compile_scope = end_compile_scope
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> bool:
         mode, self._mode = self._mode, None
+        self._in_step = False
         if mode is not None:
             mode.__exit__(None, None, None)
+        self._rt.detach()
         try:
             if exc_type is not None:
                 self._rt.abort_step()
@@ -200,7 +170,15 @@ class OffloadSession:
 
     @property
     def in_step(self) -> bool:
-        return self._mode is not None
+        return self._in_step
+
+    @property
+    def interception(self) -> Optional[str]:
+        """How the running step's ops reach the session: ``"dispatcher_fallback"`` (C++),
+        ``"dispatch_mode"`` (the session's TorchDispatchMode), or None between steps."""
+        if not self._in_step:
+            return None
+        return "dispatcher_fallback" if self._rt.intercepting else "dispatch_mode"
 
     # ---- What the session recorded and measured ---------------------------------------
 
@@ -304,9 +282,30 @@ def _tensors(tree) -> tuple:
     return tuple(leaf for leaf in leaves if isinstance(leaf, torch.Tensor))
 
 
-def _active_mode() -> Optional[_StepMode]:
+def _active_runtime() -> "Optional[_C.Runtime]":
+    """The runtime that sees this thread's ops first, if its step is tracking.
+
+    A session's TorchDispatchMode on top of the mode stack sees them before the
+    C++ fallback (below every mode); under another mode, only the fallback's
+    session counts (a mode's session then sees the region's inner ops).
+    """
     mode = current_dispatch_mode()
-    return mode if isinstance(mode, _StepMode) and mode._rt.tracking else None
+    rt = mode._rt if isinstance(mode, _StepMode) else _C.intercepting_runtime()
+    return rt if rt is not None and rt.tracking else None
+
+
+@contextlib.contextmanager
+def _suspended(rt: "_C.Runtime"):
+    """Runs the block without `rt`'s interception (on this thread): ops go past the session."""
+    if not rt.intercepting:
+        with suspended_mode():
+            yield
+        return
+    excluded = _C.exclude_interception(True)
+    try:
+        yield
+    finally:
+        _C.exclude_interception(excluded)
 
 
 class _OpaqueCall:
@@ -334,7 +333,7 @@ class _Opaque(torch.autograd.Function):
     def forward(ctx, call: _OpaqueCall, *tensors):
         call.rt.begin(call.forward_info, tensors, None)
         try:
-            with suspended_mode(), torch.enable_grad():
+            with _suspended(call.rt), torch.enable_grad():
                 inner = tuple(t.detach().requires_grad_(t.requires_grad) for t in tensors)
                 flat = list(call.flat)
                 for position, tensor in zip(call.tensor_positions, inner):
@@ -358,13 +357,12 @@ class _Opaque(torch.autograd.Function):
     def backward(ctx, *grads):
         call: _OpaqueCall = ctx.call
         ctx.call = None
-        mode = _active_mode()
-        report = mode is not None and mode._rt is call.rt
+        report = _active_runtime() is call.rt
         if report:
             reads = tuple(g for g in grads if g is not None) + call.inner_inputs + call.inner_outputs
             call.rt.begin(call.backward_info, reads, None)
         try:
-            with (suspended_mode() if report else contextlib.nullcontext()):
+            with (_suspended(call.rt) if report else contextlib.nullcontext()):
                 pairs = [(o, g) for o, g in zip(call.inner_outputs, grads) if o.requires_grad and g is not None]
                 if pairs:
                     torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
@@ -405,10 +403,9 @@ def skip_offload(fn: Optional[Callable] = None, *, name: Optional[str] = None):
 
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
-            mode = _active_mode()
-            if mode is None:
+            rt = _active_runtime()
+            if rt is None:
                 return function(*args, **kwargs)
-            rt = mode._rt
             flat, spec = tree_flatten((args, kwargs))
             positions = [i for i, leaf in enumerate(flat) if isinstance(leaf, torch.Tensor)]
             tensors = tuple(flat[i] for i in positions)
@@ -421,7 +418,7 @@ def skip_offload(fn: Optional[Callable] = None, *, name: Optional[str] = None):
                 return tree_unflatten(out_flat, call.out_spec)
             rt.begin(forward_info, tensors, None)
             try:
-                with suspended_mode():
+                with _suspended(rt):
                     out = function(*args, **kwargs)
             except BaseException:
                 rt.op_failed()

@@ -1,10 +1,14 @@
 // hyperoffload._C: the binding between the Python layer (hyperoffload/*.py)
-// and TorchSession. Per op, Python hands over the op's arguments and results
-// as they are; finding their tensors and storages happens here, in C++.
-// Errors become the exception classes of hyperoffload.errors — the only place
-// where the library's error values turn into exceptions.
+// and TorchSession. A step's ops reach the Runtime through the dispatcher
+// fallback (interception.h, Note [Op interception]) or, where that is not
+// available, through the session's TorchDispatchMode, which hands over the
+// op's arguments and results as Python objects; either way finding their
+// tensors and storages happens here, in C++. Errors become the exception
+// classes of hyperoffload.errors — the only place where the library's error
+// values turn into exceptions.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
@@ -12,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -20,6 +25,7 @@
 #include "hyperoffload/io/trace_json.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/sim/simulator.h"
+#include "interception.h"
 #include "torch_session.h"
 
 namespace py = pybind11;
@@ -48,6 +54,17 @@ py::handle error_class(ErrorKind kind) {
   throw py::error_already_set();
 }
 
+// The same from inside the dispatcher (the fallback, on any thread, usually
+// without the GIL): PyTorch's bindings and its autograd engine carry a
+// python_error through and re-raise the Python exception it holds.
+[[noreturn]] void raise_in_dispatcher(const TorchError& error) {
+  py::gil_scoped_acquire gil;
+  PyErr_SetString(error_class(error.kind).ptr(), error.message.c_str());
+  python_error pending;
+  pending.persist();
+  throw std::move(pending);
+}
+
 void check(const TorchStatus& status) {
   if (!status) raise(status.error());
 }
@@ -62,16 +79,68 @@ T check(Result<T> result) {
   return std::move(*result);
 }
 
-// An op's identity and its in-place arguments, built once per OpOverload.
+// An op's identity and its in-place arguments, built once per operator.
 struct OpInfo {
   std::string name;
   // Schema arguments the op writes (alias_info.is_write): position, name.
   std::vector<std::pair<std::size_t, std::string>> written;
   // A skip_offload region: any tracked input may be written.
   bool all_written = false;
-  // Re-running the op on the same inputs gives the same results bit for bit.
+  // Re-running the op on the same inputs gives the same results bit for bit
+  // (recomputable_op below): the warmup's trace marks it `recomputable`.
   bool recomputable = false;
+  // The schema's argument and result counts (the boxed form's stack slots).
+  std::size_t arguments = 0;
+  std::size_t returns = 0;
 };
+
+// An operator's OpInfo: its overload name ("aten::add_.Tensor") and the
+// arguments its schema declares written (add_, relu_, out=).
+// Ops that return memory they never wrote (uninitialised): re-running one gives
+// other bytes, so none is recomputable whatever its schema says.
+bool returns_uninitialised_memory(const std::string& name) {
+  static const std::unordered_set<std::string> names = {
+      "aten::empty",          "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+      "aten::new_empty_strided", "aten::empty_permuted", "aten::resize_", "aten::set_"};
+  return names.contains(name);
+}
+
+// Whether re-running the op on the same inputs regenerates its results bit for
+// bit, from its schema and tags: an aten op (another namespace may have side
+// effects its schema does not show) that writes no argument and is not
+// mutable, draws no random numbers (`nondeterministic_seeded`: dropout,
+// `rand`, `bernoulli_`), may not vary bit-wise from run to run
+// (`nondeterministic_bitwise`: atomics on CUDA), returns no uninitialised
+// memory, and returns at least one fresh tensor (a result aliasing no
+// argument). The warmup keeps the mark only where the op produced a tracked
+// storage and wrote no input (exec/hooks.h, mark_recomputable).
+bool recomputable_op(const c10::OperatorHandle& op, const OpInfo& info) {
+  const c10::FunctionSchema& schema = op.schema();
+  if (!info.written.empty() || schema.is_mutable() || !schema.name().starts_with("aten::") ||
+      returns_uninitialised_memory(schema.name())) {
+    return false;
+  }
+  if (op.hasTag(at::Tag::nondeterministic_seeded) || op.hasTag(at::Tag::nondeterministic_bitwise)) return false;
+  for (const c10::Argument& result : schema.returns()) {
+    if (result.alias_info() == nullptr && result.type()->kind() == c10::TypeKind::TensorType) return true;
+  }
+  return false;
+}
+
+OpInfo op_info_of(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema& schema = op.schema();
+  OpInfo info;
+  info.name = schema.overload_name().empty() ? schema.name() : schema.name() + "." + schema.overload_name();
+  const std::vector<c10::Argument>& arguments = schema.arguments();
+  for (std::size_t index = 0; index < arguments.size(); ++index) {
+    const c10::AliasInfo* alias = arguments[index].alias_info();
+    if (alias != nullptr && alias->isWrite()) info.written.emplace_back(index, arguments[index].name());
+  }
+  info.arguments = arguments.size();
+  info.returns = schema.returns().size();
+  info.recomputable = recomputable_op(op, info);
+  return info;
+}
 
 // Calls visit(tensor) for a defined tensor argument with storage, or for each
 // such tensor in a list argument (Tensor[], Tensor?[]).
@@ -93,13 +162,13 @@ void for_each_tensor_with_storage(PyObject* object, Visit visit) {
 
 // Appends the storage of each tensor in an argument (borrowed: the argument
 // keeps it alive for the op).
-void collect_storages(PyObject* object, std::vector<c10::StorageImpl*>& out) {
+void collect_py_storages(PyObject* object, std::vector<c10::StorageImpl*>& out) {
   for_each_tensor_with_storage(object,
                                [&out](const at::Tensor& t) { out.push_back(t.storage().unsafeGetStorageImpl()); });
 }
 
 // Appends the storage of each tensor in an op's result (owned references).
-void collect_results(PyObject* object, std::vector<c10::Storage>& out) {
+void collect_py_results(PyObject* object, std::vector<c10::Storage>& out) {
   for_each_tensor_with_storage(object, [&out](const at::Tensor& t) { out.push_back(t.storage()); });
 }
 
@@ -133,7 +202,7 @@ py::dict stats_dict(const TorchSession& torch_session) {
   return stats;
 }
 
-class Runtime {
+class Runtime final : public OpHandler {
  public:
   Runtime(std::optional<std::int64_t> budget_bytes, std::optional<std::int64_t> host_capacity_bytes,
           std::string planner, int copy_engines, std::optional<std::string> device, py::object compute_stream,
@@ -171,11 +240,55 @@ class Runtime {
     if (!session) raise(session.error());
     session_ = std::move(*session);
   }
+  ~Runtime() { detach(); }
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
 
   void begin_step() { check(session_->begin_step()); }
   void end_step() { check(session_->end_step()); }
   void abort_step() { session_->abort_step(); }
   bool tracking() const { return session_->tracking(); }
+
+  // Starts intercepting this thread's ops through the dispatcher fallback
+  // (Note [Op interception]); false where it is not available, and the
+  // session's TorchDispatchMode intercepts instead.
+  bool attach() {
+    if (!attached_) attached_ = python::attach(*this);
+    return attached_;
+  }
+  void detach() {
+    if (attached_) python::detach(*this);
+    attached_ = false;
+  }
+  bool intercepting() const { return attached_; }
+
+  // The fallback's path: the boxed counterpart of dispatch() below.
+  void handle(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) override {
+    if (!session_->tracking()) {
+      run_below(op, keys, stack);
+      return;
+    }
+    const OpInfo& info = op_info(op);
+    const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, info.arguments);
+    inputs_.clear();
+    written_.clear();
+    python::collect_storages(args, inputs_);
+    for (const auto& [index, name] : info.written) python::collect_storages(args[index], written_);
+    if (TorchStatus begun = session_->begin_op(info.name, inputs_, written_, recomputable(info)); !begun) {
+      raise_in_dispatcher(begun.error());
+    }
+    try {
+      run_below(op, keys, stack);
+    } catch (...) {
+      session_->op_failed();
+      throw;
+    }
+    outputs_.clear();
+    python::collect_results(torch::jit::last(*stack, info.returns), outputs_);
+    const TorchStatus ended = session_->end_op(outputs_);
+    outputs_.clear();
+    if (!ended) raise_in_dispatcher(ended.error());
+  }
 
   void begin(const OpInfo& info, py::handle args, py::handle kwargs) {
     if (!session_->tracking()) return;
@@ -184,34 +297,33 @@ class Runtime {
     PyObject* arg_tuple = args.ptr();
     const bool is_tuple = PyTuple_Check(arg_tuple);
     const Py_ssize_t count = is_tuple ? PyTuple_GET_SIZE(arg_tuple) : 0;
-    for (Py_ssize_t i = 0; i < count; ++i) collect_storages(PyTuple_GET_ITEM(arg_tuple, i), inputs_);
+    for (Py_ssize_t i = 0; i < count; ++i) collect_py_storages(PyTuple_GET_ITEM(arg_tuple, i), inputs_);
     PyObject* kwarg_dict = kwargs.ptr();
     const bool has_kwargs = kwarg_dict != nullptr && PyDict_Check(kwarg_dict) && PyDict_Size(kwarg_dict) > 0;
     if (has_kwargs) {
       PyObject* key = nullptr;
       PyObject* value = nullptr;
       Py_ssize_t position = 0;
-      while (PyDict_Next(kwarg_dict, &position, &key, &value)) collect_storages(value, inputs_);
+      while (PyDict_Next(kwarg_dict, &position, &key, &value)) collect_py_storages(value, inputs_);
     }
     if (info.all_written) {
       written_ = inputs_;
     } else {
       for (const auto& [index, name] : info.written) {
         if (static_cast<Py_ssize_t>(index) < count) {
-          collect_storages(PyTuple_GET_ITEM(arg_tuple, static_cast<Py_ssize_t>(index)), written_);
+          collect_py_storages(PyTuple_GET_ITEM(arg_tuple, static_cast<Py_ssize_t>(index)), written_);
         } else if (has_kwargs) {
-          if (PyObject* value = PyDict_GetItemString(kwarg_dict, name.c_str())) collect_storages(value, written_);
+          if (PyObject* value = PyDict_GetItemString(kwarg_dict, name.c_str())) collect_py_storages(value, written_);
         }
       }
     }
-    check(session_->begin_op(info.name, inputs_, written_,
-                             info.recomputable ? Recomputable::kYes : Recomputable::kNo));
+    check(session_->begin_op(info.name, inputs_, written_, recomputable(info)));
   }
 
   void end(py::handle out) {
     if (!session_->tracking()) return;
     outputs_.clear();
-    collect_results(out.ptr(), outputs_);
+    collect_py_results(out.ptr(), outputs_);
     const TorchStatus ended = session_->end_op(outputs_);
     outputs_.clear();
     check(ended);
@@ -220,10 +332,11 @@ class Runtime {
   void op_failed() { session_->op_failed(); }
 
   // A TorchDispatchMode's __torch_dispatch__(self, func, types, args, kwargs),
-  // whole in C++: the session's mode binds it to itself as an instance
-  // attribute (PyTorch wants a plain method), so PyTorch calls it with no
-  // Python frame of ours in between (docs/PYTHON.md, "Overhead"). Reports the op around running it; an op that raises ends
-  // offloading for the step (TorchSession::op_failed) and the error propagates.
+  // whole in C++, for steps that cannot use the fallback: the session's mode
+  // binds it to itself as an instance attribute (PyTorch wants a plain
+  // method), so PyTorch calls it with no Python frame of ours in between.
+  // Reports the op around running it; an op that raises ends offloading for
+  // the step (TorchSession::op_failed) and the error propagates.
   py::object dispatch(py::handle /*mode*/, py::handle func, py::handle /*types*/, py::handle args,
                       py::handle kwargs) {
     PyObject* kwarg_dict = kwargs.is_none() ? nullptr : kwargs.ptr();
@@ -325,22 +438,38 @@ class Runtime {
     return py::reinterpret_steal<py::object>(out);
   }
 
-  // The OpInfo of an OpOverload, read from its schema by hyperoffload.session._op_info
-  // the first time this runtime sees it (OpOverloads live as long as the
+  static Recomputable recomputable(const OpInfo& info) {
+    return info.recomputable ? Recomputable::kYes : Recomputable::kNo;
+  }
+
+  // The OpInfo of an operator, the first time this runtime sees it.
+  const OpInfo& op_info(const c10::OperatorHandle& op) {
+    auto found = op_infos_.find(op);
+    if (found != op_infos_.end()) return found->second;
+    return op_infos_.emplace(op, op_info_of(op)).first->second;
+  }
+
+  // The same for an OpOverload (the TorchDispatchMode's path), found in the
+  // dispatcher by its schema's name (OpOverloads live as long as the
   // interpreter; the map holds a reference anyway).
   const OpInfo& op_info(py::handle func) {
-    auto found = op_infos_.find(func.ptr());
-    if (found != op_infos_.end()) return found->second.second;
-    // Kept for the interpreter's lifetime (never destroyed after finalization).
-    static PyObject* reader =
-        py::object(py::module_::import("hyperoffload.session").attr("_op_info")).release().ptr();
-    OpInfo info = py::handle(reader)(func).cast<OpInfo>();
-    return op_infos_.emplace(func.ptr(), std::make_pair(py::reinterpret_borrow<py::object>(func), std::move(info)))
-        .first->second.second;
+    auto found = py_op_infos_.find(func.ptr());
+    if (found != py_op_infos_.end()) return *found->second.second;
+    py::object schema = func.attr("_schema");
+    const c10::OperatorName name(schema.attr("name").cast<std::string>(),
+                                 schema.attr("overload_name").cast<std::string>());
+    std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findSchema(name);
+    if (!op) raise(TorchError{ErrorKind::kRuntime, "the dispatcher has no schema for op " + c10::toString(name)});
+    const OpInfo* info = &op_info(*op);
+    return *py_op_infos_.emplace(func.ptr(), std::make_pair(py::reinterpret_borrow<py::object>(func), info))
+                .first->second.second;
   }
 
   std::unique_ptr<TorchSession> session_;
-  std::unordered_map<PyObject*, std::pair<py::object, OpInfo>> op_infos_;
+  bool attached_ = false;
+  // unordered_map keeps its elements' addresses: py_op_infos_ points into op_infos_.
+  std::unordered_map<c10::OperatorHandle, OpInfo> op_infos_;
+  std::unordered_map<PyObject*, std::pair<py::object, const OpInfo*>> py_op_infos_;
   std::vector<c10::StorageImpl*> inputs_;
   std::vector<c10::StorageImpl*> written_;
   std::vector<c10::Storage> outputs_;
@@ -355,15 +484,17 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "hyperoffload's C++ runtime for PyTorch (see hyperoffload.OffloadSession)";
 
   py::class_<OpInfo>(m, "OpInfo")
-      .def(py::init([](std::string name, std::vector<std::pair<std::size_t, std::string>> written, bool all_written,
-                       bool recomputable) {
-             return OpInfo{std::move(name), std::move(written), all_written, recomputable};
+      .def(py::init([](std::string name, std::vector<std::pair<std::size_t, std::string>> written, bool all_written) {
+             OpInfo info;
+             info.name = std::move(name);
+             info.written = std::move(written);
+             info.all_written = all_written;
+             return info;
            }),
-           py::arg("name"), py::arg("written"), py::arg("all_written") = false, py::arg("recomputable") = false)
+           py::arg("name"), py::arg("written"), py::arg("all_written") = false)
       .def_readonly("name", &OpInfo::name)
       .def_readonly("written", &OpInfo::written)
-      .def_readonly("all_written", &OpInfo::all_written)
-      .def_readonly("recomputable", &OpInfo::recomputable);
+      .def_readonly("all_written", &OpInfo::all_written);
 
   py::class_<Runtime>(m, "Runtime")
       .def(py::init<std::optional<std::int64_t>, std::optional<std::int64_t>, std::string, int,
@@ -377,6 +508,9 @@ PYBIND11_MODULE(_C, m) {
       .def("begin", &Runtime::begin, py::arg("info"), py::arg("args"), py::arg("kwargs"))
       .def("end", &Runtime::end, py::arg("out"))
       .def("op_failed", &Runtime::op_failed)
+      .def("attach", &Runtime::attach)
+      .def("detach", &Runtime::detach)
+      .def_property_readonly("intercepting", &Runtime::intercepting)
       .def("dispatch", &Runtime::dispatch, py::arg("mode"), py::arg("func"), py::arg("types"),
            py::arg("args") = py::tuple(),
            py::arg("kwargs") = py::none())
@@ -393,6 +527,17 @@ PYBIND11_MODULE(_C, m) {
       .def("take_warnings", &Runtime::take_warnings)
       .def("tracked_storages", &Runtime::tracked_storages);
 
+  m.def(
+      "intercepting_runtime",
+      []() -> Runtime* { return dynamic_cast<Runtime*>(hyperoffload::python::active_handler()); },
+      py::return_value_policy::reference,
+      "The Runtime whose dispatcher fallback intercepts this thread's ops now (attached, not excluded), or None.");
+  m.def("exclude_interception", &hyperoffload::python::set_excluded, py::arg("excluded"),
+        "Excludes (True) or re-enables (False) the fallback's key on this thread; returns the previous state.");
+  m.def("_empty_fallback", &hyperoffload::python::enable_empty_fallback, py::arg("enabled"),
+        "Benchmark probe: routes this thread's ops through the fallback with no session (False: unavailable).");
+  m.def("_empty_record_function", &hyperoffload::python::enable_empty_record_function, py::arg("enabled"),
+        "Benchmark probe: a thread-local RecordFunction callback that takes inputs and outputs and does nothing.");
   m.def(
       "write_file_atomically",
       [](const std::string& path, const std::string& contents) {

@@ -263,7 +263,7 @@ Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("{}: output storage id {} is already in use in this step", op_label(), output.id));
     }
-    HO_ASSIGN_OR_RETURN(const bool allocated, current_allocated_.claim(output, op_label()));
+    HO_ASSIGN_OR_RETURN(const bool allocated, current_allocated_.claim(output, [this] { return op_label(); }));
     if (!allocated) {
       if (Status adopted =
               residency_.adopt(output.id, output.size_bytes, AdoptedBuffer{output.device_ptr, output.release});
@@ -274,7 +274,7 @@ Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
     caller_of_[static_cast<std::size_t>(traced)] = output.id;
     traced_of_.emplace(output.id, traced);
   }
-  HO_RETURN_IF_ERROR(current_allocated_.check_all_claimed(op_label()));
+  HO_RETURN_IF_ERROR(current_allocated_.check_all_claimed([this] { return op_label(); }));
   const std::span<const StorageIndex> expected_mutated = plan_->guide().mutated(op_);
   bool same = mutated.size() == expected_mutated.size();
   for (std::size_t i = 0; i < mutated.size(); ++i) {

@@ -179,7 +179,7 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
   }
   HO_RETURN_IF_ERROR(evict_while_over_budget(adopted_bytes));
   for (const OpOutput& output : outputs) {
-    HO_ASSIGN_OR_RETURN(const bool allocated, current_allocated_.claim(output, op_label()));
+    HO_ASSIGN_OR_RETURN(const bool allocated, current_allocated_.claim(output, [this] { return op_label(); }));
     if (!allocated) {
       if (output.id < 0) {
         return make_error(ErrorCode::kInvalidArgument,
@@ -202,7 +202,7 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
     largest_storage_bytes_ = std::max(largest_storage_bytes_, output.size_bytes);
     accesses_.emplace_back(output.id, AccessKind::kWrite);
   }
-  HO_RETURN_IF_ERROR(current_allocated_.check_all_claimed(op_label()));
+  HO_RETURN_IF_ERROR(current_allocated_.check_all_claimed([this] { return op_label(); }));
   for (StorageId id : mutated) {
     HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageRecord * record, find_alive(id, "mutated"));
     if (Status written = residency_.mark_written(id); !written) {

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,14 +28,16 @@ class OpAllocations {
 
   // Claims `output` if the runtime allocated it: true, or an error when the
   // op reports another size than it allocated; false for a caller-owned
-  // output. `op_label` names the op in errors ("op 12 (aten::mm)").
-  Result<bool> claim(const OpOutput& output, std::string_view op_label) {
+  // output. `op_label()` names the op in errors ("op 12 (aten::mm)"); it is
+  // called only for an error (these run for every op of every step).
+  template <class Label>
+  Result<bool> claim(const OpOutput& output, const Label& op_label) {
     auto allocated = find(output.id);
     if (allocated == allocated_.end()) return false;
     if (allocated->second != output.size_bytes) {
       return make_error(ErrorCode::kInvalidArgument,
-                        fmt::format("{}: output storage {} is {} bytes but was allocated with {}", op_label, output.id,
-                                    output.size_bytes, allocated->second));
+                        fmt::format("{}: output storage {} is {} bytes but was allocated with {}", op_label(),
+                                    output.id, output.size_bytes, allocated->second));
     }
     allocated_.erase(allocated);
     return true;
@@ -44,11 +45,12 @@ class OpAllocations {
 
   // After every output was claimed: an error naming a storage allocated for
   // the op but not reported among its outputs.
-  Status check_all_claimed(std::string_view op_label) const {
+  template <class Label>
+  Status check_all_claimed(const Label& op_label) const {
     if (allocated_.empty()) return ok_status();
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("{}: storage {} was allocated with allocate_output but is not among the outputs",
-                                  op_label, allocated_.front().first));
+                                  op_label(), allocated_.front().first));
   }
 
  private:
