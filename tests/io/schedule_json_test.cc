@@ -159,6 +159,8 @@ TEST(ScheduleJson, RejectsFieldsThatDoNotBelongToTheKind) {
 TEST(ScheduleJson, RejectsAnUnsupportedVersion) {
   EXPECT_EQ(parse_error(R"({"format": "hyperoffload.schedule", "version": 3, "actions": []})"),
             "version: unsupported version 3; this build reads versions 1 to 2");
+}
+
 TEST(ScheduleJson, RejectsJsonNestedThousandsDeepPointingAtTheBracket) {
   // The 65th '[' (column 65, line 2) opens level 65, one beyond the limit.
   EXPECT_EQ(parse_error("\n" + std::string(3000, '[') + std::string(3000, ']')),
