@@ -11,9 +11,7 @@
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/budget.h"
 #include "hyperoffload/plan/internal/augmented_trace.h"
-#include "hyperoffload/plan/internal/covering_index.h"
 #include "hyperoffload/plan/internal/peak_model.h"
-#include "hyperoffload/plan/internal/profile_tree.h"
 #include "hyperoffload/plan/internal/recompute_model.h"
 #include "hyperoffload/plan/internal/recompute_selection.h"
 #include "hyperoffload/plan/internal/stall_estimate.h"
@@ -70,6 +68,7 @@ constexpr DecisionParams kDecisionGrid[] = {
 // A plan for the original trace with what the choice between plans needs.
 struct Candidate {
   std::string label;
+  bool recompute_only = false;  // the recompute-only plan
   std::vector<Action> actions;
   std::int64_t peak_bytes = 0;  // op-granular, over ops and recomputes (planner's model)
   double time_ms = 0.0;         // compute + recomputes + estimated stall
@@ -276,37 +275,53 @@ class HybridPlanning {
       offload->label = "offload-only (nothing recomputable)";
       return finish(std::move(*offload), {}, floor);
     }
-    // Below the peak planner's floor: gaps only recompute frees can lower the
-    // floor, and then every decision set includes them. (At or above it, the
-    // floor reported is the lowest among the plans made.)
-    const std::vector<std::int32_t> floor_gaps =
-        budget_ < peak_model_.floor.bytes ? floor_candidates() : std::vector<std::int32_t>{};
     std::vector<Candidate> candidates;
-    if (!floor_gaps.empty()) {
-      // Taken as decisions (so that they agree with each other), with no stop.
-      const std::vector<RecomputeDecision> floor_set =
-          internal::select_recomputes(trace_, peak_model_.resident_bytes, model_,
-                                      {0.0, std::numeric_limits<std::int64_t>::max()}, floor_gaps)
-              .decisions;
-      const std::optional<std::pair<PeakModel, AugmentedTrace>> floor_model = lowered_floor_model(floor_set);
-      if (floor_model) {
-        const AugmentedTrace& augmented = floor_model->second;
-        *floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(floor_model->first.floor.op)],
-                                  floor_model->first.floor.bytes};
-        preselected = floor_gaps;
-        HO_ASSIGN_OR_RETURN(Candidate floor_plan,
-                            with_offloads(floor_set, "recompute where offloading cannot, offload the rest"));
-        candidates.push_back(std::move(floor_plan));
-      }
-    }
+    // Below the peak planner's floor, gaps only recompute frees can lower the
+    // floor; every decision set then starts from them. (At or above it, the
+    // floor reported is the lowest among the plans made.)
+    if (budget_ < peak_model_.floor.bytes) HO_RETURN_IF_ERROR(add_floor_plan(floor, preselected, candidates));
     if (std::optional<Candidate> recompute = recompute_only_candidate()) candidates.push_back(std::move(*recompute));
+    HO_RETURN_IF_ERROR(search_decision_sets(preselected, candidates));
+    offload_worker.join();
+    if (!offload) return std::unexpected(offload.error());
+    const std::size_t evaluated = candidates.size() + 1;
+    return finish(std::move(*offload), std::move(candidates), floor, evaluated);
+  }
 
+  // The plan that recomputes the gaps offloading cannot free (taken as
+  // decisions, so that they agree with each other) and offloads the rest, when
+  // that lowers the floor: sets `floor` to it and `preselected` to those gaps.
+  Status add_floor_plan(std::optional<UnavoidableFloor>* floor, std::vector<std::int32_t>& preselected,
+                        std::vector<Candidate>& candidates) const {
+    const std::vector<std::int32_t> floor_gaps = floor_candidates();
+    if (floor_gaps.empty()) return ok_status();
+    const std::vector<RecomputeDecision> floor_set =
+        internal::select_recomputes(trace_, peak_model_.resident_bytes, model_,
+                                    {0.0, std::numeric_limits<std::int64_t>::max()}, floor_gaps)
+            .decisions;
+    const std::optional<std::pair<PeakModel, AugmentedTrace>> floor_model = lowered_floor_model(floor_set);
+    if (!floor_model) return ok_status();
+    const AugmentedTrace& augmented = floor_model->second;
+    *floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(floor_model->first.floor.op)],
+                              floor_model->first.floor.bytes};
+    preselected = floor_gaps;
+    HO_ASSIGN_OR_RETURN(Candidate floor_plan,
+                        with_offloads(floor_set, "recompute where offloading cannot, offload the rest"));
+    candidates.push_back(std::move(floor_plan));
+    return ok_status();
+  }
+
+  // Plans decision sets (hybrid_planner.h, step 4): the grid in order, then the
+  // neighbours of the best while that improves it, within the evaluations the
+  // trace's size allows.
+  Status search_decision_sets(std::span<const std::int32_t> preselected, std::vector<Candidate>& candidates) const {
     const double work = static_cast<double>(trace_.op_count()) + static_cast<double>(trace_.access_count());
     const auto sets = static_cast<std::size_t>(
         std::clamp(std::floor(options_.evaluation_budget / std::max(work, 1.0)), 1.0,
                    static_cast<double>(std::max(1, options_.max_decision_sets))));
     DecisionSearch search;
-    search.preselected = preselected;
+    search.preselected.assign(preselected.begin(), preselected.end());
+    search.budget = budget_;
     search.scarce = sets < kScarceDecisionSets;
     // Selections are cheap next to plans, but not free on a large trace:
     // at most three per plan.
@@ -316,7 +331,7 @@ class HybridPlanning {
       HO_RETURN_IF_ERROR(evaluate(params, search));
     }
     // Refine around the best: half and double its ratio, a quarter more or
-    // less of its share, while evaluations are left and that improves it.
+    // less of its share, a tenth more or less of its deadline.
     while (search.plans.size() < sets && search.tried.size() < tries && !search.plans.empty()) {
       const DecisionParams best = search.plans[search.best()].first;
       const double ratio = best.max_ratio;
@@ -338,10 +353,7 @@ class HybridPlanning {
       if (search.best() == best_before) break;
     }
     for (auto& [params, candidate] : search.plans) candidates.push_back(std::move(candidate));
-    offload_worker.join();
-    if (!offload) return std::unexpected(offload.error());
-    const std::size_t evaluated = candidates.size() + 1;
-    return finish(std::move(*offload), std::move(candidates), floor, evaluated);
+    return ok_status();
   }
 
   // Decision sets tried so far, the decisions already planned (different
@@ -389,7 +401,6 @@ class HybridPlanning {
   Status evaluate(const DecisionParams& params, DecisionSearch& search) const {
     if (std::find(search.tried.begin(), search.tried.end(), params) != search.tried.end()) return ok_status();
     search.tried.push_back(params);
-    search.budget = budget_;
     const std::vector<std::int32_t> reserved =
         params.offload_deadline > 0.0
             ? internal::reserve_for_offload(trace_, model_, peak_op_, params.offload_deadline * compute_before_peak_ms_)
@@ -458,7 +469,7 @@ class HybridPlanning {
     if (lowest > budget_) return std::nullopt;
     std::optional<UnavoidableFloor> unused;
     Candidate candidate = recompute_only(sequence, &unused);
-    candidate.label = "recompute-only";
+    candidate.recompute_only = true;
     return candidate;
   }
 
@@ -476,7 +487,7 @@ class HybridPlanning {
     double recompute_only_ms = -1.0;
     Candidate best = std::move(offload);
     for (Candidate& candidate : others) {
-      if (candidate.label == "recompute-only") recompute_only_ms = candidate.peak_bytes <= budget_ ? candidate.time_ms : -1.0;
+      if (candidate.recompute_only && candidate.peak_bytes <= budget_) recompute_only_ms = candidate.time_ms;
       if (better(candidate, best, budget_)) best = std::move(candidate);
     }
     std::string comparison = fmt::format("offload-only {:.3f} ms", offload_ms);
