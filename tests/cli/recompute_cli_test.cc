@@ -54,6 +54,28 @@ TEST(RecomputeCli, ValidatesARecomputeThatRegeneratesAReleasedStorage) {
   EXPECT_EQ(out.at("peak_bytes"), 150);
 }
 
+TEST(RecomputeCli, SimulateReportsRecomputeTimeApartFromStall) {
+  // Ops a 1 ms, f 2 ms, g 1 ms, d 1 ms; f re-runs before d, 2 ms more:
+  // makespan 7 = compute 5 + stall 0 + recompute 2.
+  ScratchDir dir;
+  const std::string trace = dir.write("t.json", kTrace);
+  const std::string plan = dir.write("s.json", schedule(2, kRegenerate));
+  const std::string timeline = (dir / "timeline.json").string();
+  const testing::CliRun run = run_cli({"simulate", trace, plan, "--json", "--timeline", timeline});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json out = nlohmann::json::parse(run.out);
+  EXPECT_EQ(out.at("recompute_ms"), 2.0);
+  EXPECT_EQ(out.at("recompute_count"), 1);
+  EXPECT_EQ(out.at("stall_ms"), 0.0);
+  EXPECT_EQ(out.at("compute_ms"), 5.0);
+  EXPECT_EQ(out.at("makespan_ms"), 7.0);
+  EXPECT_EQ(out.at("overhead_percent"), 40.0);
+  EXPECT_THAT(testing::read_text(timeline), HasSubstr(R"("cat":"recompute","name":"recompute f")"));
+  const testing::CliRun text = run_cli({"simulate", trace, plan});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("recompute 2.000 ms (40.00% of compute) in 1 re-run ops; overhead 40.00% of compute"));
+}
+
 struct SemanticError {
   const char* name;
   std::string trace;

@@ -143,15 +143,19 @@ class HybridPlanning {
     return PeakPlanner(options_.peak).plan(trace, budget_);
   }
 
-  double estimated_time_ms(const Trace& trace, const StorageAccesses& accesses, std::span<const Action> actions) const {
-    return trace.total_compute_ms() + internal::estimate_stall_ms(trace, accesses, actions, memory_cap_);
+  // The step's time for a plan of the original trace: compute, the re-runs
+  // and the stall, played with the simulator's rules (the estimate is exact
+  // for valid, fault-free schedules, which every plan here is).
+  double estimated_time_ms(std::span<const Action> actions, double recompute_ms) const {
+    return trace_.total_compute_ms() + recompute_ms +
+           internal::estimate_stall_ms(trace_, accesses_, actions, memory_cap_);
   }
 
   Result<Candidate> offload_only() const {
     Candidate candidate;
     candidate.label = "offload-only";
     HO_ASSIGN_OR_RETURN(PlanResult plan, peak_plan(trace_));
-    candidate.time_ms = estimated_time_ms(trace_, accesses_, plan.schedule.actions);
+    candidate.time_ms = estimated_time_ms(plan.schedule.actions, 0.0);
     candidate.peak_bytes = plan.planned_peak_bytes;
     candidate.floor = plan.floor;
     candidate.actions = std::move(plan.schedule.actions);
@@ -164,11 +168,9 @@ class HybridPlanning {
   // Offloads planned around the recomputes of `chosen`.
   Result<Candidate> with_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
     const AugmentedTrace augmented = internal::build_augmented_trace(trace_, model_, chosen);
-    const StorageAccesses accesses(augmented.trace);
     HO_ASSIGN_OR_RETURN(PlanResult plan, peak_plan(augmented.trace));
     Candidate candidate;
     candidate.label = std::move(label);
-    candidate.time_ms = estimated_time_ms(augmented.trace, accesses, plan.schedule.actions);
     candidate.peak_bytes = plan.planned_peak_bytes;
     if (plan.floor) {
       candidate.floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(plan.floor->op)], plan.floor->bytes};
@@ -176,6 +178,7 @@ class HybridPlanning {
     candidate.recompute_count = augmented.recompute_count;
     candidate.recompute_ms = augmented.recompute_ms;
     candidate.actions = internal::map_back(augmented, plan.schedule.actions);
+    candidate.time_ms = estimated_time_ms(candidate.actions, candidate.recompute_ms);
     return candidate;
   }
 
@@ -186,13 +189,13 @@ class HybridPlanning {
     const std::vector<Action> actions = internal::end_of_life_releases(augmented.trace, accesses);
     Candidate candidate;
     candidate.label = std::move(label);
-    candidate.time_ms = estimated_time_ms(augmented.trace, accesses, actions);
     const PeakBytes peak = unplanned_peak(augmented.trace, accesses);
     candidate.peak_bytes = peak.bytes;
     candidate.peak_op = peak.op >= 0 ? augmented.original_op[static_cast<std::size_t>(peak.op)] : -1;
     candidate.recompute_count = augmented.recompute_count;
     candidate.recompute_ms = augmented.recompute_ms;
     candidate.actions = internal::map_back(augmented, actions);
+    candidate.time_ms = estimated_time_ms(candidate.actions, candidate.recompute_ms);
     return candidate;
   }
 

@@ -28,12 +28,13 @@
 //  4. Choice: the offload-only plan (the peak planner on the trace itself, on
 //     a second thread), the recompute-only plan (below) and the plans of
 //     decision sets — a fixed list, then the neighbours of the best, as many as
-//     the trace's size allows (HybridPlannerOptions) — are timed with the
-//     simulator's rules on the device of PeakPlannerOptions::device_memory
-//     (plan/internal/stall_estimate.h: compute, recomputes and stall); the
-//     quickest within the budget wins (the lowest peak when none fits). So the
-//     hybrid plan is never slower than `peak` or `recompute` by that measure,
-//     and fits the budget whenever either does.
+//     the trace's size allows (HybridPlannerOptions) — are timed on the
+//     original trace with the simulator's rules on the device of
+//     PeakPlannerOptions::device_memory (plan/internal/stall_estimate.h, exact
+//     for these schedules: compute, recomputes and stall); the quickest within
+//     the budget wins (the lowest peak when none fits). So the hybrid plan's
+//     simulated step (two copy engines) is never longer than the `peak` or
+//     `recompute` plan's, and it fits the budget whenever either does.
 //
 // Recompute-only ("recompute", OffloadUse::kRecomputeOnly): the decisions of
 // step 2 with no cost limit, down to nothing, and no offload: the plan takes
