@@ -12,9 +12,13 @@
 
 #include <chrono>
 
+#include <fmt/format.h>
+
+#include "hyperoffload/check/validator.h"
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/internal/residency_milp.h"
+#include "hyperoffload/sim/simulator.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload {
@@ -267,9 +271,9 @@ TEST(OptimalPlanner, ReportsProgressWithIncumbentBoundAndGap) {
   for (std::size_t i = 1; i < reports.size(); ++i) EXPECT_GE(reports[i].elapsed_s, reports[i - 1].elapsed_s);
 }
 
-// A program CBC cannot close in a fraction of a second: many storages of
-// similar size on a 200-op random trace with recomputable ops, at a budget
-// well above the floor (many ways to fit, little to tell them apart).
+// A program CBC cannot close in a fraction of a second: a 200-op random trace
+// with 160 storages of 1-4 MiB and recomputable ops, at half its unplanned
+// peak: about 25,000 variables, and a root LP alone that takes most of a second.
 Trace hard_trace() {
   RandomTraceOptions options;
   options.op_count = 200;
@@ -284,19 +288,236 @@ Trace hard_trace() {
   return generate_random_trace(options);
 }
 
-TEST(Scratch, Explore) {
-  for (double f : {0.4, 0.5, 0.6}) {
-    const Trace trace = hard_trace();
-    const std::int64_t peak = unplanned_peak(trace).bytes;
-    OptimalPlannerOptions options;
-    options.time_limit_s = 1.0;
-    const auto start = std::chrono::steady_clock::now();
-    const Result<PlanResult> result = OptimalPlanner(options).plan(trace, static_cast<std::int64_t>(peak * f));
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!result) { printf("f %g error %s\n", f, result.error().message.c_str()); continue; }
-    printf("f %g wall %.2f status %s obj %g bound %g gap %g cols %lld\n", f, s, to_string(result->solver->status),
-           result->solver->objective_ms, result->solver->bound_ms, result->solver->gap, (long long)result->solver->columns);
+TEST(OptimalPlanner, StopsAtTheTimeLimitWithItsBestScheduleAndTheSolversBound) {
+  const Trace trace = hard_trace();
+  const std::int64_t budget = unplanned_peak(trace).bytes / 2;
+  OptimalPlannerOptions options;
+  options.time_limit_s = 1.0;
+  const auto start = std::chrono::steady_clock::now();
+  const Result<PlanResult> result = OptimalPlanner(options).plan(trace, budget);
+  const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(result.has_value()) << result.error().message;
+  // The limit covers building the program; CBC's last steps after the stop
+  // and decoding add tenths of a second (more on a loaded 2-core machine).
+  EXPECT_LT(elapsed_s, options.time_limit_s + 2.0);
+  ASSERT_TRUE(result->solver.has_value());
+  EXPECT_EQ(result->solver->status, SolverStatus::kTimeLimit);
+  EXPECT_GT(result->solver->gap, 0.0);
+  EXPECT_GE(result->solver->bound_ms, trace.total_compute_ms() - 1e-9);
+  EXPECT_LE(result->solver->bound_ms, result->solver->objective_ms);
+  EXPECT_THAT(result->notes.front(), HasSubstr("time limit (1 s) reached"));
+  // Whatever the search reached, the schedule is a valid one within the budget.
+  const ValidationReport check = validate_schedule(trace, result->schedule);
+  EXPECT_TRUE(check.valid()) << (check.problems.empty() ? "" : check.problems.front());
+  EXPECT_TRUE(check.faults.empty());
+  EXPECT_LE(check.peak_bytes, budget);
+}
+
+// The hand-derived optima above, played by the validator and the simulator:
+// the schedule is valid and fault-free, its op-granular peak (recomputes
+// included) is the planned one, and the simulated makespan is the model's.
+TEST(OptimalPlanner, SimulatedMakespanOfTheHandDerivedOptimaIsTheModels) {
+  struct Case {
+    const char* name;
+    Trace trace;
+    std::int64_t budget;
+    DeviceMemory device;
+    double makespan_ms;
+  };
+  const Case cases[] = {
+      {"offload", offload_trace(), 4 * kMiB, DeviceMemory::kUnlimited, 10.0},
+      {"offload capped", offload_trace(), 4 * kMiB, DeviceMemory::kBudget, 12.0},
+      {"recompute", recompute_trace(), 5 * kMiB, DeviceMemory::kUnlimited, 5.0},
+      {"recompute capped", recompute_trace(), 5 * kMiB, DeviceMemory::kBudget, 5.0},
+      {"mixed", mixed_trace(), 5 * kMiB, DeviceMemory::kUnlimited, 9.0},
+      {"mixed capped", mixed_trace(), 5 * kMiB, DeviceMemory::kBudget, 9.0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const PlanResult plan = plan_optimal(c.trace, c.budget, c.device);
+    SimulatorOptions sim_options;
+    sim_options.budget_bytes = c.budget;
+    sim_options.device_memory = c.device;
+    const SimulationResult sim = simulate(c.trace, plan.schedule, sim_options);
+    EXPECT_TRUE(sim.valid()) << (sim.validation.problems.empty() ? "" : sim.validation.problems.front());
+    EXPECT_EQ(sim.faults(), 0U);
+    EXPECT_EQ(sim.peak_bytes(), plan.planned_peak_bytes);
+    EXPECT_NEAR(sim.makespan_ms, c.makespan_ms, 1e-6);
   }
+}
+
+// Random small v2 traces, every budget from the floor up, both devices: the
+// schedule is valid, fault-free and within the budget, the validator's peak is
+// at most the planned one, and the model never claims a makespan below the
+// step's compute or a bound above its objective.
+TEST(OptimalPlannerProperty, SchedulesOfRandomSmallTracesAreValidAndWithinTheBudget) {
+  int planned = 0;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    RandomTraceOptions options;
+    options.op_count = 6 + static_cast<std::int32_t>(seed % 9);
+    options.storage_count = 3 + static_cast<std::int32_t>(seed % 6);
+    options.seed = seed;
+    options.min_size_bytes = 1 << 16;
+    options.max_size_bytes = 1 << 22;
+    options.recomputable_fraction = 0.7;
+    options.limit_fraction = std::nullopt;
+    const Trace trace = generate_random_trace(options);
+    const std::int64_t peak = unplanned_peak(trace).bytes;
+    // Budgets from just below the floor to the peak.
+    const Result<internal::ResidencyMilp> probe = internal::ResidencyMilp::build(trace, peak);
+    ASSERT_TRUE(probe.has_value()) << probe.error().message;
+    const std::int64_t floor = probe->floor().bytes;
+    for (const std::int64_t budget : {floor - 1, floor, floor + (peak - floor) / 3, floor + 2 * (peak - floor) / 3}) {
+      for (const DeviceMemory device : {DeviceMemory::kUnlimited, DeviceMemory::kBudget}) {
+        SCOPED_TRACE(::testing::Message() << "seed " << seed << " budget " << budget << " capped "
+                                          << (device == DeviceMemory::kBudget));
+        OptimalPlannerOptions planner_options;
+        planner_options.device_memory = device;
+        const Result<PlanResult> plan = OptimalPlanner(planner_options).plan(trace, budget);
+        if (budget < floor) {
+          ASSERT_FALSE(plan.has_value());
+          EXPECT_THAT(plan.error().message, HasSubstr("no schedule fits"));
+          continue;
+        }
+        ASSERT_TRUE(plan.has_value()) << plan.error().message;
+        ++planned;
+        const ValidationReport check = validate_schedule(trace, plan->schedule);
+        ASSERT_TRUE(check.valid()) << check.problems.front();
+        EXPECT_TRUE(check.faults.empty());
+        EXPECT_LE(check.peak_bytes, budget);
+        EXPECT_LE(check.peak_bytes, plan->planned_peak_bytes);
+        ASSERT_TRUE(plan->solver.has_value());
+        EXPECT_GE(plan->solver->objective_ms, trace.total_compute_ms() - 1e-9);
+        EXPECT_LE(plan->solver->bound_ms, plan->solver->objective_ms);
+        EXPECT_EQ(plan->floor->bytes, floor);
+      }
+    }
+  }
+  EXPECT_EQ(planned, 40 * 3 * 2);
+}
+
+// The target on a trace small enough to prove: an MLP-like step
+// (recomputable forward ops, backward in reverse, retained weights; 16 GiB/s),
+// where keeping, offloading and recomputing all compete. Where the MILP proves
+// its optimum, the hybrid planner's simulated makespan is within 3% of it
+// (scripts/optimal-gap-benchmarks.sh measures a wider sweep).
+Trace mlp_step() {
+  // Storage 0: the 4 MiB input; 1-4: activations of 2, 4, 8, 2 MiB; 10-13:
+  // weights of 1, 2, 1, 2 MiB; 9: the loss gradient; 20-23: activation
+  // gradients; 30-33: weight gradients (retained, as are the weights).
+  //   op 0 load; 1-4 fwd i: R(i) R(10+i) W(1+i); 5 loss: R4 W9;
+  //   6-9 bwd i (i = 3..0): R(grad) R(i) R(1+i) R(10+i) W(20+i) W(30+i).
+  TraceDsl dsl;
+  dsl.storage(0, 4 * kMiB);
+  const std::int64_t act[] = {2 * kMiB, 4 * kMiB, 8 * kMiB, 2 * kMiB};
+  const std::int64_t weight[] = {1 * kMiB, 2 * kMiB, 1 * kMiB, 2 * kMiB};
+  for (int i = 0; i < 4; ++i) {
+    dsl.storage(10 + i, weight[i], Retention::kRetained).storage(1 + i, act[i]);
+    dsl.storage(20 + i, act[i]).storage(30 + i, weight[i], Retention::kRetained);
+  }
+  dsl.storage(9, 2 * kMiB);
+  dsl.op("load", "W0", 0.1);
+  for (int i = 0; i < 4; ++i) {
+    dsl.op("fwd", fmt::format("R{} R{} W{}", i, 10 + i, 1 + i), static_cast<double>(act[i]) / (8.0 * kMiB),
+           Recomputable::kYes);
+  }
+  dsl.op("loss", "R4 W9", 0.2);
+  std::string grad = "R9";
+  for (int i = 3; i >= 0; --i) {
+    dsl.op("bwd", fmt::format("{} R{} R{} R{} W{} W{}", grad, i, 1 + i, 10 + i, 20 + i, 30 + i),
+           2.0 * static_cast<double>(act[i]) / (8.0 * kMiB));
+    grad = fmt::format("R{}", 20 + i);
+  }
+  return dsl.build();
+}
+
+TEST(OptimalPlannerGap, HybridIsWithinThreePercentOfTheProvenOptimum) {
+  const Trace trace = mlp_step();
+  // Unplanned peak at op 7 (bwd2): input 4 + activations 2 + 4 + 8 + weights
+  // 6 + gradients 2 + 8 + weight gradients 3 = 37 MiB. Floor at op 7 too:
+  // what it accesses (2 + 4 + 8 + 1 + 8 + 1 = 24) plus the retained weight
+  // and weight gradient of layer 3, past their last access (2 + 2) = 28 MiB.
+  const std::int64_t peak = unplanned_peak(trace).bytes;
+  ASSERT_EQ(peak, 37 * kMiB);
+  ASSERT_EQ(plan_optimal(trace, peak).floor->bytes, 28 * kMiB);
+  for (const double fraction : {0.0, 0.25, 0.5, 0.75}) {
+    const auto budget = 28 * kMiB + static_cast<std::int64_t>(fraction * static_cast<double>(peak - 28 * kMiB));
+    for (const DeviceMemory device : {DeviceMemory::kUnlimited, DeviceMemory::kBudget}) {
+      SCOPED_TRACE(::testing::Message() << "budget " << fraction << " capped " << (device == DeviceMemory::kBudget));
+      const PlanResult optimal = plan_optimal(trace, budget, device);
+      ASSERT_TRUE(optimal.solver.has_value());
+      ASSERT_EQ(optimal.solver->status, SolverStatus::kOptimal);
+      PlannerOptions hybrid_options;
+      hybrid_options.device_memory = device;
+      const Result<PlanResult> hybrid = (*make_planner("hybrid", hybrid_options))->plan(trace, budget);
+      ASSERT_TRUE(hybrid.has_value());
+      SimulatorOptions sim_options;
+      sim_options.budget_bytes = budget;
+      sim_options.device_memory = device;
+      const SimulationResult hybrid_sim = simulate(trace, hybrid->schedule, sim_options);
+      const SimulationResult optimal_sim = simulate(trace, optimal.schedule, sim_options);
+      ASSERT_TRUE(hybrid_sim.valid());
+      ASSERT_TRUE(optimal_sim.valid());
+      EXPECT_LE(hybrid_sim.peak_bytes(), budget);
+      EXPECT_LE(hybrid_sim.makespan_ms, 1.03 * optimal.solver->objective_ms);
+      // The optimal schedule plays out as the model says, within 1%.
+      EXPECT_NEAR(optimal_sim.makespan_ms, optimal.solver->objective_ms, 0.01 * optimal.solver->objective_ms);
+    }
+  }
+}
+
+// The program itself: the offload-everything assignment the planner falls
+// back on satisfies every row, for both devices, on random traces.
+TEST(ResidencyMilp, OffloadEverythingIsFeasibleOnRandomTraces) {
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    RandomTraceOptions options;
+    options.op_count = 30;
+    options.storage_count = 20;
+    options.seed = seed;
+    options.recomputable_fraction = 0.5;
+    options.limit_fraction = std::nullopt;
+    const Trace trace = generate_random_trace(options);
+    const std::int64_t peak = unplanned_peak(trace).bytes;
+    for (const DeviceMemory device : {DeviceMemory::kUnlimited, DeviceMemory::kBudget}) {
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " capped " << (device == DeviceMemory::kBudget));
+      internal::ResidencyMilpOptions milp_options;
+      milp_options.device_memory = device;
+      // The floor first (any budget at the unplanned peak is above it), then
+      // the floor itself and halfway to the peak.
+      const Result<internal::ResidencyMilp> at_peak = internal::ResidencyMilp::build(trace, peak, milp_options);
+      ASSERT_TRUE(at_peak.has_value()) << at_peak.error().message;
+      const std::int64_t floor = at_peak->floor().bytes;
+      for (const std::int64_t budget : {floor, (floor + peak) / 2}) {
+        const Result<internal::ResidencyMilp> milp = internal::ResidencyMilp::build(trace, budget, milp_options);
+        ASSERT_TRUE(milp.has_value()) << milp.error().message;
+        const std::vector<double> values = milp->offload_everything();
+        EXPECT_LE(milp->problem().max_violation(values), 1e-6);
+        const Result<internal::MilpPlan> plan = milp->decode(values);
+        ASSERT_TRUE(plan.has_value()) << plan.error().message;
+        EXPECT_LE(plan->peak_bytes, budget);
+        EXPECT_EQ(plan->recompute_count, 0);
+        const ValidationReport check = validate_schedule(trace, Schedule{"optimal", plan->actions});
+        ASSERT_TRUE(check.valid()) << check.problems.front();
+        EXPECT_LE(check.peak_bytes, budget);
+      }
+    }
+  }
+}
+
+TEST(ResidencyMilp, FreesOnlyTheGapsThatCoverAnOpOverTheBudget) {
+  // offload_trace at 4 MiB: only storage 1's gap (ops 1-3) covers b and c,
+  // the ops over the budget; its three cells are the free ones. Nothing is
+  // recomputable, so there are no candidates.
+  const Result<internal::ResidencyMilp> milp = internal::ResidencyMilp::build(offload_trace(), 4 * kMiB);
+  ASSERT_TRUE(milp.has_value());
+  EXPECT_EQ(milp->free_cells(), 3);
+  EXPECT_EQ(milp->candidate_count(), 0);
+  // recompute_trace at 5 MiB: A's gap (ops 2-3) and X's gap (ops 2-3) are
+  // free; re-running f before bwd is the one candidate.
+  const Result<internal::ResidencyMilp> recompute = internal::ResidencyMilp::build(recompute_trace(), 5 * kMiB);
+  ASSERT_TRUE(recompute.has_value());
+  EXPECT_EQ(recompute->free_cells(), 4);
+  EXPECT_EQ(recompute->candidate_count(), 1);
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ int run_compare(const CompareArgs& args) {
   ComparisonOptions options;
   if (args.planners.empty()) {
     options.planners.assign(planner_names().begin(), planner_names().end());
-    if (optimal_planner_accepts(trace)) options.planners.emplace_back(kOptimalPlannerName);
+    if (trace.op_count() <= kOptimalPlannerDefaultMaxOps) options.planners.emplace_back(kOptimalPlannerName);
   } else {
     options.planners = split_list(args.planners, "--planners");
   }
@@ -101,8 +101,8 @@ Command register_compare(CLI::App& root) {
                   "(40%); default: the trace's memory_limit_bytes");
   app->add_option("--budgets", args->budgets, "Compare at several budgets, comma-separated (30%,50%,70%)");
   app->add_option("--planners", args->planners,
-                  "Planners to compare, comma-separated (default: greedy,peak, and optimal when the trace has at "
-                  "most 1000 ops)");
+                  "Planners to compare, comma-separated (default: greedy,peak,hybrid,recompute, and optimal when "
+                  "the trace has at most 200 ops)");
   add_memory_cap_option(*app, args->device_memory);
   app->add_option("--copy-engines", args->copy_engines,
                   "Copy engines in the simulation: 2 (one per direction) or 1 (shared)")

@@ -46,8 +46,8 @@ struct OptimalPlannerOptions {
   // to tenths of a second on the largest programs).
   double time_limit_s = 60.0;
   // Traces beyond these are refused (see above).
-  OpIndex max_ops = 1000;
-  std::int64_t max_columns = 200000;
+  OpIndex max_ops = 500;
+  std::int64_t max_columns = 100000;
   std::function<void(const SolverProgress&)> progress;  // see PlannerOptions::solver_progress
 };
 
@@ -62,8 +62,11 @@ class OptimalPlanner final : public Planner {
 };
 
 // Whether `trace` is within the optimal planner's op limit (the variable limit
-// depends on the budget and is checked by plan()); `compare` lists the planner
-// by default only then.
+// depends on the budget and is checked by plan()).
 bool optimal_planner_accepts(const Trace& trace, const OptimalPlannerOptions& options = {});
+
+// `compare` lists the optimal planner without --planners on traces of at most
+// this many ops: there a solve takes seconds to a minute per budget.
+inline constexpr OpIndex kOptimalPlannerDefaultMaxOps = 200;
 
 }  // namespace hyperoffload

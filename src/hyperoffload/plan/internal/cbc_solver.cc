@@ -78,6 +78,20 @@ double to_coin(double bound, double infinity) {
   return bound;
 }
 
+// The last progress report: where the search ended.
+void report_final(const MilpSolution& result, const MilpSolveOptions& options) {
+  if (!options.progress) return;
+  SolverProgress progress;
+  progress.elapsed_s = result.seconds;
+  progress.bound_ms = result.bound;
+  progress.nodes = result.nodes;
+  if (result.has_solution) {
+    progress.incumbent_ms = result.objective;
+    progress.gap = result.objective > 0 ? (result.objective - result.bound) / result.objective : 0.0;
+  }
+  options.progress(progress);
+}
+
 std::mutex& cbc_mutex() {
   static std::mutex mutex;
   return mutex;
@@ -162,6 +176,7 @@ Result<MilpSolution> solve_milp(const MilpProblem& problem, const MilpSolveOptio
     result.has_solution = false;
     result.values.clear();
     result.bound = problem.cost_offset;
+    report_final(result, options);
     return result;
   }
   result.bound = model.getBestPossibleObjValue() + problem.cost_offset;
@@ -171,6 +186,7 @@ Result<MilpSolution> solve_milp(const MilpProblem& problem, const MilpSolveOptio
   const bool closed = result.has_solution && result.objective - result.bound <= options.absolute_gap;
   result.status = result.has_solution && (model.isProvenOptimal() || closed) ? MilpStatus::kOptimal
                                                                              : MilpStatus::kTimeLimit;
+  report_final(result, options);
   return result;
 }
 

@@ -556,9 +556,17 @@ void ResidencyMilp::add_rows() {
       add_length();
       row(-kMilpInfinity, duration_ms);
     }
-    for (auto* slot : {&d2h_pre_slot[t], &h2d_pre_slot[t]}) {
-      if (slot->empty()) continue;
-      terms = *slot;
+    if (capped && !d2h_pre_slot[t].empty()) {
+      // Note [Capped stall window]: a copy to host finishing in the stall
+      // before op t frees memory that a copy back issued before op t may be
+      // waiting for (a capped device allocates a prefetch when it is issued),
+      // so the two share the window instead of overlapping in it.
+      terms = d2h_pre_slot[t];
+      terms.insert(terms.end(), h2d_pre_slot[t].begin(), h2d_pre_slot[t].end());
+      terms.push_back({stall, -1.0});
+      row(-kMilpInfinity, 0.0);
+    } else if (!h2d_pre_slot[t].empty()) {
+      terms = h2d_pre_slot[t];
       terms.push_back({stall, -1.0});
       row(-kMilpInfinity, 0.0);
     }
@@ -764,8 +772,10 @@ Result<MilpPlan> ResidencyMilp::decode(std::span<const double> values) const {
   // Issue points: in the order the fluid solution finishes the copies, each no
   // earlier than the one before it (FIFO), within its own window.
   auto sequence = [](std::vector<Copy>& copies, OpIndex issue_of_first_work_shift) {
+    // Ties (the same last slot) go to the copy needed first: an H2D whose op is
+    // the next one before one that only uses the slot to get ahead.
     std::stable_sort(copies.begin(), copies.end(), [](const Copy& a, const Copy& b) {
-      return std::tie(a.last_work, a.first_work) < std::tie(b.last_work, b.first_work);
+      return std::tie(a.last_work, a.latest, a.first_work) < std::tie(b.last_work, b.latest, b.first_work);
     });
     OpIndex previous = 0;
     for (Copy& copy : copies) {

@@ -43,8 +43,9 @@
 //               passed, nor at a recompute's input once the stall has passed.
 //   engines     per slot: D2H work <= slot length; H2D work <= slot length;
 //               H2D work before the op <= w_t + recompute_t, before its
-//               recomputes <= w_t; capped: D2H work in the stall window <= w_t
-//               (two engines, one per direction, each a fluid queue).
+//               recomputes <= w_t; capped: D2H plus H2D work in the stall
+//               window <= w_t (the copy back may wait for the memory the copy
+//               to host frees) (two engines, one per direction, fluid queues).
 //   recompute   R[k,t] <= x[i][t] for each input i of k; memory while k re-runs
 //               (everything resident before op t except what op t first
 //               allocates, plus all of k's outputs) <= budget.
@@ -73,8 +74,8 @@ struct ResidencyMilpOptions {
   // reads; each further level may regenerate an input of the level before.
   int max_chain_depth = 8;
   // Traces beyond these are refused (kInvalidArgument) before any solve.
-  OpIndex max_ops = 1000;
-  std::int64_t max_columns = 200000;
+  OpIndex max_ops = 500;
+  std::int64_t max_columns = 100000;
 };
 
 // What decode() makes of a solution.
