@@ -59,7 +59,9 @@
 // Thread-safety: a pure function of its inputs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -110,8 +112,13 @@ struct SimulationResult {
   bool valid() const { return validation.valid(); }
   std::size_t faults() const { return validation.faults.size(); }
   std::int64_t peak_bytes() const { return validation.peak_bytes; }
-  // Stall as a percentage of compute time (0 when compute is 0).
-  double overhead_percent() const { return compute_ms > 0 ? 100.0 * stall_ms / compute_ms : 0.0; }
+  // Stall as a percentage of compute time (0 when compute is 0). A compute time
+  // so small that the ratio exceeds every double (1e-323 ms of compute, a 1 ms
+  // stall) gives the largest double rather than an infinity no JSON can hold.
+  double overhead_percent() const {
+    if (!(compute_ms > 0)) return 0.0;
+    return std::min(100.0 * stall_ms / compute_ms, std::numeric_limits<double>::max());
+  }
 };
 
 // Simulates `schedule` on `trace`. Never fails: an invalid schedule is reported in
