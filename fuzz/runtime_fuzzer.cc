@@ -192,11 +192,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       for (StorageId offset : {StorageId{1} << 20, StorageId{3} << 20}) {
         Result<StepStats> stats = replay(residency, *plan, offset);
         if (stats) {
+          // finish() pages back the held (retained) storages a schedule left
+          // on the host; the validator stops at the last op.
           if (report.valid()) {
             FUZZ_CHECK(stats->faults == static_cast<std::int64_t>(report.faults.size()) &&
-                           stats->d2h_bytes == report.d2h_bytes && stats->h2d_bytes == report.h2d_bytes,
-                       "replayed faults {} d2h {} h2d {}, validated faults {} d2h {} h2d {}", stats->faults,
-                       stats->d2h_bytes, stats->h2d_bytes, report.faults.size(), report.d2h_bytes, report.h2d_bytes);
+                           stats->d2h_bytes == report.d2h_bytes &&
+                           (stats->end_restores == 0 ? stats->h2d_bytes == report.h2d_bytes
+                                                     : stats->h2d_bytes > report.h2d_bytes),
+                       "replayed faults {} d2h {} h2d {} ({} restored at the end), validated faults {} d2h {} h2d {}",
+                       stats->faults, stats->d2h_bytes, stats->h2d_bytes, stats->end_restores, report.faults.size(),
+                       report.d2h_bytes, report.h2d_bytes);
           }
         } else {
           const Error& error = stats.error();

@@ -100,9 +100,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
              "bytes moved: simulated d2h {} ({}) h2d {} ({}), validated d2h {} ({}) h2d {} ({})", sim.d2h_bytes,
              sim.d2h_count, sim.h2d_bytes, sim.h2d_count, report.d2h_bytes, report.d2h_count, report.h2d_bytes,
              report.h2d_count);
-  for (double value : {sim.compute_ms, sim.makespan_ms, sim.stall_ms, sim.fault_ms, sim.memory_stall_ms,
-                       sim.peak_time_ms, sim.overhead_percent()}) {
-    FUZZ_CHECK(std::isfinite(value) && value >= 0.0, "a simulated time is {}", value);
+  for (auto [value, what] : {std::pair{sim.compute_ms, "compute_ms"}, std::pair{sim.makespan_ms, "makespan_ms"},
+                             std::pair{sim.stall_ms, "stall_ms"}, std::pair{sim.fault_ms, "fault_ms"},
+                             std::pair{sim.memory_stall_ms, "memory_stall_ms"},
+                             std::pair{sim.peak_time_ms, "peak_time_ms"},
+                             std::pair{sim.overhead_percent(), "overhead_percent"}}) {
+    FUZZ_CHECK(std::isfinite(value) && value >= 0.0, "{} is {} (compute {} ms, stall {} ms)", what, value,
+               sim.compute_ms, sim.stall_ms);
   }
   FUZZ_CHECK(sim.makespan_ms >= sim.compute_ms, "makespan {} < compute {}", sim.makespan_ms, sim.compute_ms);
   FUZZ_CHECK(sim.peak_bytes_timed >= 0, "timed peak {}", sim.peak_bytes_timed);

@@ -46,18 +46,24 @@ std::size_t count(const std::string& text, const std::string& what) {
 }
 
 // Found by fuzzing (fuzz/planners_fuzzer.cc): a step of subnormal length, here
-// 1e-323 ms = 2 × the smallest double d, made the tick step 0 (10^-324
-// underflows) and the tick loop endless. Now the step is d: ticks at 0, d and
-// 2d, three labels plus the two axis titles centred below and beside the plot.
-TEST(MemoryPlot, EndsTheTimeAxisOfASubnormalMakespan) {
-  const double end_ms = 2 * std::numeric_limits<double>::denorm_min();
-  const std::vector<MemorySample> samples = {{0.0, 0}};
+// 1e-323 ms = 2d with d the smallest double, made the tick step 0 (10^-324
+// underflows) and the tick loop endless; then a pixel column's width (2d / 858)
+// underflowed to 0 and column indices became NaN. Now the step is d: ticks at
+// 0, d and 2d, three labels plus the two axis titles. The 858 columns (960 -
+// 78 - 24) split at d: 0 B in columns 0..428 (x 78..507, y 288.0), 100 B from
+// column 429 (x 507 on); the axis goes to 120 B (step 20), so 100 B is at
+// 288 - 100/120 * 230 = 96.3.
+TEST(MemoryPlot, DrawsASubnormalMakespan) {
+  const double d = std::numeric_limits<double>::denorm_min();
+  const std::vector<MemorySample> samples = {{0.0, 0}, {d, 100}};
   PlotPanel panel;
-  panel.series = {PlotSeries{"peak", samples, end_ms}};
+  panel.series = {PlotSeries{"peak", samples, 2 * d}};
   const std::string svg = memory_plot_svg(std::span<const PlotPanel>(&panel, 1));
   EXPECT_TRUE(balanced_tags(svg));
   EXPECT_EQ(count(svg, "text-anchor=\"middle\""), 3U + 2U);
-  EXPECT_EQ(count(svg, fmt::format(">{:g}<", end_ms)), 1U);
+  EXPECT_EQ(count(svg, fmt::format(">{:g}<", 2 * d)), 1U);
+  EXPECT_EQ(count(svg, "506.0,288.0 507.0,288.0 507.0,96.3 508.0,96.3"), 1U);
+  EXPECT_EQ(count(svg, "935.0,96.3 936.0,96.3\""), 1U);
 }
 
 // One panel, budget 100 B, a curve 0 → 200 B (for 1 µs at 5 ms) → 50 B over 10

@@ -7,6 +7,8 @@
 // D2H engine, "h" the H2D engine, "e" the single shared engine.
 #include "hyperoffload/sim/simulator.h"
 
+#include <limits>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -499,6 +501,20 @@ TEST(Simulator, HandlesAnEmptyTrace) {
   EXPECT_EQ(result.makespan_ms, 0.0);
   EXPECT_EQ(result.peak_bytes_timed, 0);
   EXPECT_EQ(result.overhead_percent(), 0.0);
+}
+
+// Found by fuzzing (fuzz/validate_simulate_fuzzer): 1e-323 ms of compute and a
+// 2 ms stall made overhead_percent 2e325, an infinity, which --json printed as
+// null. At 1 MiB/ms storage 1 (1 MiB) is copied out after op a in [0, 1] ms
+// and faulted back before op b in [1, 2] ms: stall 2 ms, so the ratio saturates
+// at the largest double.
+TEST(Simulator, SaturatesTheOverheadOfASubnormalComputeTime) {
+  const Trace trace = TraceDsl().bandwidth(kOneMiBPerMs).storage(1, kMiB).op("a", "W1", 1e-323).op("b", "R1").build();
+  const SimulationResult result = run(trace, "post 0 copy_d2h 1; post 0 release_device 1");
+  EXPECT_EQ(result.compute_ms, 1e-323);
+  EXPECT_EQ(result.stall_ms, 2.0);
+  EXPECT_EQ(result.overhead_percent(), std::numeric_limits<double>::max());
+  EXPECT_THAT(simulation_to_json(result), HasSubstr("\"overhead_percent\": 1.7976931348623157e+308"));
 }
 
 TEST(Simulator, WritesTheJsonReport) {

@@ -69,7 +69,9 @@ ByteUnit unit_for(double max_bytes) {
 // the curve has not started).
 std::vector<double> column_maxima(const PlotSeries& series, double end_ms, std::size_t columns) {
   std::vector<double> maxima(columns, std::nan(""));
-  const double column_ms = end_ms / static_cast<double>(columns);
+  // A time's column as a fraction of end_ms: with a subnormal end_ms a column's
+  // width in ms underflows to 0, and dividing by it gave NaN column indices.
+  auto column_of = [&](double time_ms) { return time_ms / end_ms * static_cast<double>(columns); };
   auto clamp_column = [&](double column) {
     return static_cast<std::size_t>(std::clamp(column, 0.0, static_cast<double>(columns - 1)));
   };
@@ -78,8 +80,8 @@ std::vector<double> column_maxima(const PlotSeries& series, double end_ms, std::
     const double from = series.memory[i].time_ms;
     const double to = i + 1 < series.memory.size() ? series.memory[i + 1].time_ms : std::max(from, series.end_ms);
     const auto value = static_cast<double>(series.memory[i].device_bytes);
-    const std::size_t first = clamp_column(std::floor(from / column_ms));
-    const std::size_t last = to > from ? clamp_column(std::ceil(to / column_ms) - 1.0) : first;
+    const std::size_t first = clamp_column(std::floor(column_of(from)));
+    const std::size_t last = to > from ? clamp_column(std::ceil(column_of(to)) - 1.0) : first;
     for (std::size_t c = first; c <= std::max(first, last); ++c) {
       if (std::isnan(maxima[c]) || value > maxima[c]) maxima[c] = value;
     }

@@ -70,7 +70,9 @@
 // Thread-safety: a pure function of its inputs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -121,13 +123,20 @@ struct SimulationResult {
   bool valid() const { return validation.valid(); }
   std::size_t faults() const { return validation.faults.size(); }
   std::int64_t peak_bytes() const { return validation.peak_bytes; }
+  // Ratios of compute time saturate at the largest double: a compute time so
+  // small that the ratio exceeds every double (1e-323 ms of compute, a 1 ms
+  // stall) gives that rather than an infinity no JSON can hold.
   // Stall as a percentage of compute time (0 when compute is 0).
-  double stall_percent() const { return compute_ms > 0 ? 100.0 * stall_ms / compute_ms : 0.0; }
+  double stall_percent() const {
+    if (!(compute_ms > 0)) return 0.0;
+    return std::min(100.0 * stall_ms / compute_ms, std::numeric_limits<double>::max());
+  }
   // What the schedule costs on top of compute, stall and recompute together,
   // as a percentage of compute time: makespan / compute - 1 whenever an op
   // ends last (0 when compute is 0). Without recomputes it is stall_percent().
   double overhead_percent() const {
-    return compute_ms > 0 ? 100.0 * (stall_ms + recompute_ms) / compute_ms : 0.0;
+    if (!(compute_ms > 0)) return 0.0;
+    return std::min(100.0 * (stall_ms + recompute_ms) / compute_ms, std::numeric_limits<double>::max());
   }
 };
 
