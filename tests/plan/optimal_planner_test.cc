@@ -298,8 +298,10 @@ TEST(OptimalPlanner, StopsAtTheTimeLimitWithItsBestScheduleAndTheSolversBound) {
   const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(result.has_value()) << result.error().message;
   // The limit covers building the program; CBC's last steps after the stop
-  // and decoding add tenths of a second (more on a loaded 2-core machine).
-  EXPECT_LT(elapsed_s, options.time_limit_s + 2.0);
+  // and decoding add tenths of a second, and several seconds on a 2-core
+  // machine loaded by other builds (3.5 s seen); the status below is what
+  // proves the search stopped at the limit.
+  EXPECT_LT(elapsed_s, options.time_limit_s + 10.0);
   ASSERT_TRUE(result->solver.has_value());
   EXPECT_EQ(result->solver->status, SolverStatus::kTimeLimit);
   EXPECT_GT(result->solver->gap, 0.0);
