@@ -53,8 +53,8 @@ int run_plan(const PlanArgs& args) {
     fmt::print("shortfall planned peak exceeds the budget by {}\n", format_bytes(check.peak_bytes - *budget));
   }
   if (plan.result.floor) {
-    fmt::print("floor     {} at op {} ({}): the lowest peak this planner reaches\n", format_bytes(plan.result.floor->bytes),
-               plan.result.floor->op, trace.op_name(plan.result.floor->op));
+    fmt::print("floor     {} at op {} ({}): the lowest peak this planner reaches\n",
+               format_bytes(plan.result.floor->bytes), plan.result.floor->op, trace.op_name(plan.result.floor->op));
   }
   fmt::print("moved     d2h {} in {} copies, h2d {} in {} copies\n", format_bytes(check.d2h_bytes),
              group_digits(check.d2h_count), format_bytes(check.h2d_bytes), group_digits(check.h2d_count));
@@ -87,7 +87,9 @@ Command register_plan(CLI::App& root) {
   app->add_option("--budget,-b", args->budget,
                   "Device-memory budget: bytes, a size (2GiB, 512MB) or a percentage of the unplanned "
                   "op-granular peak (40%); overrides the trace's memory_limit_bytes");
-  app->add_option("--planner,-p", args->planner, "Planner: greedy, peak, hybrid (recompute + offload) or recompute (recompute only)")->capture_default_str();
+  app->add_option("--planner,-p", args->planner,
+                  "Planner: greedy, peak, hybrid (recompute + offload) or recompute (recompute only)")
+      ->capture_default_str();
   app->add_option("--score-weight", args->score_weights,
                   "Peak planner score weight NAME=VALUE, also for the hybrid planner's offloads (repeatable)");
   add_memory_cap_option(*app, args->device_memory);
