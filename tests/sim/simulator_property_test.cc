@@ -8,6 +8,7 @@
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/plan/greedy_planner.h"
 #include "hyperoffload/sim/simulator.h"
+#include "testing/recomputable.h"
 
 namespace hyperoffload {
 namespace {
@@ -93,44 +94,6 @@ SimulationResult simulate_with(const Trace& trace, const Schedule& schedule, Cop
   options.copy_engines = engines;
   options.record_timeline = RecordTimeline::kYes;
   return simulate(trace, schedule, options);
-}
-
-// The same trace with every op that can be recomputed marked so (trace format
-// v2): it writes at least one storage, each created by that op and not read by
-// it (ir/trace.h, Recomputable).
-Trace with_recomputable_ops(const Trace& trace) {
-  std::vector<OpIndex> first_access(static_cast<std::size_t>(trace.storage_count()), -1);
-  TraceBuilder builder;
-  builder.set_memory_limit_bytes(trace.memory_limit_bytes());
-  builder.set_d2h_bandwidth_gib_per_s(trace.d2h_bandwidth_gib_per_s());
-  builder.set_h2d_bandwidth_gib_per_s(trace.h2d_bandwidth_gib_per_s());
-  for (const StorageInfo& info : trace.storages()) EXPECT_TRUE(builder.add_storage(info.id, info.size_bytes, info.retention));
-  for (OpIndex op = 0; op < trace.op_count(); ++op) {
-    const std::span<const Access> accesses = trace.accesses(op);
-    bool eligible = false;
-    for (const Access& access : accesses) {
-      if (access.kind != AccessKind::kWrite) continue;
-      eligible = true;
-      const OpIndex first = first_access[static_cast<std::size_t>(access.storage)];
-      const bool read_here = std::any_of(accesses.begin(), accesses.end(), [&](const Access& other) {
-        return other.storage == access.storage && other.kind == AccessKind::kRead;
-      });
-      if ((first >= 0 && first != op) || read_here) {
-        eligible = false;
-        break;
-      }
-    }
-    EXPECT_TRUE(builder.add_op(trace.op_name(op), trace.op_duration_ms(op),
-                               eligible ? Recomputable::kYes : Recomputable::kNo));
-    for (const Access& access : accesses) {
-      builder.add_access(trace.storage(access.storage).id, access.kind);
-      OpIndex& first = first_access[static_cast<std::size_t>(access.storage)];
-      if (first < 0) first = op;
-    }
-  }
-  Result<Trace> built = std::move(builder).build();
-  EXPECT_TRUE(built) << built.error().message;
-  return built ? std::move(*built) : Trace();
 }
 
 TEST(SimulatorProperty, AgreesWithTheValidatorOnGreedySchedules) {
@@ -235,7 +198,7 @@ TEST(SimulatorProperty, AgreesWithTheValidatorOnRandomRecomputes) {
   int recomputed = 0;
   int regenerating = 0;
   for (std::uint64_t seed = 1; seed <= 300; ++seed) {
-    const Trace trace = with_recomputable_ops(random_trace(seed));
+    const Trace trace = testing::with_recomputable_ops(random_trace(seed));
     std::vector<OpIndex> recomputable;
     for (OpIndex op = 0; op < trace.op_count(); ++op) {
       if (trace.op_recomputable(op)) recomputable.push_back(op);

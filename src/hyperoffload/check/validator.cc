@@ -156,8 +156,7 @@ class Validation {
           case CopyOutcome::kCopies:
             if (!residency.host_present) host_bytes_ += size;
             report_.peak_host_bytes = std::max(report_.peak_host_bytes, host_bytes_);
-            residency.host_present = true;
-            residency.host_version = residency.version;
+            apply_d2h(residency);
             report_.d2h_bytes += size;
             ++report_.d2h_count;
             return;
@@ -175,7 +174,7 @@ class Validation {
             }
             return;
           case CopyOutcome::kCopies:
-            residency.resident = true;
+            apply_h2d(residency);
             device_bytes_ += size;
             report_.h2d_bytes += size;
             ++report_.h2d_count;
@@ -183,14 +182,12 @@ class Validation {
         }
         return;
       case ActionKind::kReleaseDevice:
-        if (!residency.resident) return;
-        residency.resident = false;
+        if (!apply_release_device(residency)) return;
         state.released_after_op = action.phase == Phase::kPost ? action.op : action.op - 1;
         device_bytes_ -= size;
         return;
       case ActionKind::kReleaseHost:
-        if (!residency.host_present) return;
-        residency.host_present = false;
+        if (!apply_release_host(residency)) return;
         host_bytes_ -= size;
         return;
       case ActionKind::kRecompute: return;  // handled above

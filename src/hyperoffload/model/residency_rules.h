@@ -74,6 +74,26 @@ inline CopyOutcome classify_h2d(const ResidencyState& state) {
   return state.host_current() ? CopyOutcome::kCopies : CopyOutcome::kError;
 }
 
+// The effects of the storage actions, for every executor: a copy to host that
+// classify_d2h let happen leaves the host holding the current version; one to
+// device that classify_h2d let happen (or a fault) makes the storage resident.
+// The releases return whether there was a copy to drop (otherwise a no-op).
+inline void apply_d2h(ResidencyState& state) {
+  state.host_present = true;
+  state.host_version = state.version;
+}
+inline void apply_h2d(ResidencyState& state) { state.resident = true; }
+inline bool apply_release_device(ResidencyState& state) {
+  if (!state.resident) return false;
+  state.resident = false;
+  return true;
+}
+inline bool apply_release_host(ResidencyState& state) {
+  if (!state.host_present) return false;
+  state.host_present = false;
+  return true;
+}
+
 // ---- Recompute ------------------------------------------------------------------
 
 // The version of its storage right after each access of the trace (a read:
@@ -141,6 +161,23 @@ inline RecomputeOutput classify_recompute_output(const ResidencyState& state, st
 
 // Applies kRegenerates: resident again, at the version it already counts.
 inline void apply_recompute_output(ResidencyState& state) { state.resident = true; }
+
+// A recompute's effect on residency for an executor that does not report
+// problems (the simulator, the planners' estimate): every output that
+// classifies as kRegenerates becomes resident; returns their bytes, which the
+// recompute allocates. `state_of(s)` gives storage s's ResidencyState&,
+// `size_of(s)` its size in bytes.
+template <class StateOf, class SizeOf>
+std::int64_t regenerate_outputs(const RecomputeAccesses& accesses, StateOf&& state_of, SizeOf&& size_of) {
+  std::int64_t bytes = 0;
+  for (const RecomputeAccess& output : accesses.outputs) {
+    ResidencyState& state = state_of(output.storage);
+    if (classify_recompute_output(state, output.version) != RecomputeOutput::kRegenerates) continue;
+    apply_recompute_output(state);
+    bytes += size_of(output.storage);
+  }
+  return bytes;
+}
 
 // ---- Resolving a schedule ---------------------------------------------------------
 

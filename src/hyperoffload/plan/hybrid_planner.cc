@@ -11,9 +11,7 @@
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/budget.h"
 #include "hyperoffload/plan/internal/augmented_trace.h"
-#include "hyperoffload/plan/internal/covering_index.h"
 #include "hyperoffload/plan/internal/peak_model.h"
-#include "hyperoffload/plan/internal/profile_tree.h"
 #include "hyperoffload/plan/internal/recompute_model.h"
 #include "hyperoffload/plan/internal/recompute_selection.h"
 #include "hyperoffload/plan/internal/stall_estimate.h"
@@ -28,6 +26,11 @@ using internal::RecomputeModel;
 using internal::RecomputeSelection;
 
 constexpr double kNoRatioLimit = std::numeric_limits<double>::infinity();
+// With fewer plans than this to make, a decision set that lowers the peak by
+// less than kNegligibleShare of the excess is not planned: its plan would be
+// the offload-only plan's but for a few recomputes away from the peak.
+constexpr std::size_t kScarceDecisionSets = 4;
+constexpr double kNegligibleShare = 0.01;
 
 // One decision set (hybrid_planner.h, step 2). Recompute candidates whose
 // cost is at most `max_ratio` times the H2D time of their bytes, down to the
@@ -65,6 +68,7 @@ constexpr DecisionParams kDecisionGrid[] = {
 // A plan for the original trace with what the choice between plans needs.
 struct Candidate {
   std::string label;
+  bool recompute_only = false;  // the recompute-only plan
   std::vector<Action> actions;
   std::int64_t peak_bytes = 0;  // op-granular, over ops and recomputes (planner's model)
   double time_ms = 0.0;         // compute + recomputes + estimated stall
@@ -139,15 +143,19 @@ class HybridPlanning {
     return PeakPlanner(options_.peak).plan(trace, budget_);
   }
 
-  double estimated_time_ms(const Trace& trace, const StorageAccesses& accesses, std::span<const Action> actions) const {
-    return trace.total_compute_ms() + internal::estimate_stall_ms(trace, accesses, actions, memory_cap_);
+  // The step's time for a plan of the original trace: compute, the re-runs
+  // and the stall, played with the simulator's rules (the estimate is exact
+  // for valid, fault-free schedules, which every plan here is).
+  double estimated_time_ms(std::span<const Action> actions, double recompute_ms) const {
+    return trace_.total_compute_ms() + recompute_ms +
+           internal::estimate_stall_ms(trace_, accesses_, actions, memory_cap_);
   }
 
   Result<Candidate> offload_only() const {
     Candidate candidate;
     candidate.label = "offload-only";
     HO_ASSIGN_OR_RETURN(PlanResult plan, peak_plan(trace_));
-    candidate.time_ms = estimated_time_ms(trace_, accesses_, plan.schedule.actions);
+    candidate.time_ms = estimated_time_ms(plan.schedule.actions, 0.0);
     candidate.peak_bytes = plan.planned_peak_bytes;
     candidate.floor = plan.floor;
     candidate.actions = std::move(plan.schedule.actions);
@@ -160,11 +168,9 @@ class HybridPlanning {
   // Offloads planned around the recomputes of `chosen`.
   Result<Candidate> with_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
     const AugmentedTrace augmented = internal::build_augmented_trace(trace_, model_, chosen);
-    const StorageAccesses accesses(augmented.trace);
     HO_ASSIGN_OR_RETURN(PlanResult plan, peak_plan(augmented.trace));
     Candidate candidate;
     candidate.label = std::move(label);
-    candidate.time_ms = estimated_time_ms(augmented.trace, accesses, plan.schedule.actions);
     candidate.peak_bytes = plan.planned_peak_bytes;
     if (plan.floor) {
       candidate.floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(plan.floor->op)], plan.floor->bytes};
@@ -172,6 +178,7 @@ class HybridPlanning {
     candidate.recompute_count = augmented.recompute_count;
     candidate.recompute_ms = augmented.recompute_ms;
     candidate.actions = internal::map_back(augmented, plan.schedule.actions);
+    candidate.time_ms = estimated_time_ms(candidate.actions, candidate.recompute_ms);
     return candidate;
   }
 
@@ -182,13 +189,13 @@ class HybridPlanning {
     const std::vector<Action> actions = internal::end_of_life_releases(augmented.trace, accesses);
     Candidate candidate;
     candidate.label = std::move(label);
-    candidate.time_ms = estimated_time_ms(augmented.trace, accesses, actions);
     const PeakBytes peak = unplanned_peak(augmented.trace, accesses);
     candidate.peak_bytes = peak.bytes;
     candidate.peak_op = peak.op >= 0 ? augmented.original_op[static_cast<std::size_t>(peak.op)] : -1;
     candidate.recompute_count = augmented.recompute_count;
     candidate.recompute_ms = augmented.recompute_ms;
     candidate.actions = internal::map_back(augmented, actions);
+    candidate.time_ms = estimated_time_ms(candidate.actions, candidate.recompute_ms);
     return candidate;
   }
 
@@ -271,44 +278,64 @@ class HybridPlanning {
       offload->label = "offload-only (nothing recomputable)";
       return finish(std::move(*offload), {}, floor);
     }
-    // Gaps only recompute frees lower the floor; below the peak planner's
-    // floor every decision set includes them.
-    const std::vector<std::int32_t> floor_gaps = floor_candidates();
     std::vector<Candidate> candidates;
-    if (!floor_gaps.empty()) {
-      // Taken as decisions (so that they agree with each other), with no stop.
-      const std::vector<RecomputeDecision> floor_set =
-          internal::select_recomputes(trace_, peak_model_.resident_bytes, model_,
-                                      {0.0, std::numeric_limits<std::int64_t>::max()}, floor_gaps)
-              .decisions;
-      const std::optional<std::pair<PeakModel, AugmentedTrace>> floor_model = lowered_floor_model(floor_set);
-      if (floor_model) {
-        const AugmentedTrace& augmented = floor_model->second;
-        *floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(floor_model->first.floor.op)],
-                                  floor_model->first.floor.bytes};
-        if (budget_ < peak_model_.floor.bytes) {
-          preselected = floor_gaps;
-          HO_ASSIGN_OR_RETURN(Candidate floor_plan,
-                              with_offloads(floor_set, "recompute where offloading cannot, offload the rest"));
-          candidates.push_back(std::move(floor_plan));
-        }
-      }
-    }
+    // Below the peak planner's floor, gaps only recompute frees can lower the
+    // floor; every decision set then starts from them. (At or above it, the
+    // floor reported is the lowest among the plans made.)
+    if (budget_ < peak_model_.floor.bytes) HO_RETURN_IF_ERROR(add_floor_plan(floor, preselected, candidates));
     if (std::optional<Candidate> recompute = recompute_only_candidate()) candidates.push_back(std::move(*recompute));
+    HO_RETURN_IF_ERROR(search_decision_sets(preselected, candidates));
+    offload_worker.join();
+    if (!offload) return std::unexpected(offload.error());
+    const std::size_t evaluated = candidates.size() + 1;
+    return finish(std::move(*offload), std::move(candidates), floor, evaluated);
+  }
 
+  // The plan that recomputes the gaps offloading cannot free (taken as
+  // decisions, so that they agree with each other) and offloads the rest, when
+  // that lowers the floor: sets `floor` to it and `preselected` to those gaps.
+  Status add_floor_plan(std::optional<UnavoidableFloor>* floor, std::vector<std::int32_t>& preselected,
+                        std::vector<Candidate>& candidates) const {
+    const std::vector<std::int32_t> floor_gaps = floor_candidates();
+    if (floor_gaps.empty()) return ok_status();
+    const std::vector<RecomputeDecision> floor_set =
+        internal::select_recomputes(trace_, peak_model_.resident_bytes, model_,
+                                    {0.0, std::numeric_limits<std::int64_t>::max()}, floor_gaps)
+            .decisions;
+    const std::optional<std::pair<PeakModel, AugmentedTrace>> floor_model = lowered_floor_model(floor_set);
+    if (!floor_model) return ok_status();
+    const AugmentedTrace& augmented = floor_model->second;
+    *floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(floor_model->first.floor.op)],
+                              floor_model->first.floor.bytes};
+    preselected = floor_gaps;
+    HO_ASSIGN_OR_RETURN(Candidate floor_plan,
+                        with_offloads(floor_set, "recompute where offloading cannot, offload the rest"));
+    candidates.push_back(std::move(floor_plan));
+    return ok_status();
+  }
+
+  // Plans decision sets (hybrid_planner.h, step 4): the grid in order, then the
+  // neighbours of the best while that improves it, within the evaluations the
+  // trace's size allows.
+  Status search_decision_sets(std::span<const std::int32_t> preselected, std::vector<Candidate>& candidates) const {
     const double work = static_cast<double>(trace_.op_count()) + static_cast<double>(trace_.access_count());
     const auto sets = static_cast<std::size_t>(
         std::clamp(std::floor(options_.evaluation_budget / std::max(work, 1.0)), 1.0,
                    static_cast<double>(std::max(1, options_.max_decision_sets))));
     DecisionSearch search;
-    search.preselected = preselected;
+    search.preselected.assign(preselected.begin(), preselected.end());
+    search.budget = budget_;
+    search.scarce = sets < kScarceDecisionSets;
+    // Selections are cheap next to plans, but not free on a large trace:
+    // at most three per plan.
+    const std::size_t tries = 3 * sets;
     for (const DecisionParams& params : kDecisionGrid) {
-      if (search.plans.size() >= sets) break;
+      if (search.plans.size() >= sets || search.tried.size() >= tries) break;
       HO_RETURN_IF_ERROR(evaluate(params, search));
     }
     // Refine around the best: half and double its ratio, a quarter more or
-    // less of its share, while evaluations are left and that improves it.
-    while (search.plans.size() < sets && !search.plans.empty()) {
+    // less of its share, a tenth more or less of its deadline.
+    while (search.plans.size() < sets && search.tried.size() < tries && !search.plans.empty()) {
       const DecisionParams best = search.plans[search.best()].first;
       const double ratio = best.max_ratio;
       const double share = best.offload_share;
@@ -323,16 +350,13 @@ class HybridPlanning {
       };
       const std::size_t best_before = search.best();
       for (const DecisionParams& params : neighbours) {
-        if (search.plans.size() >= sets) break;
+        if (search.plans.size() >= sets || search.tried.size() >= tries) break;
         HO_RETURN_IF_ERROR(evaluate(params, search));
       }
       if (search.best() == best_before) break;
     }
     for (auto& [params, candidate] : search.plans) candidates.push_back(std::move(candidate));
-    offload_worker.join();
-    if (!offload) return std::unexpected(offload.error());
-    const std::size_t evaluated = candidates.size() + 1;
-    return finish(std::move(*offload), std::move(candidates), floor, evaluated);
+    return ok_status();
   }
 
   // Decision sets tried so far, the decisions already planned (different
@@ -343,6 +367,9 @@ class HybridPlanning {
     std::vector<std::vector<std::pair<std::int32_t, OpIndex>>> seen;
     std::vector<std::pair<DecisionParams, Candidate>> plans;
     std::int64_t budget = 0;
+    // Few plans can be made (a large trace): skip decision sets that barely
+    // lower the peak, whose plans would be the offload-only plan's.
+    bool scarce = false;
 
     std::size_t best() const {
       std::size_t best = 0;
@@ -377,17 +404,20 @@ class HybridPlanning {
   Status evaluate(const DecisionParams& params, DecisionSearch& search) const {
     if (std::find(search.tried.begin(), search.tried.end(), params) != search.tried.end()) return ok_status();
     search.tried.push_back(params);
-    search.budget = budget_;
     const std::vector<std::int32_t> reserved =
         params.offload_deadline > 0.0
             ? internal::reserve_for_offload(trace_, model_, peak_op_, params.offload_deadline * compute_before_peak_ms_)
             : std::vector<std::int32_t>{};
     const std::int64_t target =
         budget_ + static_cast<std::int64_t>(params.offload_share * static_cast<double>(offloadable_at_peak_));
-    const std::vector<RecomputeDecision> chosen =
-        internal::select_recomputes(trace_, peak_model_.resident_bytes, model_, {params.max_ratio, target},
-                                    search.preselected, reserved)
-            .decisions;
+    const RecomputeSelection selection = internal::select_recomputes(
+        trace_, peak_model_.resident_bytes, model_, {params.max_ratio, target}, search.preselected, reserved);
+    const std::vector<RecomputeDecision>& chosen = selection.decisions;
+    if (search.scarce && !selection.peak_after.empty()) {
+      const std::int64_t unplanned = peak_model_.resident_bytes[static_cast<std::size_t>(peak_op_)];
+      const double lowered = static_cast<double>(unplanned - selection.peak_after.back());
+      if (lowered < kNegligibleShare * static_cast<double>(unplanned - budget_)) return ok_status();
+    }
     std::vector<std::pair<std::int32_t, OpIndex>> key;
     key.reserve(chosen.size());
     for (const RecomputeDecision& d : chosen) key.push_back({d.candidate, d.regenerate_before});
@@ -420,9 +450,21 @@ class HybridPlanning {
 
   // The recompute-only plan when it can fit the budget. At real ops the
   // augmented trace holds exactly the selection's profile (re-runs can only
-  // add), so a sequence whose profile ends above the budget cannot fit and
-  // needs no plan.
+  // add), which never goes below the resident bytes less every candidate
+  // covering the op; so when that is above the budget somewhere, or the
+  // sequence's profile ends above it, the plan cannot fit and is not made.
   std::optional<Candidate> recompute_only_candidate() const {
+    const auto ops = static_cast<std::size_t>(trace_.op_count());
+    std::vector<std::int64_t> reducible_delta(ops + 1, 0);
+    for (const internal::RecomputeCandidate& c : model_.candidates) {
+      reducible_delta[static_cast<std::size_t>(c.interior_first())] += c.size_bytes;
+      reducible_delta[static_cast<std::size_t>(c.end_op)] -= c.size_bytes;
+    }
+    std::int64_t reducible = 0;
+    for (std::size_t op = 0; op < ops; ++op) {
+      reducible += reducible_delta[op];
+      if (peak_model_.resident_bytes[op] - reducible > budget_) return std::nullopt;
+    }
     const RecomputeSelection sequence = recompute_only_sequence();
     const std::int64_t lowest = sequence.peak_after.empty()
                                     ? *std::max_element(peak_model_.resident_bytes.begin(), peak_model_.resident_bytes.end())
@@ -430,7 +472,7 @@ class HybridPlanning {
     if (lowest > budget_) return std::nullopt;
     std::optional<UnavoidableFloor> unused;
     Candidate candidate = recompute_only(sequence, &unused);
-    candidate.label = "recompute-only";
+    candidate.recompute_only = true;
     return candidate;
   }
 
@@ -448,7 +490,7 @@ class HybridPlanning {
     double recompute_only_ms = -1.0;
     Candidate best = std::move(offload);
     for (Candidate& candidate : others) {
-      if (candidate.label == "recompute-only") recompute_only_ms = candidate.peak_bytes <= budget_ ? candidate.time_ms : -1.0;
+      if (candidate.recompute_only && candidate.peak_bytes <= budget_) recompute_only_ms = candidate.time_ms;
       if (better(candidate, best, budget_)) best = std::move(candidate);
     }
     std::string comparison = fmt::format("offload-only {:.3f} ms", offload_ms);

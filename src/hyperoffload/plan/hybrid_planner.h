@@ -9,49 +9,52 @@
 //     are (kept, offloaded and brought back, or themselves regenerated), and
 //     the inputs that are dead by then regenerated first (a chain, up to
 //     internal::kMaxChainLevels levels). Its cost is the chain's compute time.
-//  2. Recompute decisions: peak-driven, like the peak planner's selection —
-//     while the peak of the profile exceeds a target, take the candidate
-//     covering the peak op that removes the most of the excess per ms of
-//     recompute (min(size, excess) / cost), among those whose cost is at most
-//     `ratio` times the copy back they replace (cost / H2D time of the bytes).
-//     A decision set is one (ratio, target) pair; the target lies between the
-//     budget (recompute all the way down) and the unplanned peak (offload the
-//     rest).
+//  2. Recompute decisions (plan/internal/recompute_selection.h): peak-driven,
+//     like the peak planner's selection — while the peak of the profile
+//     exceeds a target, take the candidate covering the peak op that removes
+//     the most of the excess per ms of recompute (min(size, excess) / cost);
+//     re-runs lock what they read, so the decisions agree with each other. A
+//     decision set has three parameters: a cost limit (cost / H2D time of the
+//     bytes), a target (the budget plus a share of what the copy engine can
+//     take off before the peak) and a deadline: the candidates the copy engine
+//     can take off by that fraction of the time before the peak — the oldest
+//     data, costliest to recompute first — are left to the offloads.
 //  3. Offloads: each decision set becomes an augmented trace
-//     (plan/internal/augmented_trace.h) — every recompute an inserted op that
+//     (plan/internal/augmented_trace.h) — every re-run an inserted op that
 //     writes fresh storages, which later accesses read — that the peak planner
 //     plans as any trace; its schedule maps back to the original trace, each
 //     inserted op becoming a recompute action in the pre phase of the op it
 //     precedes.
-//  4. Choice: the offload-only plan (the peak planner on the trace itself), the
-//     recompute-only plan (below) and every decision set's plan are compared
-//     with the timing rules of the simulator on the device of
-//     PeakPlannerOptions::device_memory (plan/internal/stall_estimate.h: the
-//     step's compute, its recomputes and its stall); the quickest within the
-//     budget wins (the lowest peak when none fits). So the hybrid plan is never
-//     slower than `peak` or `recompute` by that measure, and fits the budget
-//     whenever either does.
+//  4. Choice: the offload-only plan (the peak planner on the trace itself, on
+//     a second thread), the recompute-only plan (below) and the plans of
+//     decision sets — a fixed list, then the neighbours of the best, as many as
+//     the trace's size allows (HybridPlannerOptions) — are timed on the
+//     original trace with the simulator's rules on the device of
+//     PeakPlannerOptions::device_memory (plan/internal/stall_estimate.h, exact
+//     for these schedules: compute, recomputes and stall); the quickest within
+//     the budget wins (the lowest peak when none fits). So the hybrid plan's
+//     simulated step (two copy engines) is never longer than the `peak` or
+//     `recompute` plan's, and it fits the budget whenever either does.
 //
 // Recompute-only ("recompute", OffloadUse::kRecomputeOnly): the decisions of
-// step 2 with no ratio limit, down to the budget, and no offload: the plan
-// releases every storage after its last access and regenerates what it drops —
-// the stand-in for activation checkpointing, what a user would pick instead.
-// It takes the shortest prefix of its decision sequence whose peak — over ops
-// and recomputes — fits the budget.
+// step 2 with no cost limit, down to nothing, and no offload: the plan takes
+// the shortest prefix of that sequence whose peak — over ops and recomputes —
+// fits the budget, and releases every storage after its last access. The
+// stand-in for activation checkpointing, what a user would pick instead.
 //
 // Floor (PlanResult::floor): the lowest op-granular peak the planner
-// guarantees. Hybrid: the peak planner's floor, or lower when recompute frees
-// gaps that offloading cannot (inside a leading run of writes) — what an op or
-// a recompute itself touches still bounds it. Recompute-only: the peak of its
-// longest decision sequence (every candidate covering the peak taken). Below
+// guarantees for the budget given. Hybrid: the lowest floor among the plans it
+// made (each the peak planner's floor on the trace it planned), or, below the
+// peak planner's floor, that of recomputing the gaps offloading cannot free
+// when that is lower. Recompute-only: the peak of its longest decision
+// sequence. What an op or a re-run itself touches bounds it either way. Below
 // the floor the planner plans as close to it as it can and says so in notes.
 //
 // Guarantees: the schedule is valid (trace and schedule format v2: recompute
 // actions); its op-granular peak is within the budget whenever the budget is
-// at or above the floor. Cost: the peak planner's, once on the trace and once
-// per decision set; the number of decision sets shrinks with the trace's size
-// (HybridPlannerOptions::evaluation_budget) down to one, and the offload-only
-// plan is made on a second thread while the others are.
+// at or above the floor. Cost: the peak planner's on the trace, plus one run per
+// decision set planned (one on a 1M-op trace), plus O(ops + accesses) per
+// selection and augmented trace.
 //
 // Thread-safety: plan() is const and may run concurrently.
 #pragma once
@@ -75,12 +78,12 @@ struct HybridPlannerOptions {
   // (peak.device_memory): the plans are compared on that device.
   PeakPlannerOptions peak;
   OffloadUse offload = OffloadUse::kOffloadAndRecompute;
-  // How many decision sets may be evaluated at most, and how much planning work
-  // they may take together: the planner evaluates
+  // How many decision sets may be planned at most, and how much planning work
+  // they may take together: the planner plans
   // clamp(evaluation_budget / (ops + accesses), 1, max_decision_sets) of them
-  // (a 1M-op trace gets one, a GPT step all of them).
+  // (a 1M-op trace gets one, a 100k-op trace a few, a GPT step all of them).
   std::int32_t max_decision_sets = 32;
-  double evaluation_budget = 4.0e6;
+  double evaluation_budget = 1.0e6;
 };
 
 class HybridPlanner final : public Planner {

@@ -23,6 +23,7 @@
 
 #include "hyperoffload/ir/schedule.h"
 #include "hyperoffload/ir/trace.h"
+#include "hyperoffload/model/device.h"  // DeviceMemory: the device a schedule is planned for
 
 namespace hyperoffload {
 
@@ -89,16 +90,6 @@ class Planner {
   // budget (see effective_budget_bytes) so a command-line override is one value.
   virtual Result<PlanResult> plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const = 0;
 };
-
-// The device a schedule is planned for, and simulated on (sim/simulator.h,
-// `--memory-cap`):
-//  kUnlimited  memory is freed whenever the copies allow and nothing waits for
-//              it, so only the copies back to the device can stall compute;
-//  kBudget     the device holds only the budget: an allocation (an op's first
-//              accesses, a prefetch when it is issued) waits until releases
-//              have freed room, and a release frees memory only once its copy
-//              to host has completed.
-enum class DeviceMemory : std::uint8_t { kUnlimited, kBudget };
 
 // Options shared by the factory; each planner reads the fields it understands.
 struct PlannerOptions {

@@ -78,11 +78,9 @@
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/ir/timeline.h"
 #include "hyperoffload/ir/trace.h"
-#include "hyperoffload/plan/planner.h"  // DeviceMemory
+#include "hyperoffload/model/device.h"
 
 namespace hyperoffload {
-
-enum class CopyEngines : std::uint8_t { kOne = 1, kTwo = 2 };
 
 // Whether simulate() records the full timeline (spans and memory samples).
 enum class RecordTimeline : std::uint8_t { kNo, kYes };
