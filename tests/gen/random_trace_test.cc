@@ -40,7 +40,8 @@ TEST(RandomTrace, MarksTheRequestedShareOfEligibleOpsRecomputableWithoutChanging
   std::vector<OpIndex> first_access(static_cast<std::size_t>(all.storage_count()), -1);
   for (OpIndex op = 0; op < all.op_count(); ++op) {
     for (const Access& access : all.accesses(op)) {
-      if (first_access[static_cast<std::size_t>(access.storage)] < 0) first_access[static_cast<std::size_t>(access.storage)] = op;
+      OpIndex& first = first_access[static_cast<std::size_t>(access.storage)];
+      if (first < 0) first = op;
     }
   }
   int eligible_ops = 0, marked_half = 0;

@@ -102,7 +102,9 @@ struct Coverage {
 // with offloading in earnest.
 Trace random_transformer(std::uint64_t seed) {
   std::mt19937_64 rng(seed * 7727 + 11);
-  auto pick = [&](std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+  auto pick = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
   auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   TransformerOptions o;
   o.layers = static_cast<std::int32_t>(pick(1, 4));
@@ -153,7 +155,9 @@ void check_case(std::uint64_t seed, Coverage& coverage) {
       quicker = quicker && step_ms(hybrid.simulation) < step_ms(other->simulation) - 1e-6;
     }
     if (quicker && any_fits) ++coverage.hybrid_beats_both;
-    if (hybrid.plan.planned_peak_bytes <= budget && peak.plan.planned_peak_bytes > budget) ++coverage.hybrid_fits_where_peak_does_not;
+    if (hybrid.plan.planned_peak_bytes <= budget && peak.plan.planned_peak_bytes > budget) {
+      ++coverage.hybrid_fits_where_peak_does_not;
+    }
   }
   // Never worse than either lever alone, where that one fits the budget.
   constexpr double kTolerance = 1e-6;

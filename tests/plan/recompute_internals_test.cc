@@ -329,7 +329,8 @@ TEST(AugmentedTrace, MapsActionsOfReRunsIntoThePrePhaseOfTheOpTheyPrecede) {
   // around their recomputes, in order, ahead of op 8's (= op 6's) own pre
   // actions; augmented storage ids become original ids.
   const Trace trace = chain_trace();
-  const AugmentedTrace augmented = build_augmented_trace(trace, model_of(trace), std::vector<RecomputeDecision>{{1, 6}});
+  const std::vector<RecomputeDecision> decisions = {{1, 6}};
+  const AugmentedTrace augmented = build_augmented_trace(trace, model_of(trace), decisions);
   const std::vector<Action> mapped = map_back(
       augmented, actions("post 3 release_device 1; pre 7 copy_h2d 0; post 7 release_device 3; pre 8 copy_h2d 2; "
                          "post 8 release_device 4"));

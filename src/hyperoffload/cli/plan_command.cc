@@ -56,8 +56,8 @@ int run_plan(const PlanArgs& args) {
     fmt::print("shortfall planned peak exceeds the budget by {}\n", format_bytes(check.peak_bytes - *budget));
   }
   if (plan.result.floor) {
-    fmt::print("floor     {} at op {} ({}): the lowest peak this planner reaches\n", format_bytes(plan.result.floor->bytes),
-               plan.result.floor->op, trace.op_name(plan.result.floor->op));
+    fmt::print("floor     {} at op {} ({}): the lowest peak this planner reaches\n",
+               format_bytes(plan.result.floor->bytes), plan.result.floor->op, trace.op_name(plan.result.floor->op));
   }
   if (const std::optional<SolverReport>& solver = plan.result.solver) {
     fmt::print("solver    {}: {}, model makespan {:.6g} ms, lower bound {:.6g} ms, gap {:.2f}% ({:.2f} s, {} nodes)\n",

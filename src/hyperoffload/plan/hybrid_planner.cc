@@ -173,7 +173,8 @@ class HybridPlanning {
     candidate.label = std::move(label);
     candidate.peak_bytes = plan.planned_peak_bytes;
     if (plan.floor) {
-      candidate.floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(plan.floor->op)], plan.floor->bytes};
+      candidate.floor =
+          UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(plan.floor->op)], plan.floor->bytes};
     }
     candidate.recompute_count = augmented.recompute_count;
     candidate.recompute_ms = augmented.recompute_ms;
@@ -466,9 +467,9 @@ class HybridPlanning {
       if (peak_model_.resident_bytes[op] - reducible > budget_) return std::nullopt;
     }
     const RecomputeSelection sequence = recompute_only_sequence();
-    const std::int64_t lowest = sequence.peak_after.empty()
-                                    ? *std::max_element(peak_model_.resident_bytes.begin(), peak_model_.resident_bytes.end())
-                                    : sequence.peak_after.back();
+    const std::vector<std::int64_t>& resident = peak_model_.resident_bytes;
+    const std::int64_t lowest = sequence.peak_after.empty() ? *std::max_element(resident.begin(), resident.end())
+                                                            : sequence.peak_after.back();
     if (lowest > budget_) return std::nullopt;
     std::optional<UnavoidableFloor> unused;
     Candidate candidate = recompute_only(sequence, &unused);

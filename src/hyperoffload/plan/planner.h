@@ -93,11 +93,12 @@ class Planner {
 
 // Options shared by the factory; each planner reads the fields it understands.
 struct PlannerOptions {
-  // Score weights of the peak planner, NAME=VALUE (see plan/peak_planner.h).
+  // Score weights of the peak planner, NAME=VALUE (see plan/peak_planner.h);
+  // the hybrid planner passes them to the peak planner for its offloads.
   std::vector<std::pair<std::string, double>> score_weights;
   // The device to tune the schedule for (the peak planner orders its copies
-  // and picks its prefetch order for it; greedy ignores it). Never changes
-  // the guarantees.
+  // and picks its prefetch order for it; the hybrid planners compare their
+  // plans on it; greedy ignores it). Never changes the guarantees.
   DeviceMemory device_memory = DeviceMemory::kUnlimited;
   // Wall-clock limit of the optimal planner's solve, in seconds (> 0; the best
   // schedule found by then is returned with the solver's bound and gap).

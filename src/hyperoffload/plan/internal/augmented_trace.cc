@@ -148,8 +148,9 @@ class Builder {
         const StorageIndex s = access.storage;
         if (access.kind == AccessKind::kRead) {
           const auto transient = transient_instance.find(s);
-          builder_.add_access(transient != transient_instance.end() ? transient->second : current_[static_cast<std::size_t>(s)],
-                              AccessKind::kRead);
+          const StorageId id =
+              transient != transient_instance.end() ? transient->second : current_[static_cast<std::size_t>(s)];
+          builder_.add_access(id, AccessKind::kRead);
         } else if (contains(rerun.persistent, s)) {
           const StorageId id = new_instance(s);
           current_[static_cast<std::size_t>(s)] = id;

@@ -214,7 +214,8 @@ std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const Recomput
     const RecomputeCandidate& c = model.candidates[static_cast<std::size_t>(g)];
     return c.cost_ms / static_cast<double>(c.size_bytes);
   };
-  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return per_byte(a) > per_byte(b); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int32_t a, std::int32_t b) { return per_byte(a) > per_byte(b); });
 
   // finish[x] = start[x] + the copy time of the taken copies ready at or after
   // position x (ready at position copy_op + 1: when that op starts without
