@@ -88,10 +88,10 @@ json.dump({"format": "hyperoffload.trace", "version": 2, "d2h_bandwidth_gbps": 1
            "storages": storages, "ops": ops}, open(out, "w"), indent=1)
 PY
 }
-mlp_layers=(4 6 8)
+mlp_layers=(4 6 8 12 16)
 ((quick)) && mlp_layers=(4)
 for layers in "${mlp_layers[@]}"; do
-  for seed in 1 2; do
+  for seed in 1 2 3; do
     mlp_trace "$layers" "$seed" "$scratch/mlp-$layers-s$seed.json"
     traces+=("$scratch/mlp-$layers-s$seed.json")
   done

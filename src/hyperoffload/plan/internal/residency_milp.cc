@@ -1,7 +1,6 @@
 #include "hyperoffload/plan/internal/residency_milp.h"
 
 #include <algorithm>
-#include <cmath>
 #include <deque>
 #include <limits>
 #include <map>

@@ -53,11 +53,11 @@
 // Objective: sum of slot lengths = compute + recompute + stall, in units of
 // time_unit_ms() (the trace's mean op duration).
 //
-// Thread-safety: a built ResidencyMilp is immutable.
+// Thread-safety: a built ResidencyMilp is immutable. It refers to the trace it
+// was built from, which must outlive it.
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <vector>
 
