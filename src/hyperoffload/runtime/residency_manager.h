@@ -219,6 +219,9 @@ class ResidencyManager {
   // Device memory for a storage being brought back (H2D or fault).
   Status materialize(StorageId id, Entry& entry);
   Result<void*> allocate_device(StorageId id, std::int64_t size_bytes);
+  // Gives back the buffer materialize() just took for a copy that failed to
+  // enqueue, after draining `stream` (Note [Failed copies]).
+  void undo_new_device_buffer(Entry& entry, Stream stream);
   // Gives up the device buffer; deferred while `entry`'s copies are in flight.
   Status free_device_buffer(Entry& entry, ReleaseCallback* callback_out);
   Status complete_free(DeferredFree& free);
