@@ -30,7 +30,9 @@
 // back to the PinnedHostPool with the same fences (Note [Deferred recycling] in
 // pinned_host_pool.h). When a device allocation fails, the manager waits for
 // the deferred frees, then asks the reclaim hook (the warmup executor evicts),
-// then reports kOutOfMemory naming the storage.
+// then reports kOutOfMemory naming the storage. A copy that fails to enqueue (a
+// failed backend call) leaves its storage as it was, giving back the host block
+// or device buffer taken for it (Note [Failed copies] in the .cc).
 //
 //   ResidencyManager residency(backend, pool, events);
 //   void* dev = *residency.bind(/*id=*/7, /*size_bytes=*/4096);
