@@ -34,10 +34,10 @@ def _bytes_from(mb: Optional[float], exact: Optional[int], what: str) -> Optiona
             raise ValueError(f"{what}_mb must be a finite number, got {mb!r}")
         if mb < 0:
             raise ValueError(f"{what}_mb must be >= 0, got {mb}")
-        exact = int(mb * MIB)  # rounded down: the budget is a limit
-        if exact > MAX_BYTES:
+        # Compared before converting: 1e303 MB is a finite float whose bytes are not.
+        if mb * MIB > MAX_BYTES:
             raise ValueError(f"{what}_mb must be at most 2**63 - 1 bytes ({MAX_BYTES / MIB:.6g} MB), got {mb}")
-        return exact
+        return int(mb * MIB)  # rounded down: the budget is a limit
     return None
 
 

@@ -39,7 +39,7 @@ PLANNERS = ho._C.planner_names()
 # ---- OffloadConfig ---------------------------------------------------------------------------
 
 byte_counts = st.integers(0, MAX_BYTES)
-megabytes = st.one_of(st.integers(0, 1 << 20), st.floats(0, MAX_BYTES / MIB, allow_nan=False, allow_infinity=False))
+megabytes = st.one_of(st.integers(0, 1 << 20), st.floats(0, MAX_BYTES // MIB, allow_nan=False, allow_infinity=False))
 
 
 @st.composite
@@ -84,7 +84,7 @@ def test_valid_configurations_are_accepted(kwargs):
     ho.OffloadSession(config)  # the runtime takes what the configuration accepted
 
 
-def not_int(values=st.none()):
+def not_int(values=st.nothing()):
     """Values of a type other than int (bools count as another type)."""
     return st.one_of(st.booleans(), st.floats(allow_nan=True), st.text(max_size=4), st.lists(st.integers(), max_size=1),
                      values)
@@ -208,8 +208,15 @@ def run_step(weights, x, instructions) -> torch.Tensor:
         elif kind == "view":
             live.append(VIEWS[instruction[2]](a))
         else:
+            # One tensor passed as both arguments would reach the region's
+            # output by two paths, whose gradients the region sums before they
+            # leave it: an order other than eager's (docs/PYTHON.md,
+            # "skip_offload"), so the last bits may differ. The input (no
+            # gradient) stands in for it.
             b = live[instruction[2] % len(live)]
-            live.append(opaque_region(a, b if b.shape == a.shape else a))
+            if b is a or b.shape != a.shape:
+                b = x if x.shape == a.shape else torch.ones_like(a)
+            live.append(opaque_region(a, b))
     loss = sum(t.square().mean() for t in live)
     loss.backward()
     return loss.detach()
@@ -231,10 +238,13 @@ def run(instructions, rows, width, session: Optional[ho.OffloadSession], steps: 
         except Exception as error:  # noqa: BLE001 (compared with eager below)
             outcomes.append(("error", type(error), str(error)))
             continue
-        outcomes.append(("ok", loss, [w.grad.clone() for w in weights]))
+        # A weight the program never uses has no gradient.
+        grads = [None if w.grad is None else w.grad.clone() for w in weights]
+        outcomes.append(("ok", loss, grads))
         with torch.no_grad():
             for w in weights:
-                w -= 0.01 * w.grad
+                if w.grad is not None:
+                    w -= 0.01 * w.grad
     return outcomes
 
 
@@ -252,6 +262,12 @@ def test_random_programs_match_eager_bit_for_bit_at_random_budgets(program, frac
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a rewarm after a budget below the floor
         offloaded = run(instructions, rows, width, session)
+    compare(eager, offloaded, budget, session)
+
+
+def compare(eager, offloaded, budget: int, session: ho.OffloadSession) -> None:
+    """Step by step: the same loss and gradients, bit for bit, or the same error as eager; or a
+    BudgetError for a budget below the floor the session found."""
     for step, (expected, actual) in enumerate(zip(eager, offloaded)):
         if actual[0] == "error" and issubclass(actual[1], ho.BudgetError):
             floor = session.floor_bytes()
@@ -263,4 +279,24 @@ def test_random_programs_match_eager_bit_for_bit_at_random_budgets(program, frac
             continue
         assert torch.equal(expected[1], actual[1]), f"step {step}: loss {actual[1]} != {expected[1]}"
         for index, (e, a) in enumerate(zip(expected[2], actual[2])):
-            assert torch.equal(e, a), f"step {step}: gradient of weight {index} differs"
+            assert (e is None and a is None) or (e is not None and a is not None and torch.equal(e, a)), (
+                f"step {step}: gradient of weight {index} differs")
+
+
+def test_a_program_of_every_instruction_kind_offloads_and_matches_eager():
+    # The property above holds only if programs really offload: this one (12 x 12
+    # floats, every kind of instruction) at half its activation peak copies
+    # activations out and back in every replayed step.
+    program = [("matmul", 0, 0, 1), ("unary", 1, "tanh"), ("view", 2, "t"), ("in_place", 1, "mul_"),
+               ("matmul", 1, 1, 0), ("region", 4, 2, 0), ("matmul", 5, 0, 1), ("binary", 6, 1, "add")]
+    eager = run(program, 12, 12, None)
+    probe = ho.OffloadSession()
+    run(program, 12, 12, probe, steps=1)
+    budget = probe.unplanned_peak_bytes() // 2
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget))
+    offloaded = run(program, 12, 12, session)
+    assert [outcome[0] for outcome in offloaded] == ["ok", "ok", "ok"]
+    stats = session.stats()
+    assert stats["kind"] == "replay" and stats["d2h_bytes"] > 0 and stats["h2d_bytes"] > 0
+    assert stats["peak_resident_bytes"] <= budget
+    compare(eager, offloaded, budget, session)
