@@ -10,22 +10,34 @@ import torch
 
 MIB = 1 << 20  # "MB" in sizes means MiB (2**20 bytes), as in PyTorch's memory reports
 INTERCEPTIONS = ("auto", "dispatch_mode")
+# Byte counts are 64-bit signed integers in the runtime.
+MAX_BYTES = (1 << 63) - 1
+
+
+def _byte_count(value, name: str) -> int:
+    """An int in [0, MAX_BYTES]: TypeError naming `name` for another type, ValueError out of range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    if value > MAX_BYTES:
+        raise ValueError(f"{name} must be at most 2**63 - 1 bytes, got {value}")
+    return value
 
 
 def _bytes_from(mb: Optional[float], exact: Optional[int], what: str) -> Optional[int]:
     if mb is not None and exact is not None:
         raise ValueError(f"give {what} in MB or in bytes, not both")
     if exact is not None:
-        if isinstance(exact, bool) or not isinstance(exact, int):
-            raise TypeError(f"{what}_bytes must be an int, got {type(exact).__name__}")
-        if exact < 0:
-            raise ValueError(f"{what}_bytes must be >= 0, got {exact}")
-        return exact
+        return _byte_count(exact, f"{what}_bytes")
     if mb is not None:
         if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not math.isfinite(mb):
             raise ValueError(f"{what}_mb must be a finite number, got {mb!r}")
         if mb < 0:
             raise ValueError(f"{what}_mb must be >= 0, got {mb}")
+        # Compared before converting: 1e303 MB is a finite float whose bytes are not.
+        if mb * MIB > MAX_BYTES:
+            raise ValueError(f"{what}_mb must be at most 2**63 - 1 bytes ({MAX_BYTES / MIB:.6g} MB), got {mb}")
         return int(mb * MIB)  # rounded down: the budget is a limit
     return None
 
@@ -89,15 +101,32 @@ class OffloadConfig:
     interception: str = "auto"
 
     def __post_init__(self) -> None:
-        # Validates eagerly, so a bad configuration fails where it is written.
+        # Validates eagerly, so a bad configuration fails where it is written:
+        # a value of the wrong type is a TypeError, a wrong value a ValueError,
+        # each naming the field (python/tests/test_properties.py checks both).
         self.budget_bytes  # noqa: B018
         self.host_capacity_bytes  # noqa: B018
         if not isinstance(self.planner, str):
             raise TypeError(f"planner must be a str, got {type(self.planner).__name__}")
+        from . import _C  # the planners this build knows, by name
+
+        if self.planner not in _C.planner_names():
+            raise ValueError(f'unknown planner "{self.planner}" (planner must be one of: '
+                             f'{", ".join(_C.planner_names())})')
+        if isinstance(self.copy_engines, bool) or not isinstance(self.copy_engines, int):
+            raise TypeError(f"copy_engines must be an int, got {type(self.copy_engines).__name__}")
         if self.copy_engines not in (1, 2):
             raise ValueError(f"copy_engines must be 1 or 2, got {self.copy_engines!r}")
-        if self.calibration_bytes < 0:
-            raise ValueError(f"calibration_bytes must be >= 0, got {self.calibration_bytes}")
+        if self.device is not None:
+            if not isinstance(self.device, (str, torch.device)):
+                raise TypeError(f"device must be a str or a torch.device, got {type(self.device).__name__}")
+            try:
+                torch.device(self.device)
+            except (RuntimeError, ValueError) as error:
+                raise ValueError(f"device {self.device!r} is not a device: {error}") from None
+        if not isinstance(self.rewarm_once, bool):
+            raise TypeError(f"rewarm_once must be a bool, got {type(self.rewarm_once).__name__}")
+        _byte_count(self.calibration_bytes, "calibration_bytes")
         if self.interception not in INTERCEPTIONS:
             raise ValueError(f"interception must be one of {', '.join(map(repr, INTERCEPTIONS))}, "
                              f"got {self.interception!r}")

@@ -24,6 +24,7 @@
 #include "hyperoffload/io/schedule_json.h"
 #include "hyperoffload/io/trace_json.h"
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/planner.h"
 #include "hyperoffload/sim/simulator.h"
 #include "interception.h"
 #include "torch_session.h"
@@ -545,6 +546,14 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("path"), py::arg("contents"),
       "Writes a file through a temporary file and a rename: never a partial file.");
+  m.def(
+      "planner_names",
+      [] {
+        std::vector<std::string> names;
+        for (std::string_view name : hyperoffload::planner_names()) names.emplace_back(name);
+        return names;
+      },
+      "The planners this build knows, by name (OffloadConfig.planner), in the order reports list them.");
   m.def(
       "unplanned_peak",
       [](const std::string& trace_json) {

@@ -10,10 +10,13 @@
 
 #include "hyperoffload/runtime/host_backend.h"
 #include "runtime/gate.h"
+#include "testing/failing_backend.h"
 
 namespace hyperoffload {
 namespace {
 
+using testing::BackendCall;
+using testing::FailingBackend;
 using testing::Gate;
 using ::testing::HasSubstr;
 
@@ -369,6 +372,78 @@ TEST_F(ResidencyManagerTest, ResetReturnsEverythingEvenWithCopiesInFlight) {
   EXPECT_EQ(pool_.stats().current_bytes, 0);
   EXPECT_EQ(residency_->stats().storages, 0);
   EXPECT_EQ(residency_->stats().host_bytes, 0);
+}
+
+// Note [Failed copies], found by fuzz/runtime_fuzzer.cc: a copy that fails to
+// enqueue leaves its storage as it was and gives back the memory taken for it.
+// Before, a D2H whose fence record failed kept its new pinned block with an
+// entry that had no host copy, and no release or reset returned it; an H2D or
+// fault that failed kept its new device buffer until the storage was forgotten.
+class FailedCopyTest : public ::testing::Test {
+ protected:
+  FailedCopyTest()
+      : host_(std::move(*HostBackend::create({.device_capacity_bytes = 1 << 20, .device_alignment_bytes = 64}))),
+        backend_(*host_),
+        events_(backend_),
+        pool_(backend_),
+        residency_(backend_, pool_, events_) {}
+
+  std::int64_t device_in_use() const { return host_->device_memory_stats().in_use_bytes; }
+
+  std::unique_ptr<HostBackend> host_;
+  FailingBackend backend_;
+  EventPool events_;
+  PinnedHostPool pool_;
+  ResidencyManager residency_;
+};
+
+TEST_F(FailedCopyTest, AD2HWhoseFenceCannotBeRecordedGivesItsPinnedBlockBack) {
+  ASSERT_TRUE(residency_.bind(1, 4096));
+  backend_.fail_call(BackendCall::kRecordEvent);
+  const Status failed = residency_.copy_d2h(1);
+  ASSERT_FALSE(failed);
+  EXPECT_THAT(failed.error().message, HasSubstr("injected: event record"));
+  EXPECT_FALSE(residency_.has_host_copy(1));
+  EXPECT_EQ(pool_.stats().current_bytes, 0);  // was 4096, for good
+  EXPECT_EQ(residency_.stats().d2h_count, 0);
+  // The storage is as it was: the copy can be retried.
+  ASSERT_TRUE(residency_.copy_d2h(1));
+  EXPECT_TRUE(residency_.has_current_host_copy(1));
+  EXPECT_EQ(pool_.stats().current_bytes, 4096);
+  ASSERT_TRUE(residency_.reset());
+  ASSERT_TRUE(pool_.drain());
+  EXPECT_EQ(pool_.stats().current_bytes, 0);
+}
+
+TEST_F(FailedCopyTest, AnH2DThatCannotBeEnqueuedGivesItsDeviceBufferBack) {
+  ASSERT_TRUE(residency_.bind(1, 4096));
+  ASSERT_TRUE(residency_.copy_d2h(1));
+  ASSERT_TRUE(residency_.release_device(1));
+  ASSERT_TRUE(host_->synchronize());
+  ASSERT_TRUE(residency_.poll());
+  ASSERT_EQ(device_in_use(), 0);
+  backend_.fail_call(BackendCall::kCopy);
+  ASSERT_FALSE(residency_.copy_h2d(1));
+  EXPECT_FALSE(residency_.resident(1));
+  EXPECT_EQ(device_in_use(), 0);  // was 4096 until the storage was forgotten
+  ASSERT_TRUE(residency_.copy_h2d(1));
+  EXPECT_EQ(device_in_use(), 4096);  // one buffer, not two
+  EXPECT_EQ(residency_.stats().h2d_count, 1);
+}
+
+TEST_F(FailedCopyTest, AFaultThatCannotBeEnqueuedGivesItsDeviceBufferBack) {
+  ASSERT_TRUE(residency_.bind(1, 4096));
+  ASSERT_TRUE(residency_.copy_d2h(1));
+  ASSERT_TRUE(residency_.release_device(1));
+  ASSERT_TRUE(host_->synchronize());
+  ASSERT_TRUE(residency_.poll());
+  backend_.fail_call(BackendCall::kCopy);
+  ASSERT_FALSE(residency_.device_ptr(1));
+  EXPECT_EQ(device_in_use(), 0);
+  EXPECT_EQ(residency_.stats().faults, 0);
+  ASSERT_TRUE(residency_.device_ptr(1));
+  EXPECT_EQ(device_in_use(), 4096);
+  EXPECT_EQ(residency_.stats().faults, 1);
 }
 
 }  // namespace

@@ -149,6 +149,25 @@ Status ResidencyManager::materialize(StorageId id, Entry& entry) {
   return ok_status();
 }
 
+// Note [Failed copies]: a copy whose enqueueing fails (a CUDA call, an event
+// record, an injected failure in fuzz/runtime_fuzzer.cc) leaves its storage as
+// it was: the host block or device buffer taken for it goes back. The copy's
+// stream is drained first: the copy itself may have been enqueued before a
+// later call (its fence's record) failed, and would still run with no fence
+// to wait for. Without this the block or buffer stayed with an entry that did
+// not count it as a copy, and no release or reset ever gave it back.
+void ResidencyManager::undo_new_device_buffer(Entry& entry, Stream stream) {
+  (void)backend_.synchronize_stream(stream);
+  if (entry.device == nullptr) return;
+  if (entry.owner == Owner::kRuntime) {
+    (void)backend_.free_device(entry.device);
+  } else if (entry.release) {
+    entry.release(entry.device);
+  }
+  entry.device = nullptr;
+  entry.release = {};
+}
+
 Result<Fence> ResidencyManager::start_span(Stream stream) {
   if (!recording()) return Fence();
   return events_.record(stream);
@@ -171,23 +190,34 @@ Status ResidencyManager::copy_d2h(StorageId id) {
                                     entry->residency.host_present ? "the host copy is stale" : "no host copy exists"));
     case CopyOutcome::kCopies: break;
   }
-  if (!entry->residency.host_present && entry->size_bytes > 0) {
+  const bool new_block = !entry->residency.host_present && entry->size_bytes > 0;
+  if (new_block) {
     Result<PinnedBlock> block = pool_.acquire(entry->size_bytes);
     if (!block)
       return std::unexpected(with_context(std::move(block.error()), fmt::format("copy_d2h of storage {}", id)));
     entry->host = *block;
   }
   if (entry->size_bytes > 0) {
-    // The producer's writes (compute) and an H2D still reading the host block
-    // (a stale copy is overwritten in place) come first.
-    HO_RETURN_IF_ERROR(backend_.stream_wait_stream(d2h_, compute_));
-    HO_RETURN_IF_ERROR(entry->h2d.make_stream_wait(d2h_));
-    HO_ASSIGN_OR_RETURN(Fence start, start_span(d2h_));
-    HO_RETURN_IF_ERROR(
-        backend_.copy_async(d2h_, entry->host.ptr, entry->device, entry->size_bytes, CopyKind::kDeviceToHost));
-    HO_ASSIGN_OR_RETURN(entry->d2h, events_.record(d2h_));
-    entry->d2h_waited = false;
-    HO_RETURN_IF_ERROR(end_span(SpanKind::kCopyD2H, id, entry->size_bytes, std::move(start), d2h_));
+    Status enqueued = [&]() -> Status {
+      // The producer's writes (compute) and an H2D still reading the host block
+      // (a stale copy is overwritten in place) come first.
+      HO_RETURN_IF_ERROR(backend_.stream_wait_stream(d2h_, compute_));
+      HO_RETURN_IF_ERROR(entry->h2d.make_stream_wait(d2h_));
+      HO_ASSIGN_OR_RETURN(Fence start, start_span(d2h_));
+      HO_RETURN_IF_ERROR(
+          backend_.copy_async(d2h_, entry->host.ptr, entry->device, entry->size_bytes, CopyKind::kDeviceToHost));
+      HO_ASSIGN_OR_RETURN(entry->d2h, events_.record(d2h_));
+      entry->d2h_waited = false;
+      return end_span(SpanKind::kCopyD2H, id, entry->size_bytes, std::move(start), d2h_);
+    }();
+    if (!enqueued) {  // Note [Failed copies]
+      (void)backend_.synchronize_stream(d2h_);
+      if (new_block) {
+        pool_.release(entry->host);
+        entry->host = {};
+      }
+      return enqueued;
+    }
   }
   if (!entry->residency.host_present) add_host(entry->size_bytes);
   apply_d2h(entry->residency);
@@ -210,16 +240,22 @@ Status ResidencyManager::copy_h2d(StorageId id) {
   }
   HO_RETURN_IF_ERROR(materialize(id, *entry));
   if (entry->size_bytes > 0) {
-    // Earlier users of the new memory (compute) and the D2H filling the host
-    // block come first.
-    HO_RETURN_IF_ERROR(backend_.stream_wait_stream(h2d_, compute_));
-    HO_RETURN_IF_ERROR(entry->d2h.make_stream_wait(h2d_));
-    HO_ASSIGN_OR_RETURN(Fence start, start_span(h2d_));
-    HO_RETURN_IF_ERROR(
-        backend_.copy_async(h2d_, entry->device, entry->host.ptr, entry->size_bytes, CopyKind::kHostToDevice));
-    HO_ASSIGN_OR_RETURN(entry->h2d, events_.record(h2d_));
-    entry->h2d_waited = false;
-    HO_RETURN_IF_ERROR(end_span(SpanKind::kCopyH2D, id, entry->size_bytes, std::move(start), h2d_));
+    Status enqueued = [&]() -> Status {
+      // Earlier users of the new memory (compute) and the D2H filling the host
+      // block come first.
+      HO_RETURN_IF_ERROR(backend_.stream_wait_stream(h2d_, compute_));
+      HO_RETURN_IF_ERROR(entry->d2h.make_stream_wait(h2d_));
+      HO_ASSIGN_OR_RETURN(Fence start, start_span(h2d_));
+      HO_RETURN_IF_ERROR(
+          backend_.copy_async(h2d_, entry->device, entry->host.ptr, entry->size_bytes, CopyKind::kHostToDevice));
+      HO_ASSIGN_OR_RETURN(entry->h2d, events_.record(h2d_));
+      entry->h2d_waited = false;
+      return end_span(SpanKind::kCopyH2D, id, entry->size_bytes, std::move(start), h2d_);
+    }();
+    if (!enqueued) {
+      undo_new_device_buffer(*entry, h2d_);  // Note [Failed copies]
+      return enqueued;
+    }
   }
   apply_h2d(entry->residency);
   add_resident(entry->size_bytes);
@@ -285,11 +321,17 @@ Result<void*> ResidencyManager::device_ptr(StorageId id, DeviceAccess access) {
     // A fault: a synchronous demand page on the compute stream.
     HO_RETURN_IF_ERROR(materialize(id, *entry));
     if (entry->size_bytes > 0) {
-      HO_RETURN_IF_ERROR(entry->d2h.make_stream_wait(compute_));
-      HO_ASSIGN_OR_RETURN(Fence start, start_span(compute_));
-      HO_RETURN_IF_ERROR(
-          backend_.copy_async(compute_, entry->device, entry->host.ptr, entry->size_bytes, CopyKind::kHostToDevice));
-      HO_RETURN_IF_ERROR(end_span(SpanKind::kFault, id, entry->size_bytes, std::move(start), compute_));
+      Status enqueued = [&]() -> Status {
+        HO_RETURN_IF_ERROR(entry->d2h.make_stream_wait(compute_));
+        HO_ASSIGN_OR_RETURN(Fence start, start_span(compute_));
+        HO_RETURN_IF_ERROR(backend_.copy_async(compute_, entry->device, entry->host.ptr, entry->size_bytes,
+                                               CopyKind::kHostToDevice));
+        return end_span(SpanKind::kFault, id, entry->size_bytes, std::move(start), compute_);
+      }();
+      if (!enqueued) {
+        undo_new_device_buffer(*entry, compute_);  // Note [Failed copies]
+        return std::unexpected(std::move(enqueued.error()));
+      }
     }
     apply_h2d(entry->residency);
     add_resident(entry->size_bytes);

@@ -32,7 +32,9 @@
 // back to the PinnedHostPool with the same fences (Note [Deferred recycling] in
 // pinned_host_pool.h). When a device allocation fails, the manager waits for
 // the deferred frees, then asks the reclaim hook (the warmup executor evicts),
-// then reports kOutOfMemory naming the storage.
+// then reports kOutOfMemory naming the storage. A copy that fails to enqueue (a
+// failed backend call) leaves its storage as it was, giving back the host block
+// or device buffer taken for it (Note [Failed copies] in the .cc).
 //
 //   ResidencyManager residency(backend, pool, events);
 //   void* dev = *residency.bind(/*id=*/7, /*size_bytes=*/4096);
@@ -219,6 +221,9 @@ class ResidencyManager {
   // Device memory for a storage being brought back (H2D or fault).
   Status materialize(StorageId id, Entry& entry);
   Result<void*> allocate_device(StorageId id, std::int64_t size_bytes);
+  // Gives back the buffer materialize() just took for a copy that failed to
+  // enqueue, after draining `stream` (Note [Failed copies]).
+  void undo_new_device_buffer(Entry& entry, Stream stream);
   // Gives up the device buffer; deferred while `entry`'s copies are in flight.
   Status free_device_buffer(Entry& entry, ReleaseCallback* callback_out);
   Status complete_free(DeferredFree& free);
