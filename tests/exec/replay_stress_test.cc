@@ -295,6 +295,10 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
     ++cases;
     below_peak += budget < unplanned ? 1 : 0;
     for (std::string_view name : planner_names()) {
+      // Recompute-only cannot reach this budget: the warmup records no op as
+      // recomputable (the program never marks one), so it has only releases,
+      // and the budget is drawn down to the offload floor.
+      if (name == "recompute") continue;
       SCOPED_TRACE(fmt::format("seed {} planner {}, budget {} of {}", seed, name, budget, unplanned));
       // The device holds twice the budget, so arena fragmentation cannot fail a step.
       auto backend = std::move(
