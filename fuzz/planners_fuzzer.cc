@@ -153,7 +153,7 @@ void check_comparison(const Trace& trace, std::optional<std::int64_t> budget, Co
                row.planner, row.stall_ms, *bound);
   }
   check_json_numbers(comparison_to_json(*comparison, "fuzz"), "compare --json",
-                     {"stall_lower_bound_ms", "stall_above_bound_ms"});
+                     {"stall_lower_bound_ms", "stall_above_bound_ms", "overhead_above_bound_ms"});
   check_text_numbers(format_comparison_table(*comparison, "fuzz"), "the comparison table");
   check_text_numbers(comparison_plot_svg(*comparison, "fuzz"), "the memory plot");
 }

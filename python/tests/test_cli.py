@@ -93,4 +93,6 @@ def test_the_shipped_example_traces_describe_their_model_and_compare(name):
     assert meta["replay_peak_resident_bytes"] <= document["memory_limit_bytes"]
     result = run_cli("compare", path, "--budget", "50%", "--json")
     assert result.returncode == 0, result.stderr
-    assert all(r["feasible"] for r in json.loads(result.stdout)["results"])
+    # Every planner but recompute-only fits: these captures mark no op
+    # recomputable (format version 1), so recompute-only can only release.
+    assert all(r["feasible"] for r in json.loads(result.stdout)["results"] if r["planner"] != "recompute")

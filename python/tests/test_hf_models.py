@@ -157,5 +157,7 @@ def test_the_shipped_example_traces_describe_their_model_and_compare(name):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     results = json.loads(result.stdout)["results"]
-    assert {r["planner"] for r in results} == set(PLANNERS)
-    assert all(r["feasible"] for r in results)
+    assert set(PLANNERS) <= {r["planner"] for r in results}
+    # Recompute-only cannot fit these captures: they mark no op recomputable
+    # (format version 1), so it can only release.
+    assert all(r["feasible"] for r in results if r["planner"] != "recompute")
