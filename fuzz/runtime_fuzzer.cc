@@ -186,7 +186,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
       }
     } else {
-      FUZZ_CHECK(!report.valid(), "ReplayPlan rejected a valid schedule: {}", plan.error().message);
+      // The replay executor rejects recompute actions at plan load until the
+      // runtime can re-run ops (exec/replay_executor.h), valid or not.
+      FUZZ_CHECK(!report.valid() || schedule.has_recompute(), "ReplayPlan rejected a valid schedule: {}",
+                 plan.error().message);
     }
     FUZZ_CHECK(residency.stats().storages == 0, "{} storages still tracked", residency.stats().storages);
     Status drained = pool.drain();
