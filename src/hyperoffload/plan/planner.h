@@ -100,8 +100,9 @@ struct PlannerOptions {
   // and picks its prefetch order for it; the hybrid planners compare their
   // plans on it; greedy ignores it). Never changes the guarantees.
   DeviceMemory device_memory = DeviceMemory::kUnlimited;
-  // Wall-clock limit of the optimal planner's solve, in seconds (> 0; the best
-  // schedule found by then is returned with the solver's bound and gap).
+  // Wall-clock limit of the optimal planner's plan() — building and solving
+  // its program — in seconds (> 0; the best schedule found by then is returned
+  // with the solver's bound and gap).
   double time_limit_s = 60.0;
   // Called by the optimal planner from the thread that runs plan(), when the
   // solver finds a better schedule and about once a second otherwise. Empty:
