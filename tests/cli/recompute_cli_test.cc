@@ -46,7 +46,7 @@ TEST(RecomputeCli, ValidatesARecomputeThatRegeneratesAReleasedStorage) {
   const testing::CliRun run = run_cli({"validate", trace, plan});
   EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
   EXPECT_THAT(run.out, HasSubstr("valid: "));
-  EXPECT_THAT(run.out, HasSubstr("recompute 1 ops re-run"));
+  EXPECT_THAT(run.out, HasSubstr("recompute 1 op re-run"));
   const testing::CliRun json = run_cli({"validate", trace, plan, "--json"});
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json out = nlohmann::json::parse(json.out);
@@ -73,7 +73,7 @@ TEST(RecomputeCli, SimulateReportsRecomputeTimeApartFromStall) {
   EXPECT_THAT(testing::read_text(timeline), HasSubstr(R"("cat":"recompute","name":"recompute f")"));
   const testing::CliRun text = run_cli({"simulate", trace, plan});
   ASSERT_EQ(text.exit_code, 0) << text.err;
-  EXPECT_THAT(text.out, HasSubstr("recompute 2.000 ms (40.00% of compute) in 1 re-run ops; overhead 40.00% of compute"));
+  EXPECT_THAT(text.out, HasSubstr("recompute 2.000 ms (40.00% of compute) in 1 re-run op; overhead 40.00% of compute"));
 }
 
 struct SemanticError {

@@ -61,8 +61,7 @@ class Validation {
   }
 
   void run_op(OpIndex op) {
-    const std::size_t offset = trace_.access_offset(op);
-    std::size_t position = offset;
+    std::size_t position = trace_.access_offset(op);  // of the access in AccessVersions
     for (const Access& access : trace_.accesses(op)) {
       StorageState& state = states_[static_cast<std::size_t>(access.storage)];
       switch (classify_access(state.residency)) {

@@ -72,7 +72,9 @@ int run_validate(const ValidateArgs& args) {
   }
   if (report.faults.size() > 10) fmt::print("  ... and {} more\n", report.faults.size() - 10);
   fmt::print("moved     d2h {}, h2d {}\n", format_bytes(report.d2h_bytes), format_bytes(report.h2d_bytes));
-  if (report.recompute_count > 0) fmt::print("recompute {} ops re-run\n", report.recompute_count);
+  if (report.recompute_count > 0) {
+    fmt::print("recompute {} op{} re-run\n", report.recompute_count, report.recompute_count == 1 ? "" : "s");
+  }
   if (!report.valid()) {
     fmt::print("problems  {}\n", report.problem_count);
     for (const std::string& problem : report.problems) fmt::print("  {}\n", problem);

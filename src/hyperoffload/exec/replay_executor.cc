@@ -22,7 +22,7 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
   // The executors' rules for which actions a schedule may hold
   // (model/residency_rules.h): the first problem is the error.
   std::string first_problem;
-  std::vector<ResolvedAction> resolved = resolve_actions(trace, schedule, [&](std::string text) {
+  const std::vector<ResolvedAction> resolved = resolve_actions(trace, schedule, [&](std::string text) {
     if (first_problem.empty()) first_problem = std::move(text);
   });
   if (!first_problem.empty()) return make_error(ErrorCode::kInvalidInput, std::move(first_problem));

@@ -103,8 +103,8 @@ std::string timeline_to_chrome_json(const Trace& trace, const Timeline& timeline
       case SpanKind::kRecompute: {
         // Named after the op re-run, so it reads as a second run of that op.
         const bool known = span.op >= 0 && span.op < trace.op_count();
-        const std::string name =
-            json_string(fmt::format("recompute {}", known ? std::string(trace.op_name(span.op)) : fmt::format("op {}", span.op)));
+        const std::string name = json_string(
+            fmt::format("recompute {}", known ? std::string(trace.op_name(span.op)) : fmt::format("op {}", span.op)));
         fmt::format_to(it,
                        R"({{"ph":"X","pid":{},"tid":{},"cat":"recompute","name":{},"ts":{},"dur":{},)"
                        R"("args":{{"op":{},"bytes":{}}}}})",

@@ -5,7 +5,7 @@
 // outputs when it is issued — so their times never decrease. An allocation
 // fits once the bytes allocated so far, minus the releases that have completed
 // by then, leave room for it; until then the host waits. Releases complete at
-// known times (their storage's copies and recomputes done, model/
+// known times (once their storage's copies and recomputes are done,
 // storage_timing.h), kept in a min-heap and retired as the clock passes them.
 // With nothing left to wait for, an allocation over the cap goes ahead (a plan
 // below its floor), so the clock never stalls forever.

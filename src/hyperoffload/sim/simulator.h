@@ -49,8 +49,14 @@
 // (or the runtime with an arena of that size) does. Allocations are made by the
 // host in program order — an op's first accesses and faults when it starts, a
 // prefetch's buffer when its copy_h2d is issued (a runtime reserves it when it
-// enqueues the copy) — and each waits until enough released memory has really
-// been freed (releases wait for their D2H). The host, and the compute stream
+// enqueues the copy), a recompute's outputs when it is issued — and each waits
+// until enough released memory has really been freed (releases wait for their
+// D2H; model/capped_memory.h).
+//
+// The timing rules, the copy engines and the capped allocator are the execution
+// model's (model/step_clock.h), shared with the planners' stall estimate; what
+// happens is decided by the residency rules (model/residency_rules.h), shared
+// with the validator. The host, and the compute stream
 // behind it, waits meanwhile: memory_stall_ms, part of stall_ms. The timed peak
 // then never exceeds the budget when the op-granular peak does not; for a
 // schedule over budget at op granularity, an allocation that cannot fit once
