@@ -6,6 +6,8 @@ find_package(simdjson REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(CLI11 REQUIRED)
+# The MILP solver of the optimal planner (cmake/FindCbc.cmake: pkg-config's cbc.pc).
+find_package(Cbc 2.10 REQUIRED)
 if(HYPEROFFLOAD_BUILD_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)

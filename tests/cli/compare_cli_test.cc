@@ -44,15 +44,21 @@ TEST(CompareCli, PrintsOneTableRowPerPlanner) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("ops, 3 storages, 5.000 ms of compute"));
   EXPECT_THAT(run.out, HasSubstr("unplanned  300 B op-granular peak (op 3)"));
-  EXPECT_THAT(run.out, HasSubstr("budget 200 B (66.7% of the unplanned peak), floor 200 B at op 2; stall lower "
-                                 "bound 1.000 ms\n"));
-  EXPECT_THAT(run.out, HasSubstr("planner  feasible  op peak  timed peak  stall ms  above bound  overhead %  bytes "
-                                 "moved  planning ms"));
+  EXPECT_THAT(run.out, HasSubstr("budget 200 B (66.7% of the unplanned peak), floor 200 B at op 2; offload-only "
+                                 "stall bound 1.000 ms\n"));
+  EXPECT_THAT(run.out, HasSubstr("planner    feasible  op peak  timed peak  stall ms  recompute ms (n)  above bound  "
+                                 "overhead %  bytes moved  planning ms"));
   EXPECT_THAT(run.out, HasSubstr("copies     2 engines, one per direction, D2H 9.313e-05 GiB/s, H2D 9.313e-05 GiB/s"));
-  EXPECT_THAT(run.out,
-              HasSubstr("greedy   no          300 B     300 B !     0.000            -       0.00%          0 B"));
-  EXPECT_THAT(run.out,
-              HasSubstr("peak     yes         200 B     300 B !     1.000        0.000      20.00%        200 B"));
+  EXPECT_THAT(run.out, HasSubstr("greedy     no          300 B     300 B !     0.000                 -            -  "
+                                 "     0.00%          0 B"));
+  EXPECT_THAT(run.out, HasSubstr("peak       yes         200 B     300 B !     1.000                 -        0.000  "
+                                 "    20.00%        200 B"));
+  // Nothing is recomputable: hybrid is the peak plan, recompute-only cannot
+  // lower the peak below 300 B.
+  EXPECT_THAT(run.out, HasSubstr("hybrid     yes         200 B     300 B !     1.000                 -        0.000  "
+                                 "    20.00%        200 B"));
+  EXPECT_THAT(run.out, HasSubstr("recompute  no          300 B     300 B !     0.000                 -            -  "
+                                 "     0.00%          0 B"));
 }
 
 TEST(CompareCli, TunesThePeakPlannerToADeviceThatHoldsOnlyTheBudget) {
@@ -65,9 +71,9 @@ TEST(CompareCli, TunesThePeakPlannerToADeviceThatHoldsOnlyTheBudget) {
       run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200", "--memory-cap", "budget"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("memory     capped at the budget"));
-  EXPECT_THAT(run.out, HasSubstr("floor 200 B at op 2; stall lower bound 2.000 ms\n"));
-  EXPECT_THAT(run.out,
-              HasSubstr("peak     yes         200 B     200 B       2.000        0.000      40.00%        200 B"));
+  EXPECT_THAT(run.out, HasSubstr("floor 200 B at op 2; offload-only stall bound 2.000 ms\n"));
+  EXPECT_THAT(run.out, HasSubstr("peak       yes         200 B     200 B       2.000                 -        0.000  "
+                                 "    40.00%        200 B"));
 }
 
 TEST(CompareCli, SweepsBudgetsGivenAsAList) {
@@ -75,7 +81,8 @@ TEST(CompareCli, SweepsBudgetsGivenAsAList) {
   const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budgets", "250,50%"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("budget 250 B (83.3% of the unplanned peak)"));
-  EXPECT_THAT(run.out, HasSubstr("budget 150 B (50.0% of the unplanned peak), floor 200 B at op 2; no plan fits it"));
+  EXPECT_THAT(run.out,
+              HasSubstr("budget 150 B (50.0% of the unplanned peak), floor 200 B at op 2; no offload-only plan fits it"));
   EXPECT_THAT(run.out, HasSubstr("note (peak): budget 150 B (150 bytes) is below the unavoidable floor"));
   EXPECT_LT(run.out.find("budget 250 B"), run.out.find("budget 150 B"));
 }
@@ -102,7 +109,7 @@ TEST(CompareCli, PassesScoreWeightsToThePeakPlanner) {
   const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200", "--score-weight",
                                        "hiding=0", "--score-weight", "coverage=2"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_THAT(run.out, HasSubstr("peak     yes"));
+  EXPECT_THAT(run.out, HasSubstr("peak       yes"));
 }
 
 TEST(CompareCli, WritesAnSvgPlotWithAPanelPerBudget) {
@@ -140,11 +147,11 @@ TEST(CompareCli, RejectsBadOptionsWithExitCode2AndWritesNoPlot) {
       {{"--budget", "200", "--budgets", "250"}, "give either --budget or --budgets, not both"},
       {{"--budgets", "30%,,50%"}, "--budgets \"30%,,50%\": empty item"},
       {{"--budget", "lots"}, "invalid budget \"lots\""},
-      {{"--budget", "200", "--planners", "greedy,best"}, "unknown planner \"best\" (available: greedy, peak)"},
+      {{"--budget", "200", "--planners", "greedy,best"}, "unknown planner \"best\" (available: greedy, peak, hybrid, recompute, optimal)"},
       {{"--budget", "200", "--copy-engines", "3"}, "--copy-engines"},
       {{}, "no budget to compare at"},
       {{"--budget", "200", "--planners", "greedy", "--score-weight", "hiding=2"},
-       "score weights apply to the peak planner"},
+       "score weights apply to the peak and hybrid planners"},
       {{"--budget", "200", "--score-weight", "hiding"}, "--score-weight hiding: expected NAME=VALUE"},
   };
   for (const Case& c : cases) {
@@ -200,7 +207,7 @@ TEST(PeakPlanCli, ReportsTheFloorAndABudgetBelowItButStillPlans) {
   EXPECT_THAT(run.out, HasSubstr("planner   peak in "));
   EXPECT_THAT(run.out, HasSubstr("peak      300 B unplanned (op 3) -> 200 B planned (op 2), op-granular"));
   EXPECT_THAT(run.out, HasSubstr("shortfall planned peak exceeds the budget by 50 B"));
-  EXPECT_THAT(run.out, HasSubstr("floor     200 B at op 2 (c): no plan can go lower"));
+  EXPECT_THAT(run.out, HasSubstr("floor     200 B at op 2 (c): the lowest peak this planner reaches"));
   EXPECT_THAT(run.out, HasSubstr("note      budget 150 B (150 bytes) is below the unavoidable floor of 200 B (200 "
                                  "bytes) at op 2 (c)"));
   EXPECT_THAT(run.out, HasSubstr("check     valid, 0 faults"));

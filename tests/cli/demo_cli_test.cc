@@ -17,10 +17,13 @@ TEST(DemoCli, ComparesEveryPlannerAtHalfThePeak) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("24 layers, hidden 2048, 16 heads"));
   EXPECT_THAT(run.out, HasSubstr("(50.0% of the unplanned peak)"));
-  EXPECT_THAT(run.out, HasSubstr("\ngreedy   yes"));
-  EXPECT_THAT(run.out, HasSubstr("\npeak     yes"));
-  EXPECT_THAT(run.out, HasSubstr("Best: peak"));
-  EXPECT_THAT(run.out, HasSubstr("On a device that holds only the budget (--memory-cap budget):\n  greedy  stall"));
+  // The hybrid plan first, then the other planners.
+  EXPECT_THAT(run.out, HasSubstr("planning ms\nhybrid     yes"));
+  EXPECT_THAT(run.out, HasSubstr("\ngreedy     yes"));
+  EXPECT_THAT(run.out, HasSubstr("\npeak       yes"));
+  EXPECT_THAT(run.out, HasSubstr("\nrecompute  yes"));
+  EXPECT_THAT(run.out, HasSubstr("Best: hybrid"));
+  EXPECT_THAT(run.out, HasSubstr("On a device that holds only the budget (--memory-cap budget):\n  hybrid    overhead"));
 }
 
 TEST(DemoCli, SavesTheTraceAndPlotWhenAsked) {

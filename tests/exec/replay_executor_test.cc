@@ -283,5 +283,29 @@ TEST(ReplayPlan, RejectsSchedulesThatDoNotFitTheTrace) {
   EXPECT_THAT(error_of("post 2 release_device 1; pre 1 copy_h2d 1"), HasSubstr("out of execution order"));
 }
 
+TEST(ReplayPlan, RejectsRecomputeActionsAtPlanLoadTime) {
+  // Runtime recompute is not built yet: a schedule holding one fails when the
+  // plan is made, naming the action, rather than mid-step.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 50)
+                          .op("a", "W1")
+                          .op("b", "R1 W2", 0.0, Recomputable::kYes)
+                          .op("c", "R2")
+                          .build();
+  Result<std::shared_ptr<const ReplayPlan>> plan =
+      ReplayPlan::create(trace, Schedule{"test", actions("post 1 release_device 2; pre 2 recompute 1")});
+  ASSERT_FALSE(plan.has_value());
+  EXPECT_EQ(plan.error().code, ErrorCode::kInvalidInput);
+  EXPECT_EQ(plan.error().message,
+            "actions[1] (op 2 pre recompute op 1): the replay executor does not run recompute actions yet; replay a "
+            "schedule from a planner that only offloads (--planner peak)");
+  // A recompute that is invalid anyway is reported as the validator does.
+  Result<std::shared_ptr<const ReplayPlan>> invalid =
+      ReplayPlan::create(trace, Schedule{"test", actions("pre 2 recompute 0")});
+  ASSERT_FALSE(invalid.has_value());
+  EXPECT_THAT(invalid.error().message, HasSubstr("actions[0] (op 2 pre recompute op 0): op 0 (a) is not recomputable"));
+}
+
 }  // namespace
 }  // namespace hyperoffload

@@ -498,6 +498,46 @@ TEST(TransformerTrace, DropoutSavesOneByteMasksForItsBackward) {
   EXPECT_EQ(t.trace.op_count(), 30 + 4 + 4);
 }
 
+TEST(TransformerTrace, MarksDeterministicOpsThatWriteOnlyWhatTheyCreateRecomputable) {
+  TransformerOptions o = tiny();
+  o.dropout = Dropout::kOn;
+  const TransformerTrace t = generate(o);
+  const Trace& trace = t.trace;
+  auto recomputable = [&](std::string_view name) { return trace.op_recomputable(op_named(trace, name)); };
+  // The forward pass and the loss: fresh outputs, no randomness.
+  for (const char* name : {"embedding", "layer0.ln1", "layer0.attn.qkv_matmul", "layer0.attn.scores_matmul",
+                           "layer0.attn.softmax", "layer0.attn.context_matmul", "layer0.mlp.gelu",
+                           "layer0.mlp.residual_add", "lm_head_matmul", "loss.cross_entropy"}) {
+    EXPECT_TRUE(recomputable(name)) << name;
+  }
+  // Backward ops that write fresh gradients only (the first contributions to
+  // this block's weight gradients).
+  EXPECT_TRUE(recomputable("layer0.mlp.fc2_matmul.backward"));
+  EXPECT_TRUE(recomputable("layer0.ln1.backward"));
+  // Seeded: dropout. In place: the scores backward fills the qkv gradient the
+  // context backward wrote; the embedding backward accumulates into the token
+  // table's gradient that the (tied) LM head's backward wrote.
+  for (const char* name : {"embedding.dropout", "layer0.attn.probs_dropout", "layer0.attn.proj_dropout",
+                           "layer0.mlp.fc2_dropout", "layer0.attn.scores_matmul.backward", "embedding.backward"}) {
+    EXPECT_FALSE(recomputable(name)) << name;
+  }
+  // Fused attention draws its dropout mask itself.
+  o.attention = AttentionKernel::kFlash;
+  const Trace flash = generate(o).trace;
+  EXPECT_FALSE(flash.op_recomputable(op_named(flash, "layer0.attn.flash_attention")));
+  o.dropout = Dropout::kOff;
+  const Trace flash_no_dropout = generate(o).trace;
+  EXPECT_TRUE(flash_no_dropout.op_recomputable(op_named(flash_no_dropout, "layer0.attn.flash_attention")));
+  // Every optimizer update is in place.
+  o.optimizer = OptimizerStep::kAdamW;
+  const Trace adam = generate(o).trace;
+  for (OpIndex op = 0; op < adam.op_count(); ++op) {
+    if (adam.op_name(op).starts_with("optimizer.")) {
+      EXPECT_FALSE(adam.op_recomputable(op)) << adam.op_name(op);
+    }
+  }
+}
+
 TEST(TransformerTrace, FullRecomputeSavesOnlyBlockInputsAndRerunsEachBlock) {
   TransformerOptions o = tiny();
   o.layers = 2;

@@ -23,7 +23,7 @@ TEST(ScheduleJson, RoundTrips) {
                                                "post 3 release_host 7")};
   const std::string text = schedule_to_json(schedule);
   EXPECT_EQ(text,
-            "{\"format\": \"hyperoffload.schedule\", \"version\": 1, \"planner\": \"greedy\",\n"
+            "{\"format\": \"hyperoffload.schedule\", \"version\": 2, \"planner\": \"greedy\",\n"
             " \"actions\": [\n"
             "  {\"op\": 0, \"phase\": \"post\", \"kind\": \"copy_d2h\", \"storage\": 7},\n"
             "  {\"op\": 0, \"phase\": \"post\", \"kind\": \"release_device\", \"storage\": 7},\n"
@@ -48,8 +48,8 @@ TEST(ScheduleJson, RejectsUnknownPhasesAndKinds) {
             "actions[0].phase: unknown phase \"during\" (expected \"pre\" or \"post\")");
   EXPECT_EQ(parse_error(R"({"format": "hyperoffload.schedule", "version": 1,
       "actions": [{"op": 0, "phase": "pre", "kind": "evict", "storage": 1}]})"),
-            "actions[0].kind: unknown action kind \"evict\" (expected copy_d2h, release_device, copy_h2d or "
-            "release_host)");
+            "actions[0].kind: unknown action kind \"evict\" (expected copy_d2h, release_device, copy_h2d, "
+            "release_host or recompute)");
 }
 
 TEST(ScheduleJson, RejectsMissingFields) {
@@ -86,6 +86,85 @@ TEST(ScheduleJson, RejectsJsonNestedThousandsDeepPointingAtTheBracket) {
   // The 65th '[' (column 65, line 2) opens level 65, one beyond the limit.
   EXPECT_EQ(parse_error("\n" + std::string(3000, '[') + std::string(3000, ']')),
             "s.json:2:65: JSON nested deeper than 64 levels of arrays and objects (trace and schedule files need 5)");
+}
+
+// ---- Version 2: the recompute action ----------------------------------------------
+
+TEST(ScheduleJson, RoundTripsARecomputeAction) {
+  Schedule schedule{"hybrid", testing::actions("post 1 release_device 7; pre 3 recompute 1; post 3 recompute 3")};
+  const std::string text = schedule_to_json(schedule);
+  EXPECT_EQ(text,
+            "{\"format\": \"hyperoffload.schedule\", \"version\": 2, \"planner\": \"hybrid\",\n"
+            " \"actions\": [\n"
+            "  {\"op\": 1, \"phase\": \"post\", \"kind\": \"release_device\", \"storage\": 7},\n"
+            "  {\"op\": 3, \"phase\": \"pre\", \"kind\": \"recompute\", \"source_op\": 1},\n"
+            "  {\"op\": 3, \"phase\": \"post\", \"kind\": \"recompute\", \"source_op\": 3}\n"
+            " ]}\n");
+  Result<Schedule> parsed = parse_schedule_json(text);
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_THAT(parsed->actions, ElementsAreArray(schedule.actions));
+  EXPECT_TRUE(parsed->has_recompute());
+  EXPECT_EQ(parsed->actions[1].source_op, 1);
+  EXPECT_EQ(parsed->actions[0].source_op, -1);  // storage actions name no source op
+}
+
+TEST(ScheduleJson, ReadsVersion1Files) {
+  Result<Schedule> parsed = parse_schedule_json(R"({"format": "hyperoffload.schedule", "version": 1,
+      "actions": [{"op": 0, "phase": "post", "kind": "copy_d2h", "storage": 1}]})");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  ASSERT_EQ(parsed->actions.size(), 1u);
+  EXPECT_FALSE(parsed->has_recompute());
+}
+
+TEST(ScheduleJson, RejectsARecomputeInAVersion1File) {
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.schedule", "version": 1, "actions": [
+      {"op": 0, "phase": "post", "kind": "copy_d2h", "storage": 1},
+      {"op": 3, "phase": "pre", "kind": "recompute", "source_op": 1}]})"),
+            "actions[1].kind: recompute needs schedule format version 2 (this file says version 1)");
+}
+
+TEST(ScheduleJson, RejectsARecomputeWithoutASourceOp) {
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.schedule", "version": 2, "actions": [
+      {"op": 3, "phase": "pre", "kind": "recompute"}]})"),
+            "actions[0].source_op: missing (a recompute names the op it re-runs)");
+  EXPECT_THAT(parse_error(R"({"format": "hyperoffload.schedule", "version": 2, "actions": [
+      {"op": 3, "phase": "pre", "kind": "recompute", "source_op": "one"}]})"),
+              HasSubstr("actions[0].source_op: expected an integer"));
+}
+
+TEST(ScheduleJson, RejectsASourceOpThatDoesNotRunBeforeTheAction) {
+  const std::string rule =
+      " (a recompute re-runs an earlier op: source_op < op, or source_op <= op for \"post\")";
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.schedule", "version": 2, "actions": [
+      {"op": 3, "phase": "pre", "kind": "recompute", "source_op": 3}]})"),
+            "actions[0].source_op: 3 does not run before op 3 pre" + rule);
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.schedule", "version": 2, "actions": [
+      {"op": 3, "phase": "post", "kind": "recompute", "source_op": 4}]})"),
+            "actions[0].source_op: 4 does not run before op 3 post" + rule);
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.schedule", "version": 2, "actions": [
+      {"op": 3, "phase": "post", "kind": "recompute", "source_op": -1}]})"),
+            "actions[0].source_op: -1 does not run before op 3 post" + rule);
+  // Too large for an op index: compared before narrowing, so it cannot wrap.
+  EXPECT_THAT(parse_error(R"({"format": "hyperoffload.schedule", "version": 2, "actions": [
+      {"op": 3, "phase": "post", "kind": "recompute", "source_op": 4294967296}]})"),
+              HasSubstr("actions[0].source_op: 4294967296 does not run before op 3 post"));
+  // The op itself, after it runs, is allowed.
+  EXPECT_TRUE(parse_schedule_json(R"({"format": "hyperoffload.schedule", "version": 2, "actions": [
+      {"op": 3, "phase": "post", "kind": "recompute", "source_op": 3}]})"));
+}
+
+TEST(ScheduleJson, RejectsFieldsThatDoNotBelongToTheKind) {
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.schedule", "version": 2, "actions": [
+      {"op": 3, "phase": "pre", "kind": "recompute", "source_op": 1, "storage": 7}]})"),
+            "actions[0].storage: a recompute has no storage (it regenerates what op 1 wrote)");
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.schedule", "version": 2, "actions": [
+      {"op": 3, "phase": "pre", "kind": "copy_h2d", "storage": 7, "source_op": 1}]})"),
+            "actions[0].source_op: only a recompute names a source op");
+}
+
+TEST(ScheduleJson, RejectsAnUnsupportedVersion) {
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.schedule", "version": 3, "actions": []})"),
+            "version: unsupported version 3; this build reads versions 1 to 2");
 }
 
 }  // namespace

@@ -131,5 +131,25 @@ TEST(TimelineJson, EscapesOpNames) {
   EXPECT_EQ(events_with(doc, "X").at(0).at("name"), "say \"hi\"\\\n\xEF\xBF\xBD");
 }
 
+TEST(TimelineJson, NamesARecomputeSpanAfterTheOpItReRuns) {
+  // A recompute of op 0 ("fwd", whose name needs no escaping; a quote would be
+  // escaped like any op name) regenerating 4096 bytes, 3.25-4.25 ms.
+  Timeline timeline;
+  timeline.spans = {{SpanKind::kRecompute, Lane::kCompute, 0, -1, 4096, 3.25, 4.25}};
+  const json doc = json::parse(timeline_to_chrome_json(two_op_trace(), timeline));
+  const std::vector<json> spans = events_with(doc, "X");
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(spans[0].at("name"), "recompute fwd");
+  EXPECT_EQ(spans[0].at("cat"), "recompute");
+  EXPECT_EQ(spans[0].at("tid"), 1);
+  EXPECT_EQ(spans[0].at("ts"), 3250.0);
+  EXPECT_EQ(spans[0].at("dur"), 1000.0);
+  EXPECT_EQ(spans[0].at("args").at("op"), 0);
+  EXPECT_EQ(spans[0].at("args").at("bytes"), 4096);
+  const Trace quoted = TraceDsl().storage(7, 8).op("say \"hi\"", "W7").build();
+  const json escaped = json::parse(timeline_to_chrome_json(quoted, timeline));
+  EXPECT_EQ(events_with(escaped, "X").at(0).at("name"), "recompute say \"hi\"");
+}
+
 }  // namespace
 }  // namespace hyperoffload

@@ -118,8 +118,70 @@ TEST(TraceJson, RejectsAWrongFormat) {
 }
 
 TEST(TraceJson, RejectsAnUnsupportedVersion) {
-  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.trace", "version": 2, "storages": [], "ops": []})"),
-            "version: unsupported version 2; this build reads version 1");
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.trace", "version": 3, "storages": [], "ops": []})"),
+            "version: unsupported version 3; this build reads versions 1 to 2");
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.trace", "version": 0, "storages": [], "ops": []})"),
+            "version: unsupported version 0; this build reads versions 1 to 2");
+}
+
+// ---- Version 2: ops[].recomputable ---------------------------------------------------
+
+std::string v2_with_ops(std::string_view ops) {
+  return std::string(R"({"format": "hyperoffload.trace", "version": 2, "storages": [{"id": 1, "size_bytes": 8},
+      {"id": 2, "size_bytes": 4}], "ops": )") + std::string(ops) + "}";
+}
+
+TEST(TraceJson, ReadsAndRoundTripsRecomputableOps) {
+  const std::string json = v2_with_ops(R"([{"name": "x", "accesses": [{"storage": 1, "kind": "write"}]},
+      {"name": "relu", "recomputable": true, "accesses": [{"storage": 1, "kind": "read"}, {"storage": 2, "kind": "write"}]},
+      {"name": "use", "recomputable": false, "accesses": [{"storage": 2, "kind": "read"}]}])");
+  Result<Trace> trace = parse_trace_json(json);
+  ASSERT_TRUE(trace) << trace.error().message;
+  EXPECT_FALSE(trace->op_recomputable(0));  // default
+  EXPECT_TRUE(trace->op_recomputable(1));
+  EXPECT_FALSE(trace->op_recomputable(2));
+  EXPECT_TRUE(trace->has_recomputable_ops());
+  const std::string text = trace_to_json(*trace);
+  EXPECT_THAT(text, HasSubstr(R"("format": "hyperoffload.trace", "version": 2)"));
+  EXPECT_THAT(text, HasSubstr(R"({"name": "relu", "duration_ms": 0, "recomputable": true, "accesses": [)"));
+  EXPECT_THAT(text, HasSubstr(R"({"name": "use", "duration_ms": 0, "accesses": [)"));  // false is the default
+  Result<Trace> again = parse_trace_json(text);
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_TRUE(again->op_recomputable(1));
+  EXPECT_EQ(trace_to_json(*again), text);
+}
+
+TEST(TraceJson, ReadsVersion1TracesAsHavingNothingRecomputable) {
+  Result<Trace> trace = parse_trace_json(kExample);
+  ASSERT_TRUE(trace) << trace.error().message;
+  EXPECT_FALSE(trace->has_recomputable_ops());
+}
+
+TEST(TraceJson, RejectsRecomputableInAVersion1Trace) {
+  EXPECT_EQ(parse_error(with_ops(R"([{"recomputable": true, "accesses": [{"storage": 1, "kind": "write"}]}])")),
+            "ops[0].recomputable: needs trace format version 2 (this file says version 1)");
+}
+
+TEST(TraceJson, RejectsANonBooleanRecomputable) {
+  EXPECT_THAT(parse_error(v2_with_ops(R"([{"recomputable": 1, "accesses": [{"storage": 1, "kind": "write"}]}])")),
+              HasSubstr("ops[0].recomputable: expected a boolean"));
+}
+
+TEST(TraceJson, RejectsRecomputableOpsThatCannotBeReRunFromTheirInputs) {
+  // In place: reads and writes the same storage (here its first access).
+  EXPECT_EQ(parse_error(v2_with_ops(
+                R"([{"recomputable": true, "accesses": [{"storage": 1, "kind": "read"}, {"storage": 1, "kind": "write"}]}])")),
+            "ops[0].recomputable: the op reads and writes storage 1 (accesses[1]); an in-place op cannot be "
+            "recomputed");
+  // Writes a storage an earlier op created.
+  EXPECT_EQ(parse_error(v2_with_ops(R"([{"accesses": [{"storage": 1, "kind": "write"}]},
+      {"recomputable": true, "accesses": [{"storage": 1, "kind": "write"}]}])")),
+            "ops[1].recomputable: the op writes storage 1 (accesses[0]), which ops[0] created; an op that writes a "
+            "storage it did not create cannot be recomputed");
+  // Writes nothing.
+  EXPECT_EQ(parse_error(v2_with_ops(R"([{"accesses": [{"storage": 1, "kind": "write"}]},
+      {"recomputable": true, "accesses": [{"storage": 1, "kind": "read"}]}])")),
+            "ops[1].recomputable: the op writes no storage, so there is nothing to recompute");
 }
 
 TEST(TraceJson, RejectsADuplicateStorageId) {

@@ -822,9 +822,11 @@ TEST(PeakPlannerOptions, RejectsNegativeAndNonFiniteWeights) {
 }
 
 TEST(PeakPlannerOptions, IsCreatedByNameAfterGreedy) {
-  ASSERT_EQ(planner_names().size(), 2U);
+  ASSERT_EQ(planner_names().size(), 4U);
   EXPECT_EQ(planner_names()[0], "greedy");
   EXPECT_EQ(planner_names()[1], "peak");
+  EXPECT_EQ(planner_names()[2], "hybrid");
+  EXPECT_EQ(planner_names()[3], "recompute");
   const Result<std::unique_ptr<Planner>> planner = make_planner("peak");
   ASSERT_TRUE(planner.has_value());
   EXPECT_EQ((*planner)->name(), "peak");

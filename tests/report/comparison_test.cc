@@ -45,7 +45,7 @@ TEST(Comparison, RunsEveryPlannerThroughTheValidatorAndTheSimulator) {
   EXPECT_EQ(comparison->unplanned_peak_bytes, 300);
   EXPECT_EQ(comparison->unplanned_peak_op, 3);
   EXPECT_DOUBLE_EQ(comparison->compute_ms, 5.0);
-  ASSERT_EQ(comparison->rows.size(), 2U);
+  ASSERT_EQ(comparison->rows.size(), 4U);
 
   const ComparisonRow& greedy = comparison->rows[0];
   EXPECT_EQ(greedy.planner, "greedy");
@@ -85,6 +85,56 @@ TEST(Comparison, RunsEveryPlannerThroughTheValidatorAndTheSimulator) {
   EXPECT_NEAR(*comparison->stall_bounds_ms[0], 1.0, 1e-9);
   EXPECT_NEAR(*peak.stall_above_bound_ms(comparison->stall_bound_ms(0)), 0.0, 1e-9);
   EXPECT_FALSE(greedy.stall_above_bound_ms(comparison->stall_bound_ms(0)).has_value());
+
+  // Nothing is recomputable: the hybrid planner makes the peak planner's plan,
+  // and recompute-only can only release after last use: op peak 300.
+  const ComparisonRow& hybrid = comparison->rows[2];
+  EXPECT_EQ(hybrid.planner, "hybrid");
+  EXPECT_TRUE(hybrid.feasible());
+  EXPECT_NEAR(hybrid.stall_ms, 1.0, 1e-9);
+  EXPECT_EQ(hybrid.recompute_count, 0);
+  const ComparisonRow& recompute = comparison->rows[3];
+  EXPECT_EQ(recompute.planner, "recompute");
+  EXPECT_TRUE(recompute.valid);
+  EXPECT_FALSE(recompute.feasible());
+  EXPECT_EQ(recompute.op_peak_bytes, 300);
+}
+
+TEST(Comparison, CountsRecomputeTimeAsOverheadAndBelowTheOffloadOnlyBound) {
+  // 1 MiB per ms each way. s1 (1 MiB) written by f (recomputable, 0.2 ms) and
+  // read at op 3; s2 (1 MiB) only at op 2 (0.5 ms); budget 1 MiB.
+  // Offload-only: s1 out 0.2..1.2 ms, back 1.2..2.2 ms: op 3 at 2.2, 1.5 ms of
+  // stall, which is also the bound (nothing else can leave). Hybrid: f
+  // re-runs before op 3 (0.2 ms): overhead 0.2 / 0.7 = 28.57%, 1.3 ms below
+  // the bound.
+  constexpr std::int64_t kMiB = 1 << 20;
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, kMiB)
+                          .storage(9, 0)
+                          .bandwidth(1000.0 / 1024.0)
+                          .op("load", "W9")
+                          .op("f", "R9 W1", 0.2, Recomputable::kYes)
+                          .op("peak", "W2", 0.5)
+                          .op("use", "R1")
+                          .build();
+  ComparisonOptions options;
+  options.planners = {"peak", "hybrid"};
+  options.budgets = {BudgetSpec{BudgetSpec::Unit::kBytes, kMiB}};
+  const Result<Comparison> comparison = run_comparison(trace, options);
+  ASSERT_TRUE(comparison.has_value()) << comparison.error().message;
+  ASSERT_TRUE(comparison->stall_bound_ms(0).has_value());
+  EXPECT_NEAR(*comparison->stall_bound_ms(0), 1.5, 1e-9);
+  const ComparisonRow& peak = comparison->rows[0];
+  EXPECT_NEAR(peak.stall_ms, 1.5, 1e-9);
+  EXPECT_NEAR(peak.overhead_percent, 100.0 * 1.5 / 0.7, 1e-9);
+  const ComparisonRow& hybrid = comparison->rows[1];
+  EXPECT_TRUE(hybrid.feasible());
+  EXPECT_EQ(hybrid.recompute_count, 1);
+  EXPECT_NEAR(hybrid.recompute_ms, 0.2, 1e-9);
+  EXPECT_NEAR(hybrid.stall_ms, 0.0, 1e-9);
+  EXPECT_NEAR(hybrid.overhead_percent, 100.0 * 0.2 / 0.7, 1e-9);
+  EXPECT_NEAR(*hybrid.overhead_above_bound_ms(comparison->stall_bound_ms(0)), -1.3, 1e-9);
 }
 
 TEST(Comparison, SweepsBudgetsInOrderWithPlannersInTheGivenOrder) {
@@ -127,20 +177,20 @@ TEST(Comparison, RejectsBadOptionsWithMessages) {
   none.budgets = {BudgetSpec{BudgetSpec::Unit::kBytes, 200}};
   Result<Comparison> result = run_comparison(retained_trace(), none);
   ASSERT_FALSE(result.has_value());
-  EXPECT_THAT(result.error().message, HasSubstr("no planner to compare (available: greedy, peak)"));
+  EXPECT_THAT(result.error().message, HasSubstr("no planner to compare (available: greedy, peak, hybrid, recompute)"));
 
   ComparisonOptions unknown = none;
   unknown.planners = {"greedy", "best"};
   result = run_comparison(retained_trace(), unknown);
   ASSERT_FALSE(result.has_value());
-  EXPECT_THAT(result.error().message, HasSubstr("unknown planner \"best\" (available: greedy, peak)"));
+  EXPECT_THAT(result.error().message, HasSubstr("unknown planner \"best\" (available: greedy, peak, hybrid, recompute, optimal)"));
 
   ComparisonOptions weights = none;
   weights.planners = {"greedy"};
   weights.score_weights = {{"hiding", 2.0}};
   result = run_comparison(retained_trace(), weights);
   ASSERT_FALSE(result.has_value());
-  EXPECT_THAT(result.error().message, HasSubstr("score weights apply to the peak planner"));
+  EXPECT_THAT(result.error().message, HasSubstr("score weights apply to the peak and hybrid planners"));
 
   ComparisonOptions bad_weight = none;
   bad_weight.planners = {"peak"};

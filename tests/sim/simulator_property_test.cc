@@ -8,6 +8,7 @@
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/plan/greedy_planner.h"
 #include "hyperoffload/sim/simulator.h"
+#include "testing/recomputable.h"
 
 namespace hyperoffload {
 namespace {
@@ -25,14 +26,23 @@ void check_invariants(const Trace& trace, const SimulationResult& result, const 
   std::int64_t fault_spans = 0;
   std::int64_t d2h_spans = 0;
   std::int64_t h2d_spans = 0;
+  std::int64_t recompute_spans = 0;
   double last_op_end_ms = 0.0;
+  double last_compute_end_ms = 0.0;  // of an op or a recompute
   for (const TimelineSpan& span : result.timeline.spans) {
     ASSERT_LE(span.start_ms, span.end_ms);
     fault_spans += span.kind == SpanKind::kFault ? 1 : 0;
     d2h_spans += span.kind == SpanKind::kCopyD2H ? 1 : 0;
     h2d_spans += span.kind == SpanKind::kCopyH2D ? 1 : 0;
+    recompute_spans += span.kind == SpanKind::kRecompute ? 1 : 0;
     if (span.kind == SpanKind::kOp) last_op_end_ms = span.end_ms;
+    if (span.kind == SpanKind::kOp || span.kind == SpanKind::kRecompute) {
+      ASSERT_GE(span.start_ms, last_compute_end_ms);  // one compute stream
+      last_compute_end_ms = span.end_ms;
+    }
   }
+  EXPECT_EQ(recompute_spans, result.recompute_count);
+  EXPECT_EQ(result.recompute_count, v.recompute_count);
   EXPECT_EQ(fault_spans, static_cast<std::int64_t>(result.faults()));
   EXPECT_EQ(result.d2h_bytes, v.d2h_bytes);
   EXPECT_EQ(result.h2d_bytes, v.h2d_bytes);
@@ -46,8 +56,10 @@ void check_invariants(const Trace& trace, const SimulationResult& result, const 
   EXPECT_LE(result.fault_ms, result.stall_ms + slack(result.stall_ms));
   EXPECT_NEAR(result.compute_ms, trace.total_compute_ms(), slack(result.compute_ms));
   EXPECT_GE(result.makespan_ms, result.compute_ms - slack(result.compute_ms));
-  EXPECT_NEAR(result.compute_ms + result.stall_ms, last_op_end_ms, slack(last_op_end_ms));
-  EXPECT_GE(result.makespan_ms, last_op_end_ms);
+  EXPECT_NEAR(result.compute_ms + result.stall_ms + result.recompute_ms, last_compute_end_ms,
+              slack(last_compute_end_ms));
+  EXPECT_GE(result.makespan_ms, last_compute_end_ms);
+  EXPECT_GE(last_compute_end_ms, last_op_end_ms);
 
   // Memory is taken no later and freed no earlier than the validator assumes:
   // these schedules (greedy's, or random subsets of them) prefetch at the last
@@ -175,6 +187,65 @@ TEST(SimulatorProperty, AgreesWithTheValidatorWhenActionsAreMissing) {
   }
   EXPECT_GT(faulted, 50);
   EXPECT_GT(invalid, 50);
+}
+
+TEST(SimulatorProperty, AgreesWithTheValidatorOnRandomRecomputes) {
+  // Greedy plans with actions dropped and recomputes of random earlier
+  // recomputable ops inserted: some regenerate what a release lost, some find
+  // an input missing or stale, some an output stale. On unlimited and capped
+  // devices the simulator must agree with the validator on what happens and
+  // keep the compute stream's books: compute + stall + recompute = its end.
+  int recomputed = 0;
+  int regenerating = 0;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    const Trace trace = testing::with_recomputable_ops(random_trace(seed));
+    std::vector<OpIndex> recomputable;
+    for (OpIndex op = 0; op < trace.op_count(); ++op) {
+      if (trace.op_recomputable(op)) recomputable.push_back(op);
+    }
+    if (recomputable.empty()) continue;
+    Result<PlanResult> plan = GreedyPlanner().plan(trace, trace.memory_limit_bytes());
+    ASSERT_TRUE(plan);
+    std::mt19937_64 rng(seed);
+    Schedule mixed{"mixed", {}};
+    auto maybe_recompute = [&](OpIndex op, Phase phase) {
+      if (rng() % 3 != 0) return;
+      const OpIndex source = recomputable[rng() % recomputable.size()];
+      if (recompute_source_precedes(source, op, phase)) mixed.add_recompute(op, phase, source);
+    };
+    std::size_t next = 0;
+    for (OpIndex op = 0; op < trace.op_count(); ++op) {
+      for (const Phase phase : {Phase::kPre, Phase::kPost}) {
+        maybe_recompute(op, phase);  // before the planned actions of the slot...
+        for (; next < plan->schedule.actions.size() && plan->schedule.actions[next].op == op &&
+               plan->schedule.actions[next].phase == phase;
+             ++next) {
+          if (rng() % 5 != 0) mixed.actions.push_back(plan->schedule.actions[next]);
+        }
+        maybe_recompute(op, phase);  // ...and after them
+      }
+    }
+    for (const DeviceMemory device : {DeviceMemory::kUnlimited, DeviceMemory::kBudget}) {
+      SimulatorOptions options;
+      options.record_timeline = RecordTimeline::kYes;
+      options.device_memory = device;
+      const SimulationResult result = simulate(trace, mixed, options);
+      const std::string where = "seed " + std::to_string(seed);
+      check_invariants(trace, result, where);
+      recomputed += result.recompute_count > 0 ? 1 : 0;
+      if (device == DeviceMemory::kBudget && result.peak_bytes() <= result.budget_bytes) {
+        EXPECT_LE(result.peak_bytes_timed, result.budget_bytes) << where;
+      }
+    }
+    // The validator's peak counts recomputes: never below the op profile's.
+    const ValidationReport report = validate_schedule(trace, mixed, ValidatorOptions{KeepProfile::kYes});
+    const std::int64_t op_max =
+        report.resident_bytes.empty() ? 0 : *std::max_element(report.resident_bytes.begin(), report.resident_bytes.end());
+    EXPECT_GE(report.peak_bytes, op_max);
+    regenerating += report.peak_recompute_source >= 0 ? 1 : 0;
+  }
+  EXPECT_GT(recomputed, 200);
+  EXPECT_GT(regenerating, 0);  // some recomputes set the peak
 }
 
 }  // namespace

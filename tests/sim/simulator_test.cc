@@ -37,7 +37,7 @@ SimulationResult run(const Trace& trace, std::string_view schedule, CopyEngines 
 // The spans of one lane as "kind op storage start end" strings, for readable
 // failure messages.
 std::vector<std::string> lane(const SimulationResult& result, Lane which) {
-  static constexpr const char* kNames[] = {"op", "stall", "fault", "d2h", "h2d"};
+  static constexpr const char* kNames[] = {"op", "stall", "fault", "d2h", "h2d", "recompute"};
   std::vector<std::string> out;
   for (const TimelineSpan& span : result.timeline.spans) {
     if (span.lane != which) continue;
@@ -525,6 +525,219 @@ TEST(Simulator, WritesTheJsonReport) {
                           "\"d2h_bytes\": 4194304", "\"h2d_bytes\": 0", "\"peak_op\": 0", "\"peak_time_ms\": 1.0",
                           "\"overhead_percent\": 0.0", "\"copy_engines\": 2", "\"problem_count\": 0",
                           "\"problems\": []"}) {
+    EXPECT_THAT(json, HasSubstr(key));
+  }
+}
+
+// ---- Recompute (Note [Recompute timing] in simulator.cc) -------------------------
+
+SimulationResult run_capped(const Trace& trace, std::string_view schedule, std::int64_t budget_bytes) {
+  SimulatorOptions options;
+  options.record_timeline = RecordTimeline::kYes;
+  options.budget_bytes = budget_bytes;
+  options.device_memory = DeviceMemory::kBudget;
+  return simulate(trace, schedule_of(schedule), options);
+}
+
+// storage 1: 4 MiB (the input), storage 2: 2 MiB (op 1's output).
+//   op 0 a W1 (1 ms); op 1 f R1 W2 (3 ms, recomputable); op 2 g R2 (1 ms);
+//   op 3 h R2 R1 (2 ms).
+Trace remat_trace() {
+  return TraceDsl()
+      .bandwidth(kOneMiBPerMs)
+      .storage(1, 4 * kMiB)
+      .storage(2, 2 * kMiB)
+      .op("a", "W1", 1)
+      .op("f", "R1 W2", 3, Recomputable::kYes)
+      .op("g", "R2", 1)
+      .op("h", "R2 R1", 2)
+      .build();
+}
+
+TEST(SimulatorRecompute, RunsOnTheComputeStreamForTheSourceOpsDurationBeforeTheNextOp) {
+  // Storage 2 is dropped after g and regenerated before h:
+  //   c: [a 0-1][f 1-4 ][g 4-5][recompute f 5-8][h 8-10]
+  // Its time is overhead, not stall: makespan 10 = compute 7 + stall 0 +
+  // recompute 3. Memory: +4 at 0, +2 at 1; at 5 the release (-2) and then the
+  // recompute's allocation, taken when it is issued (+2).
+  const SimulationResult result = run(remat_trace(), "post 2 release_device 2; pre 3 recompute 1");
+  EXPECT_TRUE(result.valid()) << result.validation.problems.front();
+  EXPECT_THAT(lane(result, Lane::kCompute),
+              ElementsAre("op 0 0-1", "op 1 1-4", "op 2 4-5", "recompute 1 5-8", "op 3 8-10"));
+  EXPECT_THAT(memory(result), ElementsAre("0:4", "1:6", "5:4", "5:6"));
+  EXPECT_EQ(result.compute_ms, 7.0);
+  EXPECT_EQ(result.stall_ms, 0.0);
+  EXPECT_EQ(result.recompute_ms, 3.0);
+  EXPECT_EQ(result.recompute_count, 1);
+  EXPECT_EQ(result.makespan_ms, 10.0);
+  EXPECT_EQ(result.overhead_percent(), 100.0 * 3.0 / 7.0);
+  EXPECT_EQ(result.stall_percent(), 0.0);
+  EXPECT_EQ(result.peak_bytes_timed, 6 * kMiB);
+  // The recompute span says what it re-ran and how much it regenerated.
+  const TimelineSpan& span = result.timeline.spans[3];
+  EXPECT_EQ(span.kind, SpanKind::kRecompute);
+  EXPECT_EQ(span.op, 1);
+  EXPECT_EQ(span.bytes, 2 * kMiB);
+}
+
+TEST(SimulatorRecompute, WaitsForAnInFlightCopyToDeviceOfAnInput) {
+  // Storage 1 is offloaded after f and prefetched before h, where the recompute
+  // needs it: the prefetch waits for the D2H (4-8) and runs 8-12; the recompute,
+  // issued at 5, starts at 12. Its wait is stall:
+  //   c: [a 0-1][f 1-4 ][g 4-5][stall 5-12      ][recompute f 12-15][h 15-17]
+  //   d:              [D2H s1 4-8]
+  //   h:                         [H2D s1 8-12]
+  // makespan 17 = compute 7 + stall 7 + recompute 3.
+  const SimulationResult result = run(remat_trace(),
+                                      "post 1 copy_d2h 1; post 1 release_device 1; post 2 release_device 2; "
+                                      "pre 3 copy_h2d 1; pre 3 recompute 1");
+  EXPECT_TRUE(result.valid()) << result.validation.problems.front();
+  EXPECT_THAT(lane(result, Lane::kCompute),
+              ElementsAre("op 0 0-1", "op 1 1-4", "op 2 4-5", "stall 3 5-12", "recompute 1 12-15", "op 3 15-17"));
+  EXPECT_THAT(lane(result, Lane::kCopy1), ElementsAre("h2d 3 s1 8-12"));
+  EXPECT_EQ(result.stall_ms, 7.0);
+  EXPECT_EQ(result.memory_stall_ms, 0.0);
+  EXPECT_EQ(result.recompute_ms, 3.0);
+  EXPECT_EQ(result.makespan_ms, 17.0);
+}
+
+TEST(SimulatorRecompute, AllocatesItsOutputsWhenIssuedAndWaitsForMemoryWhenCapped) {
+  // storage 3 (2 MiB) is written by g and offloaded after it (D2H 5-7, so its
+  // release frees memory at 7). The recompute of f, issued at 5, needs 2 MiB
+  // for storage 2: on a 6 MiB device s1 (4) + s3 (2, not yet freed) leave no
+  // room, so the host waits until 7:
+  //   c: [a 0-1][f 1-4 ][g 4-5][wait 5-7][recompute f 7-10][h 10-12]
+  //   d:                      [D2H s3 5-7]
+  //   memory: 0:4, 1:6 (f), 4:4 (s2 released), 4:6 (g's s3), 7:4 (s3 freed),
+  //   7:6 (the recompute's allocation) -- never above the budget.
+  // Unlimited, the allocation is taken at issue (5), 8 MiB until 7.
+  const Trace trace = TraceDsl()
+                          .bandwidth(kOneMiBPerMs)
+                          .storage(1, 4 * kMiB)
+                          .storage(2, 2 * kMiB)
+                          .storage(3, 2 * kMiB)
+                          .op("a", "W1", 1)
+                          .op("f", "R1 W2", 3, Recomputable::kYes)
+                          .op("g", "R1 W3", 1)
+                          .op("h", "R2 R1", 2)
+                          .build();
+  const std::string_view schedule =
+      "post 1 release_device 2; post 2 copy_d2h 3; post 2 release_device 3; pre 3 recompute 1";
+  const SimulationResult capped = run_capped(trace, schedule, 6 * kMiB);
+  EXPECT_TRUE(capped.valid()) << capped.validation.problems.front();
+  EXPECT_THAT(lane(capped, Lane::kCompute),
+              ElementsAre("op 0 0-1", "op 1 1-4", "op 2 4-5", "stall 3 5-7", "recompute 1 7-10", "op 3 10-12"));
+  EXPECT_THAT(memory(capped), ElementsAre("0:4", "1:6", "4:4", "4:6", "7:4", "7:6"));
+  EXPECT_EQ(capped.memory_stall_ms, 2.0);
+  EXPECT_EQ(capped.stall_ms, 2.0);
+  EXPECT_EQ(capped.recompute_ms, 3.0);
+  EXPECT_EQ(capped.makespan_ms, 12.0);  // compute 7 + stall 2 + recompute 3
+  EXPECT_EQ(capped.peak_bytes_timed, 6 * kMiB);
+  const SimulationResult unlimited = run(trace, std::string(schedule));
+  EXPECT_THAT(memory(unlimited), ElementsAre("0:4", "1:6", "4:4", "4:6", "5:8", "7:6"));
+  EXPECT_THAT(lane(unlimited, Lane::kCompute),
+              ElementsAre("op 0 0-1", "op 1 1-4", "op 2 4-5", "recompute 1 5-8", "op 3 8-10"));
+}
+
+TEST(SimulatorRecompute, ReleasesItsInputsAndOutputsNoEarlierThanItsEnd) {
+  // f also writes storage 3 (1 MiB), used by nobody: released after f, it is
+  // regenerated by the recompute and dropped right after it, with storage 1
+  // (the input, not needed by h). Both releases are issued at 5 and free their
+  // memory at the recompute's end, 8:
+  //   c: [a 0-1][f 1-4 ][g 4-5][recompute f 5-8][h 8-10]
+  //   memory: 0:4, 1:7, 4:6 (s3), 5:4 (s2), 5:7 (recompute: s2 + s3), 8:3 (s1),
+  //   8:2 (s3).
+  const Trace trace = TraceDsl()
+                          .bandwidth(kOneMiBPerMs)
+                          .storage(1, 4 * kMiB)
+                          .storage(2, 2 * kMiB)
+                          .storage(3, 1 * kMiB)
+                          .op("a", "W1", 1)
+                          .op("f", "R1 W2 W3", 3, Recomputable::kYes)
+                          .op("g", "R2", 1)
+                          .op("h", "R2", 2)
+                          .build();
+  const SimulationResult result =
+      run(trace,
+          "post 1 release_device 3; post 2 release_device 2; pre 3 recompute 1; pre 3 release_device 1; "
+          "pre 3 release_device 3");
+  EXPECT_TRUE(result.valid()) << result.validation.problems.front();
+  EXPECT_THAT(memory(result), ElementsAre("0:4", "1:7", "4:6", "5:4", "5:7", "8:3", "8:2"));
+  EXPECT_EQ(result.peak_bytes_timed, 7 * kMiB);
+  EXPECT_EQ(result.makespan_ms, 10.0);
+}
+
+TEST(SimulatorRecompute, StartsACopyToHostOfAnOutputNoEarlierThanItsEnd) {
+  // A copy_d2h after the recompute: of its output storage 2 it waits for the
+  // data (8), of its input storage 1 it starts at once (5).
+  //   c: [a 0-1][f 1-4 ][g 4-5][recompute f 5-8][h 8-10]
+  //   d:                                        [D2H s2 8-10]
+  const SimulationResult output = run(remat_trace(), "post 2 release_device 2; pre 3 recompute 1; pre 3 copy_d2h 2");
+  EXPECT_THAT(lane(output, Lane::kCopy0), ElementsAre("d2h 3 s2 8-10"));
+  EXPECT_EQ(output.makespan_ms, 10.0);
+  const SimulationResult input = run(remat_trace(), "post 2 release_device 2; pre 3 recompute 1; pre 3 copy_d2h 1");
+  EXPECT_THAT(lane(input, Lane::kCopy0), ElementsAre("d2h 3 s1 5-9"));
+}
+
+TEST(SimulatorRecompute, IssuesThePhaseAfterItWithoutWaitingForIt) {
+  // A recompute after g (post) runs 5-8; op h's pre actions are issued when g
+  // ends (5), not when the recompute does, so the prefetch of storage 4 (1
+  // MiB, offloaded after a) overlaps it:
+  //   c: [a 0-1][f 1-4 ][g 4-5][recompute f 5-8][h 8-10]
+  //   d:        [D2H s4 1-2]
+  //   h:                      [H2D s4 5-6]
+  const Trace trace = TraceDsl()
+                          .bandwidth(kOneMiBPerMs)
+                          .storage(1, 4 * kMiB)
+                          .storage(2, 2 * kMiB)
+                          .storage(4, 1 * kMiB)
+                          .op("a", "W1 W4", 1)
+                          .op("f", "R1 W2", 3, Recomputable::kYes)
+                          .op("g", "R2", 1)
+                          .op("h", "R2 R1 R4", 2)
+                          .build();
+  const SimulationResult result = run(trace,
+                                      "post 0 copy_d2h 4; post 0 release_device 4; post 2 release_device 2; "
+                                      "post 2 recompute 1; pre 3 copy_h2d 4");
+  EXPECT_TRUE(result.valid()) << result.validation.problems.front();
+  EXPECT_THAT(lane(result, Lane::kCompute),
+              ElementsAre("op 0 0-1", "op 1 1-4", "op 2 4-5", "recompute 1 5-8", "op 3 8-10"));
+  EXPECT_THAT(lane(result, Lane::kCopy1), ElementsAre("h2d 3 s4 5-6"));
+  EXPECT_EQ(result.stall_ms, 0.0);
+  EXPECT_EQ(result.makespan_ms, 10.0);
+}
+
+TEST(SimulatorRecompute, ChainsRecomputesBackToBack) {
+  // Two levels: f makes 2 from 1, k makes 3 from 2; both dropped, both
+  // recomputed before h, one after the other on the compute stream.
+  //   c: [a 0-1][f 1-4 ][k 4-6][g 6-7][re f 7-10][re k 10-12][h 12-13]
+  const Trace trace = TraceDsl()
+                          .bandwidth(kOneMiBPerMs)
+                          .storage(1, 4 * kMiB)
+                          .storage(2, 2 * kMiB)
+                          .storage(3, 1 * kMiB)
+                          .op("a", "W1", 1)
+                          .op("f", "R1 W2", 3, Recomputable::kYes)
+                          .op("k", "R2 W3", 2, Recomputable::kYes)
+                          .op("g", "", 1)
+                          .op("h", "R3", 1)
+                          .build();
+  const SimulationResult result = run(trace,
+                                      "post 2 release_device 2; post 2 release_device 3; pre 4 recompute 1; "
+                                      "pre 4 recompute 2; pre 4 release_device 2");
+  EXPECT_TRUE(result.valid()) << result.validation.problems.front();
+  EXPECT_THAT(lane(result, Lane::kCompute), ElementsAre("op 0 0-1", "op 1 1-4", "op 2 4-6", "op 3 6-7",
+                                                        "recompute 1 7-10", "recompute 2 10-12", "op 4 12-13"));
+  EXPECT_EQ(result.recompute_ms, 5.0);
+  EXPECT_EQ(result.recompute_count, 2);
+  EXPECT_EQ(result.makespan_ms, 13.0);  // compute 8 + recompute 5
+}
+
+TEST(SimulatorRecompute, ReportsRecomputeInTheJson) {
+  const SimulationResult result = run(remat_trace(), "post 2 release_device 2; pre 3 recompute 1");
+  const std::string json = simulation_to_json(result);
+  for (const char* key : {"\"recompute_ms\": 3.0", "\"recompute_count\": 1", "\"stall_ms\": 0.0",
+                          "\"makespan_ms\": 10.0", "\"compute_ms\": 7.0"}) {
     EXPECT_THAT(json, HasSubstr(key));
   }
 }

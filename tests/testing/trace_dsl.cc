@@ -11,8 +11,8 @@ TraceDsl& TraceDsl::storage(StorageId id, std::int64_t size_bytes, Retention ret
   return *this;
 }
 
-TraceDsl& TraceDsl::op(std::string name, std::string_view accesses, double duration_ms) {
-  ops_.push_back({std::move(name), std::string(accesses), duration_ms});
+TraceDsl& TraceDsl::op(std::string name, std::string_view accesses, double duration_ms, Recomputable recomputable) {
+  ops_.push_back({std::move(name), std::string(accesses), duration_ms, recomputable});
   return *this;
 }
 
@@ -36,7 +36,7 @@ Trace TraceDsl::build() const {
     if (!status) ADD_FAILURE() << status.error().message;
   }
   for (const OpSpec& op : ops_) {
-    Status status = builder.add_op(op.name, op.duration_ms);
+    Status status = builder.add_op(op.name, op.duration_ms, op.recomputable);
     if (!status) ADD_FAILURE() << status.error().message;
     std::istringstream tokens(op.accesses);
     std::string token;
@@ -81,6 +81,10 @@ std::vector<Action> actions(std::string_view text) {
       action.kind = ActionKind::kCopyH2D;
     } else if (kind == "release_host") {
       action.kind = ActionKind::kReleaseHost;
+    } else if (kind == "recompute") {
+      action.kind = ActionKind::kRecompute;
+      action.source_op = static_cast<OpIndex>(storage);
+      action.storage = 0;
     } else {
       ADD_FAILURE() << "bad action kind '" << kind << "'";
     }

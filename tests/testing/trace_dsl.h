@@ -5,6 +5,7 @@
 //                 .storage(2, 50, Retention::kRetained)
 //                 .op("fwd", "W1")                       // op 0 writes storage 1
 //                 .op("use", "R1 W2", /*duration_ms=*/0.5)
+//                 .op("remat", "R1 W3", 0.5, Recomputable::kYes)  // trace format v2
 //                 .limit(120)
 //                 .build();
 //
@@ -26,7 +27,8 @@ namespace hyperoffload::testing {
 class TraceDsl {
  public:
   TraceDsl& storage(StorageId id, std::int64_t size_bytes, Retention retention = Retention::kReleasable);
-  TraceDsl& op(std::string name, std::string_view accesses, double duration_ms = 0.0);
+  TraceDsl& op(std::string name, std::string_view accesses, double duration_ms = 0.0,
+               Recomputable recomputable = Recomputable::kNo);
   TraceDsl& limit(std::optional<std::int64_t> bytes);
   TraceDsl& bandwidth(double gib_per_s);  // both directions
   Trace build() const;
@@ -41,6 +43,7 @@ class TraceDsl {
     std::string name;
     std::string accesses;
     double duration_ms;
+    Recomputable recomputable;
   };
   std::vector<StorageSpec> storages_;
   std::vector<OpSpec> ops_;
@@ -48,7 +51,8 @@ class TraceDsl {
   double bandwidth_ = kDefaultBandwidthGiBPerS;
 };
 
-// Parses "post 0 copy_d2h 1; pre 3 copy_h2d 1" into actions (phase op kind storage).
+// Parses "post 0 copy_d2h 1; pre 3 copy_h2d 1" into actions (phase op kind
+// storage); for a recompute the last number is the source op: "pre 3 recompute 1".
 std::vector<Action> actions(std::string_view text);
 
 }  // namespace hyperoffload::testing

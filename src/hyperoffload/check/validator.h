@@ -13,12 +13,23 @@
 //  - An access to a non-resident storage with a current host copy is a fault: it
 //    is allowed (a synchronous demand page), counted and reported. Without a
 //    current host copy it is data loss, an error.
+//  - recompute of op k (docs/FORMATS.md, "Recompute"): op k must be
+//    recomputable and every storage it read resident at the version it read;
+//    every storage it wrote is then resident at the version it produced
+//    (allocated when it was released; an error when it has been written since).
+//    A released storage without a host copy is not lost if a recompute
+//    regenerates it before its next access.
 //  - The bytes resident while an op runs are measured after its pre actions and
 //    its accesses (first accesses and faults make storages resident), before its
-//    post actions. The peak is the maximum over ops.
+//    post actions; those of a recompute once its outputs are allocated (its
+//    inputs are resident too). The peak is the maximum over ops and recomputes.
+// The rules themselves live in model/residency_rules.h, shared with the
+// simulator.
 // Errors: data loss, copy_h2d from a missing or stale host copy, copy_d2h of a
-// non-resident storage, unknown storages, op ids out of range, actions out of
-// execution order.
+// non-resident storage, a recompute of a non-recomputable op, of a source op
+// that is missing or does not run before it, with an input missing or stale
+// (written since op k read it) or an output stale (written since op k wrote
+// it), unknown storages, op ids out of range, actions out of execution order.
 //
 // Thread-safety: a pure function of its inputs.
 #pragma once
@@ -54,6 +65,10 @@ struct ValidationReport {
   std::vector<Fault> faults;      // in execution order
   std::int64_t peak_bytes = 0;    // op-granular peak
   OpIndex peak_op = -1;           // first op reaching it (-1 when there are no ops)
+  // When the peak is first reached while a recompute runs (before or after
+  // peak_op): the op re-run; -1 when an op reaches it.
+  OpIndex peak_recompute_source = -1;
+  std::int64_t recompute_count = 0;  // recompute actions run (those dropped as invalid excluded)
   std::int64_t d2h_bytes = 0;     // bytes of effective (non-no-op) copies
   std::int64_t h2d_bytes = 0;     // includes faults
   std::int64_t d2h_count = 0;

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -44,6 +45,27 @@ void add_memory_cap_option(CLI::App& app, std::string& target) {
                  "timed peak may exceed the budget) or budget (the device holds only the budget: ops and "
                  "prefetches wait for memory, as on a real device)")
       ->capture_default_str();
+}
+
+void add_time_limit_option(CLI::App& app, double& target) {
+  app.add_option("--time-limit", target,
+                 "Seconds the optimal planner's solver may run (wall clock); it then returns the best schedule "
+                 "found, with the solver's lower bound and gap")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+void print_solver_progress(const SolverProgress& progress) {
+  std::string line = fmt::format("optimal  {:6.1f} s", progress.elapsed_s);
+  if (progress.incumbent_ms) {
+    line += fmt::format("  incumbent {:.6g} ms", *progress.incumbent_ms);
+  } else {
+    line += "  incumbent -";
+  }
+  line += fmt::format("  bound {:.6g} ms", progress.bound_ms);
+  if (progress.gap) line += fmt::format("  gap {:.2f}%", 100.0 * *progress.gap);
+  line += fmt::format("  nodes {}\n", progress.nodes);
+  std::fputs(line.c_str(), stderr);
 }
 
 std::vector<std::pair<std::string, double>> parse_score_weights(const std::vector<std::string>& items) {

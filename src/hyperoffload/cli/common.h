@@ -37,6 +37,13 @@ DeviceMemory parse_memory_cap(const std::string& text);
 // Adds --memory-cap to a command.
 void add_memory_cap_option(CLI::App& app, std::string& target);
 
+// Adds --time-limit SECONDS (the optimal planner's solve) to a command.
+void add_time_limit_option(CLI::App& app, double& target);
+
+// Prints the optimal planner's progress to stderr, one line per report:
+// "optimal  3.0 s  incumbent 12.345 ms  bound 12.001 ms  gap 2.79%  nodes 140".
+void print_solver_progress(const SolverProgress& progress);
+
 // Parses repeated NAME=VALUE options into planner score weights.
 std::vector<std::pair<std::string, double>> parse_score_weights(const std::vector<std::string>& items);
 

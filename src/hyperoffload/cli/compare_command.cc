@@ -1,13 +1,17 @@
-// hyperoffload compare TRACE [--budget B | --budgets B1,B2,...] [--planners greedy,peak]
+// hyperoffload compare TRACE [--budget B | --budgets B1,B2,...] [--planners greedy,peak,hybrid,recompute,optimal]
 //                    [--copy-engines 1|2] [--memory-cap unlimited|budget] [--score-weight N=V]...
-//                    [--plot FILE.svg] [--json]
-// The peak planner is tuned to the memory cap simulated; each budget's table
-// shows the stall lower bound (report/stall_bound.h).
+//                    [--time-limit S] [--plot FILE.svg] [--json]
+// The planners are tuned to the memory cap simulated; each budget's table
+// shows the offload-only stall lower bound (report/stall_bound.h) and, per
+// plan, its recomputes and how far its stall plus recompute is above it.
+// Without --planners the heuristic planners are compared, and the optimal
+// planner too when the trace is small enough for it (plan/optimal_planner.h).
 #include <fmt/format.h>
 
 #include "hyperoffload/cli/command.h"
 #include "hyperoffload/cli/common.h"
 #include "hyperoffload/io/file.h"
+#include "hyperoffload/plan/optimal_planner.h"
 #include "hyperoffload/report/comparison.h"
 #include "hyperoffload/report/comparison_table.h"
 #include "hyperoffload/report/memory_plot.h"
@@ -19,10 +23,11 @@ struct CompareArgs {
   std::string trace_path;
   std::string budget;
   std::string budgets;
-  std::string planners = "greedy,peak";
+  std::string planners;  // empty: planner_names(), plus optimal on small traces
   int copy_engines = 2;
   std::string device_memory = "unlimited";
   std::vector<std::string> score_weights;
+  double time_limit_s = PlannerOptions{}.time_limit_s;
   std::string plot;
   bool json = false;
 };
@@ -49,8 +54,16 @@ int run_compare(const CompareArgs& args) {
   if (!args.budget.empty() && !args.budgets.empty()) {
     throw HyperoffloadError({ErrorCode::kInvalidArgument, "give either --budget or --budgets, not both"});
   }
+  const Trace trace = load_trace(args.trace_path);
   ComparisonOptions options;
-  options.planners = split_list(args.planners, "--planners");
+  if (args.planners.empty()) {
+    options.planners.assign(planner_names().begin(), planner_names().end());
+    if (trace.op_count() <= kOptimalPlannerDefaultMaxOps) options.planners.emplace_back(kOptimalPlannerName);
+  } else {
+    options.planners = split_list(args.planners, "--planners");
+  }
+  options.time_limit_s = args.time_limit_s;
+  options.solver_progress = print_solver_progress;
   options.score_weights = parse_score_weights(args.score_weights);
   options.copy_engines = args.copy_engines == 1 ? CopyEngines::kOne : CopyEngines::kTwo;
   options.device_memory = parse_memory_cap(args.device_memory);
@@ -62,7 +75,6 @@ int run_compare(const CompareArgs& args) {
     }
   }
 
-  const Trace trace = load_trace(args.trace_path);
   const Comparison comparison = value_or_throw(run_comparison(trace, options));
   if (!args.plot.empty()) {
     value_or_throw(write_file_atomically(args.plot, comparison_plot_svg(comparison, args.trace_path)));
@@ -88,13 +100,17 @@ Command register_compare(CLI::App& root) {
                   "Device-memory budget: bytes, a size (2GiB) or a percentage of the unplanned op-granular peak "
                   "(40%); default: the trace's memory_limit_bytes");
   app->add_option("--budgets", args->budgets, "Compare at several budgets, comma-separated (30%,50%,70%)");
-  app->add_option("--planners", args->planners, "Planners to compare, comma-separated")->capture_default_str();
+  app->add_option("--planners", args->planners,
+                  "Planners to compare, comma-separated (default: greedy,peak,hybrid,recompute, and optimal when "
+                  "the trace has at most 200 ops)");
   add_memory_cap_option(*app, args->device_memory);
   app->add_option("--copy-engines", args->copy_engines,
                   "Copy engines in the simulation: 2 (one per direction) or 1 (shared)")
       ->check(CLI::IsMember({1, 2}))
       ->capture_default_str();
-  app->add_option("--score-weight", args->score_weights, "Peak planner score weight NAME=VALUE (repeatable)");
+  app->add_option("--score-weight", args->score_weights,
+                  "Peak planner score weight NAME=VALUE, also for the hybrid planner's offloads (repeatable)");
+  add_time_limit_option(*app, args->time_limit_s);
   app->add_option("--plot", args->plot, "Write an SVG plot of device memory over time per planner and budget");
   app->add_flag("--json", args->json, "Print the results as JSON instead of a table");
   return {app, [args] { return run_compare(*args); }};

@@ -171,6 +171,11 @@ Command register_generate(CLI::App& root) {
   random_app->add_option("--limit-fraction", random->limit_fraction,
                          "memory_limit_bytes as a fraction of the unplanned peak (0 = unlimited)")
       ->capture_default_str();
+  random_app->add_option("--recomputable-fraction", random->options.recomputable_fraction,
+                         "Share of the ops that may be recomputed (they write only storages they create) marked "
+                         "recomputable, in [0, 1]")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   random_app->add_option("-o,--output", random->output, "Output file (- for stdout)")->capture_default_str();
 
   auto transformer = std::make_shared<TransformerArgs>();

@@ -1,4 +1,4 @@
-// hyperoffload plan TRACE [--budget B] [--planner NAME] [--score-weight N=V]... [-o SCHEDULE]
+// hyperoffload plan TRACE [--budget B] [--planner NAME] [--score-weight N=V]... [--time-limit S] [-o SCHEDULE]
 #include <fmt/format.h>
 
 #include "hyperoffload/check/validator.h"
@@ -17,6 +17,7 @@ struct PlanArgs {
   std::string planner = "greedy";
   std::vector<std::string> score_weights;
   std::string device_memory = "unlimited";
+  double time_limit_s = PlannerOptions{}.time_limit_s;
   std::string output;
 };
 
@@ -25,6 +26,8 @@ int run_plan(const PlanArgs& args) {
   PlannerOptions planner_options;
   planner_options.score_weights = parse_score_weights(args.score_weights);
   planner_options.device_memory = parse_memory_cap(args.device_memory);
+  planner_options.time_limit_s = args.time_limit_s;
+  planner_options.solver_progress = print_solver_progress;
   const std::unique_ptr<Planner> planner = value_or_throw(make_planner(args.planner, planner_options));
   const std::optional<std::int64_t> budget = resolve_budget_option(trace, args.budget);
   const PeakBytes unplanned = unplanned_peak(trace);
@@ -53,11 +56,26 @@ int run_plan(const PlanArgs& args) {
     fmt::print("shortfall planned peak exceeds the budget by {}\n", format_bytes(check.peak_bytes - *budget));
   }
   if (plan.result.floor) {
-    fmt::print("floor     {} at op {} ({}): no plan can go lower\n", format_bytes(plan.result.floor->bytes),
+    fmt::print("floor     {} at op {} ({}): the lowest peak this planner reaches\n", format_bytes(plan.result.floor->bytes),
                plan.result.floor->op, trace.op_name(plan.result.floor->op));
+  }
+  if (const std::optional<SolverReport>& solver = plan.result.solver) {
+    fmt::print("solver    {}: {}, model makespan {:.6g} ms, lower bound {:.6g} ms, gap {:.2f}% ({:.2f} s, {} nodes)\n",
+               solver->solver, to_string(solver->status), solver->objective_ms, solver->bound_ms, 100.0 * solver->gap,
+               solver->solve_seconds, solver->nodes);
   }
   fmt::print("moved     d2h {} in {} copies, h2d {} in {} copies\n", format_bytes(check.d2h_bytes),
              group_digits(check.d2h_count), format_bytes(check.h2d_bytes), group_digits(check.h2d_count));
+  std::int64_t recomputes = 0;
+  double recompute_ms = 0.0;
+  for (const Action& action : plan.result.schedule.actions) {
+    if (action.kind != ActionKind::kRecompute || action.source_op < 0 || action.source_op >= trace.op_count()) continue;
+    ++recomputes;
+    recompute_ms += trace.op_duration_ms(action.source_op);
+  }
+  if (recomputes > 0) {
+    fmt::print("recompute {} re-runs of earlier ops, {:.3f} ms of compute\n", group_digits(recomputes), recompute_ms);
+  }
   fmt::print("actions   {} ({} pre, {} post)\n", group_digits(static_cast<std::int64_t>(plan.result.schedule.actions.size())),
              group_digits(static_cast<std::int64_t>(pre)), group_digits(static_cast<std::int64_t>(post)));
   if (check.valid()) {
@@ -77,9 +95,14 @@ Command register_plan(CLI::App& root) {
   app->add_option("--budget,-b", args->budget,
                   "Device-memory budget: bytes, a size (2GiB, 512MB) or a percentage of the unplanned "
                   "op-granular peak (40%); overrides the trace's memory_limit_bytes");
-  app->add_option("--planner,-p", args->planner, "Planner: greedy or peak")->capture_default_str();
-  app->add_option("--score-weight", args->score_weights, "Peak planner score weight NAME=VALUE (repeatable)");
+  app->add_option("--planner,-p", args->planner,
+                  "Planner: greedy, peak, hybrid (recompute + offload), recompute (recompute only) or optimal (a "
+                  "MILP reference for small traces)")
+      ->capture_default_str();
+  app->add_option("--score-weight", args->score_weights,
+                  "Peak planner score weight NAME=VALUE, also for the hybrid planner's offloads (repeatable)");
   add_memory_cap_option(*app, args->device_memory);
+  add_time_limit_option(*app, args->time_limit_s);
   app->add_option("-o,--output", args->output, "Write the schedule here (hyperoffload.schedule JSON; - for stdout)");
   return {app, [args] { return run_plan(*args); }};
 }

@@ -33,10 +33,16 @@ void print_summary(std::FILE* out, const SimulateArgs& args, const Trace& trace,
   fmt::print(out, "compute   {:.3f} ms\n", result.compute_ms);
   fmt::print(out, "makespan  {:.3f} ms\n", result.makespan_ms);
   fmt::print(out, "stall     {:.3f} ms ({:.2f}% of compute), of which faults {:.3f} ms{}\n", result.stall_ms,
-             result.overhead_percent(), result.fault_ms,
+             result.stall_percent(), result.fault_ms,
              result.device_memory == DeviceMemory::kBudget
                  ? fmt::format(", waiting for memory {:.3f} ms (memory capped at the budget)", result.memory_stall_ms)
                  : std::string());
+  if (result.recompute_count > 0) {
+    fmt::print(out, "recompute {:.3f} ms ({:.2f}% of compute) in {} re-run op{}; overhead {:.2f}% of compute\n",
+               result.recompute_ms, result.compute_ms > 0 ? 100.0 * result.recompute_ms / result.compute_ms : 0.0,
+               group_digits(result.recompute_count), result.recompute_count == 1 ? "" : "s",
+               result.overhead_percent());
+  }
   fmt::print(out, "peak      {} op-granular at op {}{}; {} timed at {:.3f} ms\n", format_bytes(result.peak_bytes()),
              check.peak_op, check.peak_op >= 0 ? fmt::format(" ({})", trace.op_name(check.peak_op)) : "",
              format_bytes(result.peak_bytes_timed), result.peak_time_ms);

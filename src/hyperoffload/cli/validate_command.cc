@@ -39,6 +39,8 @@ int run_validate(const ValidateArgs& args) {
     out["fault_sites"] = std::move(fault_list);
     out["peak_bytes"] = report.peak_bytes;
     out["peak_op"] = report.peak_op;
+    if (report.peak_recompute_source >= 0) out["peak_recompute_source"] = report.peak_recompute_source;
+    out["recompute_count"] = report.recompute_count;
     out["d2h_bytes"] = report.d2h_bytes;
     out["h2d_bytes"] = report.h2d_bytes;
     out["peak_host_bytes"] = report.peak_host_bytes;
@@ -52,8 +54,13 @@ int run_validate(const ValidateArgs& args) {
   }
 
   fmt::print("{}: {}\n", ok ? "valid" : "INVALID", args.schedule_path);
-  fmt::print("peak      {} ({} bytes) at op {}{}\n", format_bytes(report.peak_bytes), group_digits(report.peak_bytes),
-             report.peak_op, report.peak_op >= 0 ? fmt::format(" ({})", trace.op_name(report.peak_op)) : "");
+  fmt::print("peak      {} ({} bytes) at op {}{}{}\n", format_bytes(report.peak_bytes),
+             group_digits(report.peak_bytes), report.peak_op,
+             report.peak_op >= 0 ? fmt::format(" ({})", trace.op_name(report.peak_op)) : "",
+             report.peak_recompute_source >= 0
+                 ? fmt::format(", while recomputing op {} ({})", report.peak_recompute_source,
+                               trace.op_name(report.peak_recompute_source))
+                 : "");
   if (budget) {
     fmt::print("budget    {}: {}\n", format_bytes(budget_bytes),
                over_budget ? fmt::format("EXCEEDED by {}", format_bytes(report.peak_bytes - budget_bytes)) : "within");
@@ -65,6 +72,9 @@ int run_validate(const ValidateArgs& args) {
   }
   if (report.faults.size() > 10) fmt::print("  ... and {} more\n", report.faults.size() - 10);
   fmt::print("moved     d2h {}, h2d {}\n", format_bytes(report.d2h_bytes), format_bytes(report.h2d_bytes));
+  if (report.recompute_count > 0) {
+    fmt::print("recompute {} op{} re-run\n", report.recompute_count, report.recompute_count == 1 ? "" : "s");
+  }
   if (!report.valid()) {
     fmt::print("problems  {}\n", report.problem_count);
     for (const std::string& problem : report.problems) fmt::print("  {}\n", problem);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "hyperoffload/exec/internal/hook_util.h"
+#include "hyperoffload/model/residency_rules.h"
 
 namespace hyperoffload {
 using internal::contains;
@@ -18,23 +19,24 @@ ReplayPlan::ReplayPlan(Trace trace, ReplayGuide guide, Schedule schedule)
 
 Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedule schedule) {
   HO_ASSIGN_OR_RETURN(ReplayGuide guide, ReplayGuide::from_trace(trace));
+  // The executors' rules for which actions a schedule may hold
+  // (model/residency_rules.h): the first problem is the error.
+  std::string first_problem;
+  const std::vector<ResolvedAction> resolved = resolve_actions(trace, schedule, [&](std::string text) {
+    if (first_problem.empty()) first_problem = std::move(text);
+  });
+  if (!first_problem.empty()) return make_error(ErrorCode::kInvalidInput, std::move(first_problem));
   std::vector<StorageIndex> action_storage;
-  action_storage.reserve(schedule.actions.size());
-  for (std::size_t i = 0; i < schedule.actions.size(); ++i) {
-    const Action& action = schedule.actions[i];
-    if (action.op < 0 || action.op >= trace.op_count()) {
+  action_storage.reserve(resolved.size());
+  for (const ResolvedAction& action : resolved) {
+    if (action.action.kind == ActionKind::kRecompute) {
       return make_error(ErrorCode::kInvalidInput,
-                        fmt::format("actions[{}] ({}): op {} is out of range (the trace has {} ops)", i,
-                                    describe(action), action.op, trace.op_count()));
+                        fmt::format("actions[{}] ({}): the replay executor does not run recompute actions yet; "
+                                    "replay a schedule from a planner that only offloads (--planner peak)",
+                                    action.index, describe(action.action)));
     }
-    std::optional<StorageIndex> storage = trace.find_storage(action.storage);
-    if (!storage) {
-      return make_error(ErrorCode::kInvalidInput,
-                        fmt::format("actions[{}] ({}): unknown storage {}", i, describe(action), action.storage));
-    }
-    action_storage.push_back(*storage);
+    action_storage.push_back(action.storage);
   }
-  HO_RETURN_IF_ERROR(check_execution_order(schedule.actions));
   auto plan = std::shared_ptr<ReplayPlan>(new ReplayPlan(std::move(trace), std::move(guide), std::move(schedule)));
   plan->by_op_ = std::make_unique<ActionsByOp>(plan->schedule_.actions, plan->trace_.op_count());
   plan->action_storage_ = std::move(action_storage);
@@ -147,6 +149,8 @@ Status ReplayExecutor::run_actions(std::span<const Action> actions) {
       case ActionKind::kReleaseHost:
         status = residency_.release_host(caller);
         break;
+      case ActionKind::kRecompute:  // ReplayPlan::create rejects them
+        return make_error(ErrorCode::kInternal, fmt::format("{}: recompute is not replayed", describe(action)));
     }
     if (!status) return std::unexpected(in_context(std::move(status.error()), describe(action)));
     sample_memory();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <span>
 #include <string>
 
 #include "hyperoffload/ir/memory_profile.h"
@@ -15,6 +16,35 @@ struct PendingAccess {
   StorageId storage;
   AccessKind kind;
 };
+
+// Marks recomputable_fraction of the eligible ops: those that write, and
+// write only storages whose first access is that write (each storage's first
+// access is its creating write, pushed before its later accesses, so a later
+// access in the same op means an in-place update). Uses its own random stream,
+// so the trace's accesses and durations do not depend on the fraction.
+std::vector<Recomputable> mark_recomputable(const RandomTraceOptions& options, std::span<const PendingAccess> by_op,
+                                            std::span<const std::size_t> offsets, StorageIndex storages) {
+  const std::size_t ops = offsets.size() - 1;
+  std::vector<Recomputable> marks(ops, Recomputable::kNo);
+  if (!(options.recomputable_fraction > 0.0)) return marks;
+  std::mt19937_64 rng(options.seed ^ 0x9e3779b97f4a7c15ULL);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<bool> seen(static_cast<std::size_t>(storages), false);
+  for (std::size_t op = 0; op < ops; ++op) {
+    bool writes = false;
+    bool eligible = true;
+    for (std::size_t i = offsets[op]; i < offsets[op + 1]; ++i) {
+      const auto s = static_cast<std::size_t>(by_op[i].storage);
+      if (by_op[i].kind == AccessKind::kWrite) {
+        writes = true;
+        if (seen[s]) eligible = false;  // a later version, or the write of an in-place pair
+      }
+      seen[s] = true;
+    }
+    if (writes && eligible && unit(rng) < options.recomputable_fraction) marks[op] = Recomputable::kYes;
+  }
+  return marks;
+}
 
 }  // namespace
 
@@ -84,8 +114,10 @@ Trace generate_random_trace(const RandomTraceOptions& options) {
   static const char* const kNames[] = {"aten::mm", "aten::add", "aten::gelu", "aten::layer_norm",
                                        "aten::softmax", "aten::mul", "aten::view", "aten::copy_"};
   std::uniform_int_distribution<int> name_pick(0, 7);
+  const std::vector<Recomputable> recomputable = mark_recomputable(options, by_op, offsets, storages);
   for (OpIndex op = 0; op < ops; ++op) {
-    (void)builder.add_op(kNames[name_pick(rng)], options.max_duration_ms * unit(rng));
+    (void)builder.add_op(kNames[name_pick(rng)], options.max_duration_ms * unit(rng),
+                         recomputable[static_cast<std::size_t>(op)]);
     for (std::size_t i = offsets[static_cast<std::size_t>(op)]; i < offsets[static_cast<std::size_t>(op) + 1]; ++i) {
       builder.add_access(by_op[i].storage, by_op[i].kind);
     }

@@ -4,8 +4,13 @@
 // times at increasing ops: mostly reads, some writes (new versions), some
 // read+write pairs in one op (in-place updates; an op touching only that
 // storage this way is "alias-forward"). Gaps mix short hops with long jumps so
-// that traces have both adjacent and long-interior candidates. Generation is
-// O(ops + storages + accesses) and deterministic for a seed.
+// that traces have both adjacent and long-interior candidates. With
+// recomputable_fraction > 0, that share of the ops that may be recomputed —
+// those writing at least one storage and only storages they create (their
+// first access), without reading them — is marked recomputable (trace format
+// v2); the marks come from their own random stream, so the accesses do not
+// depend on the fraction. Generation is O(ops + storages + accesses) and
+// deterministic for a seed.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,8 @@ struct RandomTraceOptions {
   // memory_limit_bytes = this fraction of the unplanned peak; nullopt = unlimited.
   std::optional<double> limit_fraction = 0.5;
   double bandwidth_gib_per_s = kDefaultBandwidthGiBPerS;
+  // Share of the eligible ops (see above) marked recomputable, in [0, 1].
+  double recomputable_fraction = 0.0;
 };
 
 // Precondition: op_count >= 0, storage_count >= 0, min <= max sizes.

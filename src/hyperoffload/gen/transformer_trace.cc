@@ -25,6 +25,9 @@ constexpr std::int32_t kMaxLayers = 100'000;
 
 constexpr StorageIndex kAbsent = -1;
 
+// Whether an op draws random numbers (dropout): such an op cannot be recomputed.
+enum class Randomness : std::uint8_t { kDeterministic, kSeeded };
+
 // ---------------------------------------------------------------------------
 // Option checks
 
@@ -270,8 +273,10 @@ class StepBuilder {
     for (std::size_t s = 0; s < sizes_.size(); ++s) {
       HO_RETURN_IF_ERROR(builder.add_storage(static_cast<StorageId>(s), sizes_[s], retention_[s]));
     }
-    for (const OpRecord& op : ops_) {
-      HO_RETURN_IF_ERROR(builder.add_op(op.name, op.duration_ms));
+    const std::vector<Recomputable> recomputable = recomputable_ops();
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      const OpRecord& op = ops_[i];
+      HO_RETURN_IF_ERROR(builder.add_op(op.name, op.duration_ms, recomputable[i]));
       for (std::size_t a = op.access_begin; a < op.access_end; ++a) {
         builder.add_access(accesses_[a].storage, accesses_[a].kind);
       }
@@ -289,6 +294,7 @@ class StepBuilder {
     double duration_ms = 0.0;
     std::size_t access_begin = 0;
     std::size_t access_end = 0;
+    Randomness randomness = Randomness::kDeterministic;
   };
   struct Access {
     StorageIndex storage;
@@ -342,21 +348,58 @@ class StepBuilder {
     touches.push_back(write(param.grad));
   }
 
-  void add_op(std::string name, double duration_ms, const std::vector<Touch>& touches) {
-    OpRecord op{std::move(name), duration_ms, accesses_.size(), 0};
+  void add_op(std::string name, double duration_ms, const std::vector<Touch>& touches,
+              Randomness randomness = Randomness::kDeterministic) {
+    OpRecord op{std::move(name), duration_ms, accesses_.size(), 0, randomness};
     for (const Touch& touch : touches) accesses_.push_back({touch.storage, touch.kind});
     op.access_end = accesses_.size();
     ops_.push_back(std::move(op));
   }
   // Compute-bound: FLOPs at tflops * matmul_efficiency.
-  void matmul_op(std::string name, double flops, const std::vector<Touch>& touches) {
-    add_op(std::move(name), flops / (o_.tflops * 1e12 * o_.matmul_efficiency) * 1e3, touches);
+  void matmul_op(std::string name, double flops, const std::vector<Touch>& touches,
+                 Randomness randomness = Randomness::kDeterministic) {
+    add_op(std::move(name), flops / (o_.tflops * 1e12 * o_.matmul_efficiency) * 1e3, touches, randomness);
   }
   // Memory-bound: the bytes its accesses touch at the memory bandwidth.
-  void memory_op(std::string name, const std::vector<Touch>& touches) {
+  void memory_op(std::string name, const std::vector<Touch>& touches,
+                 Randomness randomness = Randomness::kDeterministic) {
     double bytes = 0.0;
     for (const Touch& touch : touches) bytes += static_cast<double>(touch.bytes);
-    add_op(std::move(name), bytes / (o_.memory_bandwidth_gb_per_s * 1e9) * 1e3, touches);
+    add_op(std::move(name), bytes / (o_.memory_bandwidth_gb_per_s * 1e9) * 1e3, touches, randomness);
+  }
+
+  // Which ops are recomputable (trace format v2): deterministic, writing at
+  // least one storage, and writing only storages they create (first accessed
+  // by that op) without also reading them. Dropout draws a fresh mask and
+  // in-place updates (gradient accumulation, the optimizer, the scores backward
+  // filling the qkv gradient) cannot be re-run from their inputs; everything
+  // else — the whole forward pass, the loss and most backward ops — can.
+  std::vector<Recomputable> recomputable_ops() const {
+    std::vector<Recomputable> result(ops_.size(), Recomputable::kNo);
+    std::vector<bool> seen(sizes_.size(), false);
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      const OpRecord& op = ops_[i];
+      bool writes = false;
+      bool fresh_writes_only = true;
+      for (std::size_t a = op.access_begin; a < op.access_end; ++a) {
+        const Access& access = accesses_[a];
+        if (access.kind != AccessKind::kWrite) continue;
+        writes = true;
+        if (seen[static_cast<std::size_t>(access.storage)]) fresh_writes_only = false;
+        for (std::size_t b = op.access_begin; b < op.access_end; ++b) {
+          if (accesses_[b].storage == access.storage && accesses_[b].kind == AccessKind::kRead) {
+            fresh_writes_only = false;
+          }
+        }
+      }
+      if (writes && fresh_writes_only && op.randomness == Randomness::kDeterministic) {
+        result[i] = Recomputable::kYes;
+      }
+      for (std::size_t a = op.access_begin; a < op.access_end; ++a) {
+        seen[static_cast<std::size_t>(accesses_[a].storage)] = true;
+      }
+    }
+    return result;
   }
 
   static double f64(std::int64_t value) { return static_cast<double>(value); }
@@ -383,7 +426,7 @@ class StepBuilder {
     if (!dropout()) return input;
     mask = storage(op_name + ".mask", elements * kMaskBytes);
     dropped = storage(op_name + ".out", size_of(input));
-    memory_op(op_name, {read(input), write(mask), write(dropped)});
+    memory_op(op_name, {read(input), write(mask), write(dropped)}, Randomness::kSeeded);
     return dropped;
   }
 
@@ -430,8 +473,10 @@ class StepBuilder {
     if (flash()) {
       a.context = storage(prefix + "attn.flash_attention.out", token_bytes());
       a.logsumexp = storage(prefix + "attn.flash_attention.logsumexp", B_ * A_ * S_ * kStatBytes);
+      // With dropout the fused kernel draws its mask from the RNG state.
       matmul_op(prefix + "attn.flash_attention", flash_forward_flops(),
-                {read(a.qkv), write(a.context), write(a.logsumexp)});
+                {read(a.qkv), write(a.context), write(a.logsumexp)},
+                dropout() ? Randomness::kSeeded : Randomness::kDeterministic);
     } else {
       const std::int64_t score_elements = B_ * A_ * S_ * S_;
       a.scores = storage(prefix + "attn.scores_matmul.out", score_elements * E_);

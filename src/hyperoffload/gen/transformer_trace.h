@@ -45,6 +45,14 @@
 // weight gradient is written by the first backward op that contributes to it
 // and read-and-written by later ones (the tied embedding).
 //
+// Recomputable ops (trace format v2, ir/trace.h): every op that is
+// deterministic and writes only storages it creates, without reading them —
+// the forward ops, the loss and the backward ops that write fresh gradients.
+// Dropout (and flash attention with dropout, which draws its mask inside) is
+// seeded; gradient accumulation, the scores backward that fills the qkv
+// gradient in place and the optimizer update are in-place: none of those is
+// recomputable.
+//
 // Durations: a matmul (and flash attention) takes FLOPs / (tflops * 1e12 *
 // matmul_efficiency) s, a matmul's backward twice its forward FLOPs; every
 // other op is memory-bound and takes the bytes it touches / memory bandwidth.

@@ -33,6 +33,7 @@ const char* kind_name(SpanKind kind) {
     case SpanKind::kFault: return "fault";
     case SpanKind::kCopyD2H: return "D2H";
     case SpanKind::kCopyH2D: return "H2D";
+    case SpanKind::kRecompute: return "recompute";
   }
   return "?";
 }
@@ -97,6 +98,17 @@ std::string timeline_to_chrome_json(const Trace& trace, const Timeline& timeline
         fmt::format_to(it, R"({{"ph":"X","pid":{},"tid":{},"cat":"op","name":{},"ts":{},"dur":{},"args":{{"op":{}}}}})",
                        kPid, tid, known ? std::string_view(op_names[trace.op_name_index(span.op)]) : "\"op\"", ts, dur,
                        span.op);
+        break;
+      }
+      case SpanKind::kRecompute: {
+        // Named after the op re-run, so it reads as a second run of that op.
+        const bool known = span.op >= 0 && span.op < trace.op_count();
+        const std::string name = json_string(
+            fmt::format("recompute {}", known ? std::string(trace.op_name(span.op)) : fmt::format("op {}", span.op)));
+        fmt::format_to(it,
+                       R"({{"ph":"X","pid":{},"tid":{},"cat":"recompute","name":{},"ts":{},"dur":{},)"
+                       R"("args":{{"op":{},"bytes":{}}}}})",
+                       kPid, tid, name, ts, dur, span.op, span.bytes);
         break;
       }
       case SpanKind::kStall:

@@ -5,12 +5,14 @@
 #include <fmt/format.h>
 
 #include "hyperoffload/plan/greedy_planner.h"
+#include "hyperoffload/plan/hybrid_planner.h"
+#include "hyperoffload/plan/optimal_planner.h"
 #include "hyperoffload/plan/peak_planner.h"
 
 namespace hyperoffload {
 
 std::span<const std::string_view> planner_names() {
-  static constexpr std::array<std::string_view, 2> kNames = {"greedy", "peak"};
+  static constexpr std::array<std::string_view, 4> kNames = {"greedy", "peak", "hybrid", "recompute"};
   return kNames;
 }
 
@@ -26,8 +28,32 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
     peak_options.device_memory = options.device_memory;
     return std::unique_ptr<Planner>(std::make_unique<PeakPlanner>(peak_options));
   }
+  if (name == kOptimalPlannerName) {
+    if (!options.score_weights.empty()) {
+      return make_error(ErrorCode::kInvalidArgument, "--score-weight applies to the peak planner only");
+    }
+    OptimalPlannerOptions optimal_options;
+    optimal_options.device_memory = options.device_memory;
+    optimal_options.time_limit_s = options.time_limit_s;
+    optimal_options.progress = options.solver_progress;
+    return std::unique_ptr<Planner>(std::make_unique<OptimalPlanner>(std::move(optimal_options)));
+  }
+  if (name == "hybrid" || name == "recompute") {
+    // The hybrid planner places its offloads with the peak planner, so it takes
+    // the same score weights; recompute-only has no offloads to place.
+    if (name == "recompute" && !options.score_weights.empty()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "--score-weight applies to the peak and hybrid planners, not to recompute");
+    }
+    HybridPlannerOptions hybrid_options;
+    HO_ASSIGN_OR_RETURN(hybrid_options.peak, peak_planner_options(options.score_weights));
+    hybrid_options.peak.device_memory = options.device_memory;
+    hybrid_options.offload = name == "hybrid" ? OffloadUse::kOffloadAndRecompute : OffloadUse::kRecomputeOnly;
+    return std::unique_ptr<Planner>(std::make_unique<HybridPlanner>(hybrid_options));
+  }
   return make_error(ErrorCode::kInvalidArgument,
-                    fmt::format("unknown planner \"{}\" (available: {})", name, fmt::join(planner_names(), ", ")));
+                    fmt::format("unknown planner \"{}\" (available: {}, {})", name, fmt::join(planner_names(), ", "),
+                                kOptimalPlannerName));
 }
 
 }  // namespace hyperoffload

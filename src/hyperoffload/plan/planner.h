@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -22,6 +23,7 @@
 
 #include "hyperoffload/ir/schedule.h"
 #include "hyperoffload/ir/trace.h"
+#include "hyperoffload/model/device.h"  // DeviceMemory: the device a schedule is planned for
 
 namespace hyperoffload {
 
@@ -30,6 +32,39 @@ namespace hyperoffload {
 struct UnavoidableFloor {
   OpIndex op = -1;
   std::int64_t bytes = 0;
+};
+
+// What a planner that solves a mathematical program (the optimal planner,
+// plan/optimal_planner.h) reports about the solve. Times in ms are the
+// program's model of the step's makespan (compute + recompute + stall), which
+// the simulator measures independently.
+enum class SolverStatus : std::uint8_t {
+  kOptimal,    // the incumbent is proven optimal (within the solver's gap tolerance)
+  kTimeLimit,  // the time limit stopped the search; the incumbent may not be optimal
+};
+const char* to_string(SolverStatus status);  // "optimal" / "time limit"
+
+struct SolverReport {
+  std::string solver;  // "CBC 2.10.8"
+  SolverStatus status = SolverStatus::kOptimal;
+  double objective_ms = 0.0;  // the schedule's makespan in the model
+  double bound_ms = 0.0;      // the solver's proven lower bound on the model's makespan
+  // (objective - bound) / objective: 0 when proven optimal.
+  double gap = 0.0;
+  double solve_seconds = 0.0;  // wall time of the solve (building the model excluded)
+  std::int64_t nodes = 0;      // branch-and-bound nodes explored
+  std::int64_t columns = 0;    // the program's size
+  std::int64_t integer_columns = 0;
+  std::int64_t rows = 0;
+};
+
+// One progress report while a solver runs (PlannerOptions::solver_progress).
+struct SolverProgress {
+  double elapsed_s = 0.0;                  // since the solve started
+  std::optional<double> incumbent_ms;      // best schedule's model makespan, once one is found
+  double bound_ms = 0.0;                   // proven lower bound so far
+  std::optional<double> gap;               // (incumbent - bound) / incumbent, with an incumbent
+  std::int64_t nodes = 0;
 };
 
 struct PlanResult {
@@ -42,6 +77,8 @@ struct PlanResult {
   std::optional<UnavoidableFloor> floor;
   // Human-readable remarks (e.g. a budget below the floor), one per line.
   std::vector<std::string> notes;
+  // Set by planners that solve a mathematical program (optimal).
+  std::optional<SolverReport> solver;
 };
 
 class Planner {
@@ -54,16 +91,6 @@ class Planner {
   virtual Result<PlanResult> plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const = 0;
 };
 
-// The device a schedule is planned for, and simulated on (sim/simulator.h,
-// `--memory-cap`):
-//  kUnlimited  memory is freed whenever the copies allow and nothing waits for
-//              it, so only the copies back to the device can stall compute;
-//  kBudget     the device holds only the budget: an allocation (an op's first
-//              accesses, a prefetch when it is issued) waits until releases
-//              have freed room, and a release frees memory only once its copy
-//              to host has completed.
-enum class DeviceMemory : std::uint8_t { kUnlimited, kBudget };
-
 // Options shared by the factory; each planner reads the fields it understands.
 struct PlannerOptions {
   // Score weights of the peak planner, NAME=VALUE (see plan/peak_planner.h).
@@ -72,10 +99,24 @@ struct PlannerOptions {
   // and picks its prefetch order for it; greedy ignores it). Never changes
   // the guarantees.
   DeviceMemory device_memory = DeviceMemory::kUnlimited;
+  // Wall-clock limit of the optimal planner's solve, in seconds (> 0; the best
+  // schedule found by then is returned with the solver's bound and gap).
+  double time_limit_s = 60.0;
+  // Called by the optimal planner from the thread that runs plan(), when the
+  // solver finds a better schedule and about once a second otherwise. Empty:
+  // no reports.
+  std::function<void(const SolverProgress&)> solver_progress;
 };
 
-// Names accepted by make_planner, in the order reports list them.
+// Names of the heuristic planners, in the order reports list them: fast on any
+// trace, so demo, the default comparison and the tests over every planner run
+// them all. make_planner also accepts kOptimalPlannerName.
 std::span<const std::string_view> planner_names();
+
+// The MILP reference planner (plan/optimal_planner.h): for small traces, and
+// seconds to minutes per plan, so planner_names() leaves it out; `compare`
+// adds it by default when the trace is small enough.
+inline constexpr std::string_view kOptimalPlannerName = "optimal";
 
 // Creates a planner by name; an unknown name is an error listing the valid ones.
 Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const PlannerOptions& options = {});

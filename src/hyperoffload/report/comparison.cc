@@ -24,11 +24,13 @@ Result<std::vector<NamedPlanner>> make_planners(const ComparisonOptions& options
   std::vector<NamedPlanner> planners;
   bool weights_used = false;
   for (const std::string& name : options.planners) {
-    // Only the peak planner takes score weights; every planner is tuned to the
-    // simulated device.
+    // The peak planner and the hybrid planner (for its offloads) take score
+    // weights; every planner is tuned to the simulated device.
     PlannerOptions planner_options;
     planner_options.device_memory = options.device_memory;
-    if (name == "peak") {
+    planner_options.time_limit_s = options.time_limit_s;
+    planner_options.solver_progress = options.solver_progress;
+    if (name == "peak" || name == "hybrid") {
       planner_options.score_weights = options.score_weights;
       weights_used = true;
     }
@@ -36,7 +38,8 @@ Result<std::vector<NamedPlanner>> make_planners(const ComparisonOptions& options
     planners.push_back({name, std::move(planner)});
   }
   if (!options.score_weights.empty() && !weights_used) {
-    return make_error(ErrorCode::kInvalidArgument, "score weights apply to the peak planner, which is not compared");
+    return make_error(ErrorCode::kInvalidArgument,
+                      "score weights apply to the peak and hybrid planners, neither of which is compared");
   }
   return planners;
 }
@@ -49,6 +52,11 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   const auto start = std::chrono::steady_clock::now();
   Result<PlanResult> planned = planner.planner->plan(trace, budget);
   row.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!planned && planned.error().code == ErrorCode::kInvalidArgument) {
+    row.refused = planned.error().message;
+    row.valid = true;  // nothing was planned, so nothing is invalid
+    return row;
+  }
   if (!planned) {
     return make_error(planned.error().code, fmt::format("planner {} at budget {}: {}", planner.name,
                                                         format_bytes(budget), planned.error().message));
@@ -56,6 +64,7 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   const PlanResult& plan = *planned;
   row.floor = plan.floor;
   row.notes = plan.notes;
+  row.solver = plan.solver;
 
   SimulatorOptions sim_options;
   sim_options.copy_engines = options.copy_engines;
@@ -71,6 +80,8 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   row.timed_peak_bytes = sim.peak_bytes_timed;
   row.stall_ms = sim.stall_ms;
   row.memory_stall_ms = sim.memory_stall_ms;
+  row.recompute_ms = sim.recompute_ms;
+  row.recompute_count = sim.recompute_count;
   row.overhead_percent = sim.overhead_percent();
   row.makespan_ms = sim.makespan_ms;
   row.d2h_bytes = sim.d2h_bytes;

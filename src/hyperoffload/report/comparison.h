@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -27,12 +28,12 @@ namespace hyperoffload {
 
 struct ComparisonOptions {
   // Planner names (make_planner); rows follow this order within each budget.
-  std::vector<std::string> planners = {"greedy", "peak"};
+  std::vector<std::string> planners = {"greedy", "peak", "hybrid", "recompute"};
   // Budgets to compare at; percentages are of the unplanned op-granular peak.
   // Empty: the trace's memory_limit_bytes (an error when it has none).
   std::vector<BudgetSpec> budgets;
-  // Score weights NAME=VALUE for the peak planner (an error when no planner
-  // takes them).
+  // Score weights NAME=VALUE for the peak planner and the hybrid planner,
+  // which places its offloads with it (an error when no planner takes them).
   std::vector<std::pair<std::string, double>> score_weights;
   CopyEngines copy_engines = CopyEngines::kTwo;
   // kBudget simulates a device that holds only the budget (sim/simulator.h):
@@ -40,6 +41,10 @@ struct ComparisonOptions {
   DeviceMemory device_memory = DeviceMemory::kUnlimited;
   // kYes keeps each row's memory curve (for memory_plot.h).
   RecordTimeline record_timeline = RecordTimeline::kNo;
+  // The optimal planner's solve: wall-clock limit per budget, in seconds, and
+  // its progress reports (PlannerOptions); other planners ignore both.
+  double time_limit_s = PlannerOptions{}.time_limit_s;
+  std::function<void(const SolverProgress&)> solver_progress;
 };
 
 struct ComparisonRow {
@@ -53,27 +58,42 @@ struct ComparisonRow {
   std::int64_t timed_peak_bytes = 0;  // simulator, over time
   double stall_ms = 0.0;
   double memory_stall_ms = 0.0;   // part of stall_ms waiting for memory (DeviceMemory::kBudget)
-  double overhead_percent = 0.0;  // stall as a percentage of compute
+  double recompute_ms = 0.0;      // compute-stream time re-running ops (recompute actions)
+  std::int64_t recompute_count = 0;
+  // (stall + recompute) as a percentage of compute: makespan / compute - 1
+  // whenever an op ends last.
+  double overhead_percent = 0.0;
   double makespan_ms = 0.0;
   std::int64_t d2h_bytes = 0;
   std::int64_t h2d_bytes = 0;  // includes faults
   double planning_ms = 0.0;
   std::optional<UnavoidableFloor> floor;  // when the planner computes one
   std::vector<std::string> notes;         // the planner's
+  std::optional<SolverReport> solver;     // the optimal planner's objective, bound and gap
+  // Non-empty when the planner refused this budget (plan() failed with
+  // kInvalidArgument, e.g. the optimal planner below its floor or on a trace
+  // too large for it): its message; nothing was planned or simulated.
+  std::string refused;
   std::vector<MemorySample> memory;       // only with RecordTimeline::kYes
   double end_ms = 0.0;                    // when the memory curve ends (makespan)
 
   std::int64_t bytes_moved() const { return d2h_bytes + h2d_bytes; }
   // Valid, fault-free and within the budget at op granularity: what every
   // planner promises. The timed peak is reported separately.
-  bool feasible() const { return valid && faults == 0 && op_peak_bytes <= budget_bytes; }
+  bool feasible() const { return refused.empty() && valid && faults == 0 && op_peak_bytes <= budget_bytes; }
   bool timed_within_budget() const { return timed_peak_bytes <= budget_bytes; }
-  // How much more this row stalls than the budget's lower bound; nullopt when
-  // the row is not feasible (the bound holds for feasible plans only) or there
-  // is no bound.
+  // How much more this row stalls than the budget's lower bound on the stall
+  // of offload-only plans; nullopt when the row is not feasible (the bound
+  // holds for feasible plans only) or there is no bound.
   std::optional<double> stall_above_bound_ms(std::optional<double> bound_ms) const {
     if (!feasible() || !bound_ms) return std::nullopt;
     return stall_ms - *bound_ms;
+  }
+  // The same for everything the plan adds to compute, stall and recompute:
+  // negative where recomputing beats every offload-only plan.
+  std::optional<double> overhead_above_bound_ms(std::optional<double> bound_ms) const {
+    if (!feasible() || !bound_ms) return std::nullopt;
+    return stall_ms + recompute_ms - *bound_ms;
   }
 };
 
@@ -88,8 +108,9 @@ struct Comparison {
   CopyEngines copy_engines = CopyEngines::kTwo;
   DeviceMemory device_memory = DeviceMemory::kUnlimited;
   std::vector<std::int64_t> budgets_bytes;  // in the requested order
-  // Per budget: the least stall any plan within it can have (report/stall_bound.h)
-  // under these copy engines and memory cap; nullopt when no plan fits it.
+  // Per budget: the least stall any offload-only plan within it can have
+  // (report/stall_bound.h) under these copy engines and memory cap; nullopt
+  // when no such plan fits it. Plans that recompute can go below it.
   std::vector<std::optional<double>> stall_bounds_ms;
   // Budget-major: rows[b * planners + p] is planner p at budgets_bytes[b].
   std::vector<ComparisonRow> rows;
@@ -108,7 +129,8 @@ struct Comparison {
 };
 
 // Errors (kInvalidArgument): an empty planner list, an unknown planner, a bad
-// score weight, no budget at all.
+// score weight, no budget at all. A planner that refuses one budget gives a
+// row with `refused` set instead.
 Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& options);
 
 }  // namespace hyperoffload

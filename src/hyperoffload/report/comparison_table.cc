@@ -14,23 +14,32 @@ struct Column {
   bool right_aligned;
 };
 
-constexpr std::array<Column, 9> kColumns = {{{"planner", false},
-                                             {"feasible", false},
-                                             {"op peak", true},
-                                             {"timed peak", true},
-                                             {"stall ms", true},
-                                             {"above bound", true},
+constexpr std::array<Column, 10> kColumns = {{{"planner", false},
+                                              {"feasible", false},
+                                              {"op peak", true},
+                                              {"timed peak", true},
+                                              {"stall ms", true},
+                                              {"recompute ms (n)", true},
+                                              {"above bound", true},
                                              {"overhead %", true},
                                              {"bytes moved", true},
                                              {"planning ms", true}}};
 
 std::array<std::string, kColumns.size()> cells(const ComparisonRow& row, std::optional<double> bound_ms) {
-  const std::optional<double> above = row.stall_above_bound_ms(bound_ms);
+  if (!row.refused.empty()) {
+    std::array<std::string, kColumns.size()> refused;
+    refused.fill("-");
+    refused[0] = row.planner;
+    refused[1] = "refused";
+    return refused;
+  }
+  const std::optional<double> above = row.overhead_above_bound_ms(bound_ms);
   return {row.planner,
           row.valid ? (row.feasible() ? "yes" : "no") : "INVALID",
           format_bytes(row.op_peak_bytes),
           format_bytes(row.timed_peak_bytes) + (row.timed_within_budget() ? "  " : " !"),
           fmt::format("{:.3f}", row.stall_ms),
+          row.recompute_count > 0 ? fmt::format("{:.3f} ({})", row.recompute_ms, row.recompute_count) : "-",
           above ? fmt::format("{:.3f}", *above) : "-",
           fmt::format("{:.2f}%", row.overhead_percent),
           format_bytes(row.bytes_moved()),
@@ -89,13 +98,14 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
     const std::optional<double> bound_ms = comparison.stall_bound_ms(b);
     std::string bound;
     if (b < comparison.stall_bounds_ms.size()) {
-      bound = bound_ms ? fmt::format("; stall lower bound {:.3f} ms", *bound_ms)
-                       : std::string("; no plan fits it");
+      bound = bound_ms ? fmt::format("; offload-only stall bound {:.3f} ms", *bound_ms)
+                       : std::string("; no offload-only plan fits it");
     }
     out += fmt::format("\nbudget {} ({:.1f}% of the unplanned peak){}{}\n", format_bytes(budget),
                        comparison.budget_percent(budget), floor, bound);
     append_table(out, rows, bound_ms);
     for (const ComparisonRow& row : rows) {
+      if (!row.refused.empty()) out += fmt::format("refused ({}): {}\n", row.planner, row.refused);
       if (!row.valid)
         out +=
             fmt::format("problem ({}): {} problem(s); first: {}\n", row.planner, row.problem_count, row.first_problem);
@@ -104,8 +114,9 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
   }
   out +=
       "\nfeasible: valid, no faults and op-granular peak within the budget; ! marks a timed peak above the "
-      "budget; above bound: stall minus the lower bound for the budget (feasible plans; docs/PEAK_PLANNER.md); "
-      "overhead is stall as a percentage of compute\n";
+      "budget; recompute: time re-running ops (count); above bound: stall plus recompute minus the least stall "
+      "any offload-only plan within the budget can have (feasible plans; negative where recompute beats it; "
+      "docs/PEAK_PLANNER.md); overhead: stall plus recompute as a percentage of compute\n";
   return out;
 }
 
@@ -127,6 +138,7 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
     const std::optional<double> bound_ms =
         comparison.planner_count > 0 ? comparison.stall_bound_ms(r / comparison.planner_count) : std::nullopt;
     const std::optional<double> above_ms = row.stall_above_bound_ms(bound_ms);
+    const std::optional<double> overhead_above = row.overhead_above_bound_ms(bound_ms);
     nlohmann::ordered_json item = {{"planner", row.planner},
                                    {"budget_bytes", row.budget_bytes},
                                    {"budget_percent", comparison.budget_percent(row.budget_bytes)},
@@ -141,6 +153,10 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
                                    {"memory_stall_ms", row.memory_stall_ms},
                                    {"stall_lower_bound_ms", bound_ms ? nlohmann::ordered_json(*bound_ms) : nullptr},
                                    {"stall_above_bound_ms", above_ms ? nlohmann::ordered_json(*above_ms) : nullptr},
+                                   {"overhead_above_bound_ms",
+                                    overhead_above ? nlohmann::ordered_json(*overhead_above) : nullptr},
+                                   {"recompute_ms", row.recompute_ms},
+                                   {"recompute_count", row.recompute_count},
                                    {"overhead_percent", row.overhead_percent},
                                    {"makespan_ms", row.makespan_ms},
                                    {"bytes_moved", row.bytes_moved()},
@@ -149,6 +165,16 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
                                    {"planning_ms", row.planning_ms}};
     if (row.floor) item["floor"] = {{"op", row.floor->op}, {"bytes", row.floor->bytes}};
     if (!row.first_problem.empty()) item["first_problem"] = row.first_problem;
+    if (!row.refused.empty()) item["refused"] = row.refused;
+    if (row.solver) {
+      item["solver"] = {{"name", row.solver->solver},
+                        {"status", to_string(row.solver->status)},
+                        {"objective_ms", row.solver->objective_ms},
+                        {"bound_ms", row.solver->bound_ms},
+                        {"gap", row.solver->gap},
+                        {"solve_seconds", row.solver->solve_seconds},
+                        {"nodes", row.solver->nodes}};
+    }
     item["notes"] = row.notes;
     results.push_back(std::move(item));
   }

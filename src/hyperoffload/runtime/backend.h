@@ -36,7 +36,7 @@
 #include <string_view>
 
 #include "hyperoffload/ir/status.h"
-#include "hyperoffload/sim/simulator.h"  // CopyEngines: the same knob the simulator models
+#include "hyperoffload/model/device.h"  // CopyEngines: the same knob the simulator models
 
 namespace hyperoffload {
 

@@ -51,7 +51,8 @@ void ResidencyManager::add_host(std::int64_t bytes) {
 
 Status ResidencyManager::track(StorageId id, std::int64_t size_bytes, Entry entry) {
   entry.size_bytes = size_bytes;
-  entry.resident = true;
+  entry.residency.seen = true;  // bound storages exist: no "first access"
+  entry.residency.resident = true;
   entries_.emplace(id, std::move(entry));
   ++stats_.storages;
   add_resident(size_bytes);
@@ -98,11 +99,11 @@ Status ResidencyManager::adopt(StorageId id, std::int64_t size_bytes, AdoptedBuf
 
 Status ResidencyManager::mark_written(StorageId id) {
   HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "write"));
-  if (!entry->resident) {
+  if (!entry->residency.resident) {
     return make_error(ErrorCode::kFailedPrecondition,
                       fmt::format("write of storage {}: not resident (writes must go through device_ptr)", id));
   }
-  ++entry->version;
+  apply_access(entry->residency, AccessKind::kWrite);
   return ok_status();
 }
 
@@ -181,13 +182,15 @@ Status ResidencyManager::end_span(SpanKind kind, StorageId id, std::int64_t byte
 
 Status ResidencyManager::copy_d2h(StorageId id) {
   HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "copy_d2h"));
-  if (entry->host_present && entry->host_version == entry->version) return ok_status();  // already current
-  if (!entry->resident) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      fmt::format("copy_d2h of storage {}: not resident and {}", id,
-                                  entry->host_present ? "the host copy is stale" : "no host copy exists"));
+  switch (classify_d2h(entry->residency)) {
+    case CopyOutcome::kNoOp: return ok_status();  // the host already holds the current version
+    case CopyOutcome::kError:
+      return make_error(ErrorCode::kFailedPrecondition,
+                        fmt::format("copy_d2h of storage {}: not resident and {}", id,
+                                    entry->residency.host_present ? "the host copy is stale" : "no host copy exists"));
+    case CopyOutcome::kCopies: break;
   }
-  const bool new_block = !entry->host_present && entry->size_bytes > 0;
+  const bool new_block = !entry->residency.host_present && entry->size_bytes > 0;
   if (new_block) {
     Result<PinnedBlock> block = pool_.acquire(entry->size_bytes);
     if (!block)
@@ -216,9 +219,8 @@ Status ResidencyManager::copy_d2h(StorageId id) {
       return enqueued;
     }
   }
-  if (!entry->host_present) add_host(entry->size_bytes);
-  entry->host_present = true;
-  entry->host_version = entry->version;
+  if (!entry->residency.host_present) add_host(entry->size_bytes);
+  apply_d2h(entry->residency);
   ++stats_.d2h_count;
   stats_.d2h_bytes += entry->size_bytes;
   return ok_status();
@@ -226,13 +228,15 @@ Status ResidencyManager::copy_d2h(StorageId id) {
 
 Status ResidencyManager::copy_h2d(StorageId id) {
   HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "copy_h2d"));
-  if (entry->resident) return ok_status();
-  if (!entry->host_present) {
-    return make_error(ErrorCode::kFailedPrecondition, fmt::format("copy_h2d of storage {}: no host copy", id));
-  }
-  if (entry->host_version != entry->version) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      fmt::format("copy_h2d of storage {}: the host copy is stale (written after it was copied)", id));
+  switch (classify_h2d(entry->residency)) {
+    case CopyOutcome::kNoOp: return ok_status();  // already resident
+    case CopyOutcome::kError:
+      if (!entry->residency.host_present) {
+        return make_error(ErrorCode::kFailedPrecondition, fmt::format("copy_h2d of storage {}: no host copy", id));
+      }
+      return make_error(ErrorCode::kFailedPrecondition,
+                        fmt::format("copy_h2d of storage {}: the host copy is stale (written after it was copied)", id));
+    case CopyOutcome::kCopies: break;
   }
   HO_RETURN_IF_ERROR(materialize(id, *entry));
   if (entry->size_bytes > 0) {
@@ -253,7 +257,7 @@ Status ResidencyManager::copy_h2d(StorageId id) {
       return enqueued;
     }
   }
-  entry->resident = true;
+  apply_h2d(entry->residency);
   add_resident(entry->size_bytes);
   ++stats_.h2d_count;
   stats_.h2d_bytes += entry->size_bytes;
@@ -283,10 +287,9 @@ Status ResidencyManager::free_device_buffer(Entry& entry, ReleaseCallback* callb
 
 Status ResidencyManager::release_device(StorageId id) {
   HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "release_device"));
-  if (!entry->resident) return ok_status();
+  if (!apply_release_device(entry->residency)) return ok_status();
   void* ptr = entry->device;
   ReleaseCallback callback;
-  entry->resident = false;
   stats_.resident_bytes -= entry->size_bytes;
   HO_RETURN_IF_ERROR(free_device_buffer(*entry, &callback));
   if (callback) callback(ptr);  // state is consistent before the caller's code runs
@@ -295,27 +298,26 @@ Status ResidencyManager::release_device(StorageId id) {
 
 Status ResidencyManager::release_host(StorageId id) {
   HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "release_host"));
-  if (!entry->host_present) return ok_status();
+  if (!apply_release_host(entry->residency)) return ok_status();
   if (!entry->host.empty()) {
     const Fence fences[] = {entry->d2h, entry->h2d};
     pool_.release(entry->host, fences);
   }
   entry->host = {};
-  entry->host_present = false;
-  entry->host_version = -1;
   stats_.host_bytes -= entry->size_bytes;
   return ok_status();
 }
 
 Result<void*> ResidencyManager::device_ptr(StorageId id, DeviceAccess access) {
   HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "use"));
-  if (!entry->resident) {
-    if (!entry->host_present || entry->host_version != entry->version) {
-      return make_error(ErrorCode::kFailedPrecondition,
-                        fmt::format("storage {}: data lost: its device copy was released and {}", id,
-                                    entry->host_present ? "its host copy is stale (written after it was copied)"
-                                                        : "no host copy exists"));
-    }
+  const AccessOutcome outcome = classify_access(entry->residency);
+  if (outcome == AccessOutcome::kDataLoss) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("storage {}: data lost: its device copy was released and {}", id,
+                                  entry->residency.host_present ? "its host copy is stale (written after it was copied)"
+                                                                : "no host copy exists"));
+  }
+  if (outcome == AccessOutcome::kFault) {
     // A fault: a synchronous demand page on the compute stream.
     HO_RETURN_IF_ERROR(materialize(id, *entry));
     if (entry->size_bytes > 0) {
@@ -331,7 +333,7 @@ Result<void*> ResidencyManager::device_ptr(StorageId id, DeviceAccess access) {
         return std::unexpected(std::move(enqueued.error()));
       }
     }
-    entry->resident = true;
+    apply_h2d(entry->residency);
     add_resident(entry->size_bytes);
     ++stats_.faults;
     stats_.fault_bytes += entry->size_bytes;
@@ -409,8 +411,7 @@ Status ResidencyManager::wait_deferred_frees() {
 Status ResidencyManager::forget(StorageId id) {
   HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "forget"));
   Status status = ok_status();
-  if (entry->resident) stats_.resident_bytes -= entry->size_bytes;
-  entry->resident = false;
+  if (apply_release_device(entry->residency)) stats_.resident_bytes -= entry->size_bytes;
   if (entry->device != nullptr) {
     if (entry->owner == Owner::kCaller) {
       // The buffer goes back to the caller, who may free it at once: the copies
@@ -424,7 +425,7 @@ Status ResidencyManager::forget(StorageId id) {
       status = std::move(freed);
     }
   }
-  if (entry->host_present) {
+  if (entry->residency.host_present) {
     if (!entry->host.empty()) {
       const Fence fences[] = {entry->d2h, entry->h2d};
       pool_.release(entry->host, fences);
@@ -452,17 +453,17 @@ Status ResidencyManager::reset() {
 
 bool ResidencyManager::resident(StorageId id) const {
   auto it = entries_.find(id);
-  return it != entries_.end() && it->second.resident;
+  return it != entries_.end() && it->second.residency.resident;
 }
 
 bool ResidencyManager::has_host_copy(StorageId id) const {
   auto it = entries_.find(id);
-  return it != entries_.end() && it->second.host_present;
+  return it != entries_.end() && it->second.residency.host_present;
 }
 
 bool ResidencyManager::has_current_host_copy(StorageId id) const {
   auto it = entries_.find(id);
-  return it != entries_.end() && it->second.host_present && it->second.host_version == it->second.version;
+  return it != entries_.end() && it->second.residency.host_current();
 }
 
 std::optional<std::int64_t> ResidencyManager::size_bytes(StorageId id) const {

@@ -2,9 +2,11 @@
 // and the copies that move them, on a Backend.
 //
 // Per storage id (an int64 the caller chooses) it keeps the device buffer, the
-// pinned host block, a version count and the fences of the last D2H and H2D.
-// Semantics match the validator's (check/validator.h), so a schedule that
-// validates runs here unchanged:
+// pinned host block, its residency state and the fences of the last D2H and
+// H2D. Which copies take effect, which uses fault and which lose data are the
+// execution model's residency rules (model/residency_rules.h), the ones the
+// validator and the simulator apply, so a schedule that validates runs here
+// unchanged:
 //  - Each write makes a new version (mark_written); a host copy holds the
 //    version it copied.
 //  - copy_d2h: a no-op when the host already holds the current version;
@@ -58,6 +60,7 @@
 #include "hyperoffload/ir/ids.h"
 #include "hyperoffload/ir/status.h"
 #include "hyperoffload/ir/timeline.h"
+#include "hyperoffload/model/residency_rules.h"
 #include "hyperoffload/runtime/backend.h"
 #include "hyperoffload/runtime/event_pool.h"
 #include "hyperoffload/runtime/pinned_host_pool.h"
@@ -194,14 +197,11 @@ class ResidencyManager {
   struct Entry {
     std::int64_t size_bytes = 0;
     void* device = nullptr;  // current device buffer (null when not resident or 0 bytes)
-    bool resident = false;
+    ResidencyState residency;       // model/residency_rules.h; seen from bind/adopt on
     Owner owner = Owner::kRuntime;  // of the current device buffer
     bool caller_managed = false;    // adopted at bind time: rematerialize through the hook
     ReleaseCallback release;        // for an Owner::kCaller buffer
     PinnedBlock host;
-    bool host_present = false;
-    std::int32_t version = 0;
-    std::int32_t host_version = -1;
     Fence d2h;               // last D2H: reads `device`, writes `host`
     Fence h2d;               // last H2D: reads `host`, writes `device`
     bool h2d_waited = true;  // the compute stream already waits for h2d

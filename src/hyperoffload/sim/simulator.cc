@@ -1,28 +1,29 @@
 #include "hyperoffload/sim/simulator.h"
 
 #include <algorithm>
-#include <functional>
-#include <queue>
 
 #include <nlohmann/json.hpp>
 
-#include "hyperoffload/check/residency_rules.h"
+#include "hyperoffload/model/residency_rules.h"
+#include "hyperoffload/model/step_clock.h"
 
 namespace hyperoffload {
 namespace {
 
 // Note [Residency state]: the simulator decides which copies are effective,
 // which accesses fault and which are first accesses with the validator's rules
-// (check/residency_rules.h), so the two never disagree about what happens, only
-// the simulator adds when. The property test in tests/sim/ holds them together.
+// (model/residency_rules.h), so the two never disagree about what happens, only
+// the simulator adds when — with the execution model's clocks and timing rules
+// (model/step_clock.h), which the planners' stall estimate shares. The property
+// test in tests/sim/ holds the simulator and the validator together.
 //
-// The size is kept here rather than read from the trace so that an access
-// touches one cache line per storage: on large traces the simulator's time is
-// mostly cache misses on storages accessed in random order.
+// The size and timing are kept here rather than read from the trace or the
+// clock so that an access touches one cache line per storage: on large traces
+// the simulator's time is mostly cache misses on storages accessed in random
+// order.
 struct StorageState {
   std::int64_t size_bytes = 0;
-  double d2h_end_ms = 0.0;  // completion of the last effective D2H
-  double h2d_end_ms = 0.0;  // completion of the last H2D copy (not faults)
+  StorageTiming timing;
   ResidencyState residency;
 };
 
@@ -44,36 +45,51 @@ class Simulation {
       : trace_(trace),
         options_(options),
         record_(options.record_timeline == RecordTimeline::kYes),
+        budget_bytes_(options.budget_bytes ? *options.budget_bytes : trace.memory_limit_bytes().value_or(-1)),
+        clock_(options.copy_engines,
+               options.device_memory == DeviceMemory::kBudget && budget_bytes_ >= 0
+                   ? std::optional<std::int64_t>(budget_bytes_)
+                   : std::nullopt,
+               trace.storage_count()),
         states_(static_cast<std::size_t>(trace.storage_count())) {
     for (StorageIndex s = 0; s < trace.storage_count(); ++s) state_of(s).size_bytes = trace.storage(s).size_bytes;
   }
 
   SimulationResult run(const Schedule& schedule) {
     result_.copy_engines = options_.copy_engines;
-    result_.budget_bytes = options_.budget_bytes ? *options_.budget_bytes : trace_.memory_limit_bytes().value_or(-1);
+    result_.budget_bytes = budget_bytes_;
     result_.device_memory = options_.device_memory;
-    cap_ = options_.device_memory == DeviceMemory::kBudget && result_.budget_bytes >= 0;
     if (record_) result_.timeline.budget_bytes = result_.budget_bytes;
 
     const std::vector<ResolvedAction> actions = resolve_actions(trace_, schedule, {});
+    if (std::any_of(actions.begin(), actions.end(),
+                    [](const ResolvedAction& a) { return a.action.kind == ActionKind::kRecompute; })) {
+      versions_ = AccessVersions(trace_);
+    }
     compute_events_.reserve(trace_.access_count() / 2 + actions.size() / 2 + 16);
     if (record_) result_.timeline.spans.reserve(static_cast<std::size_t>(trace_.op_count()) + actions.size());
 
-    double previous_end_ms = 0.0;
+    // Note [Host and stream clocks]: the host issues op i's pre actions when op
+    // i-1 ends and its post actions when op i ends, in program order; an
+    // allocation with a memory cap can hold the host up (Note [Memory cap] in
+    // model/capped_memory.h), and the actions after it are issued later. The
+    // compute stream is free when its last op or recompute ends: a recompute
+    // issued in op i-1's post phase can still run while op i's pre actions are
+    // issued.
+    double host_ms = 0.0;
     std::size_t next = 0;
     for (OpIndex op = 0; op < trace_.op_count(); ++op) {
-      // The host issues op's pre actions when the previous op has ended; with a
-      // memory cap an allocation among them can hold the host up (Note [Memory cap]).
-      double host_ms = previous_end_ms;
+      host_ms = std::max(host_ms, op_end_ms_);
       prefetch_action_states(actions, next);
       for (; next < actions.size() && actions[next].action.op == op && actions[next].action.phase == Phase::kPre;
            ++next) {
         host_ms = apply(actions[next], host_ms);
       }
-      previous_end_ms = run_op(op, previous_end_ms, host_ms);
-      for (; next < actions.size() && actions[next].action.op == op; ++next) apply(actions[next], previous_end_ms);
+      run_op(op, host_ms);
+      host_ms = op_end_ms_;
+      for (; next < actions.size() && actions[next].action.op == op; ++next) host_ms = apply(actions[next], host_ms);
     }
-    result_.makespan_ms = std::max(previous_end_ms, copies_end_ms_);
+    result_.makespan_ms = std::max(clock_.stream_free_ms(), clock_.copies_end_ms());
     sweep_memory();
     return std::move(result_);
   }
@@ -92,16 +108,6 @@ class Simulation {
         {kind, lane, op, storage < 0 ? StorageId{-1} : trace_.storage(storage).id, bytes, start_ms, end_ms});
   }
 
-  // With one engine both directions share one FIFO queue (Lane::kCopy0); with
-  // two, D2H runs on kCopy0 and H2D on kCopy1.
-  double& engine_free_ms(ActionKind kind) {
-    return options_.copy_engines == CopyEngines::kOne || kind == ActionKind::kCopyD2H ? engine_free_ms_[0]
-                                                                                      : engine_free_ms_[1];
-  }
-  Lane engine_lane(ActionKind kind) const {
-    return options_.copy_engines == CopyEngines::kOne || kind == ActionKind::kCopyD2H ? Lane::kCopy0 : Lane::kCopy1;
-  }
-
   // Note [Prefetching storage states]: ops touch storages in effectively random
   // order, so on a large trace most accesses miss the cache on their
   // StorageState. The accesses are one flat array, so the states a few ops ahead
@@ -117,24 +123,34 @@ class Simulation {
   }
   void prefetch_action_states(std::span<const ResolvedAction> actions, std::size_t from) {
     const std::size_t end = std::min(actions.size(), from + kPrefetchDistance);
-    for (std::size_t i = std::max(from, actions_prefetched_); i < end; ++i) prefetch_state(actions[i].storage);
+    for (std::size_t i = std::max(from, actions_prefetched_); i < end; ++i) {
+      if (actions[i].storage >= 0) prefetch_state(actions[i].storage);
+    }
     actions_prefetched_ = std::max(actions_prefetched_, end);
   }
 
-  // Runs one op whose pre actions were issued at `ready_ms` (the previous op's
-  // end) and done by `host_ms` (later when one waited for memory); returns when
-  // it ends.
-  double run_op(OpIndex op, double ready_ms, double host_ms) {
+  // The compute stream's wait before an op or recompute whose actions the host
+  // has issued by `host_ms`: from when the stream is free to the host (waiting
+  // for memory). Returns when the stream can go on.
+  double wait_for_host(OpIndex op, double host_ms) {
+    const double free_ms = clock_.stream_free_ms();
+    if (host_ms <= free_ms) return free_ms;
+    add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, free_ms, host_ms);
+    result_.memory_stall_ms += host_ms - free_ms;
+    return host_ms;
+  }
+
+  // Runs one op whose pre actions the host has issued by `host_ms`; it starts
+  // once the compute stream is free. Sets op_end_ms_ and moves the stream.
+  void run_op(OpIndex op, double host_ms) {
     ++seq_;
-    if (host_ms > ready_ms) {
-      add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, ready_ms, host_ms);
-      result_.memory_stall_ms += host_ms - ready_ms;
-    }
-    double cursor_ms = host_ms;
+    const double ready_ms = clock_.stream_free_ms();
+    double cursor_ms = wait_for_host(op, host_ms);
     std::int64_t first_access_bytes = 0;
     std::int64_t fault_bytes = 0;
     faults_.clear();
     prefetch_states(trace_.access_offset(op) + trace_.accesses(op).size());
+    std::size_t position = trace_.access_offset(op);
     for (const Access& access : trace_.accesses(op)) {
       StorageState& state = state_of(access.storage);
       switch (classify_access(state.residency)) {
@@ -151,19 +167,19 @@ class Simulation {
           break;
       }
       apply_access(state.residency, access.kind);
+      versions_.record(position++, state.residency.version);
     }
-    if (cap_) {
+    if (clock_.capped()) {
       // Everything this op allocates must fit before its faults and its start.
-      const double fits_ms = fit(cursor_ms, first_access_bytes + fault_bytes);
+      const double fits_ms = clock_.allocate(cursor_ms, first_access_bytes + fault_bytes);
       if (fits_ms > cursor_ms) add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, cursor_ms, fits_ms);
       result_.memory_stall_ms += fits_ms - cursor_ms;
       cursor_ms = fits_ms;
-      allocated_bytes_ += first_access_bytes + fault_bytes;
     }
     for (const StorageIndex s : faults_) {
       // A synchronous demand page on the compute stream, after its D2H.
       const StorageState& state = state_of(s);
-      const double start_ms = std::max(cursor_ms, state.d2h_end_ms);
+      const double start_ms = state.timing.to_device_start_ms(cursor_ms);
       const double end_ms = start_ms + trace_.h2d_ms(state.size_bytes);
       if (start_ms > cursor_ms) add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, cursor_ms, start_ms);
       add_span(SpanKind::kFault, Lane::kCompute, op, s, state.size_bytes, start_ms, end_ms);
@@ -173,7 +189,7 @@ class Simulation {
       cursor_ms = end_ms;
     }
     double start_ms = cursor_ms;
-    for (const Access& access : trace_.accesses(op)) start_ms = std::max(start_ms, state_of(access.storage).h2d_end_ms);
+    for (const Access& access : trace_.accesses(op)) start_ms = std::max(start_ms, state_of(access.storage).timing.ready_ms());
     if (start_ms > cursor_ms) add_span(SpanKind::kStall, Lane::kCompute, op, -1, 0, cursor_ms, start_ms);
     add_event(compute_events_, start_ms, first_access_bytes);
 
@@ -182,42 +198,60 @@ class Simulation {
     add_span(SpanKind::kOp, Lane::kCompute, op, -1, 0, start_ms, end_ms);
     result_.compute_ms += duration_ms;
     result_.stall_ms += start_ms - ready_ms;
-    return end_ms;
+    op_end_ms_ = end_ms;
+    clock_.compute_ends(end_ms);
   }
 
-  // Note [Memory cap]: with DeviceMemory::kBudget every allocation is made by the
-  // host in program order — an op's first accesses and faults when it starts, a
-  // prefetch's buffer when its copy_h2d is issued (as a runtime reserves it
-  // when it enqueues the copy) — so allocation times never decrease. An
-  // allocation fits once the bytes allocated so far, minus the releases that
-  // have completed by then, leave room for it; until then the host waits, and
-  // so does the compute stream behind it. Releases complete at known times (their
-  // op's end, or later their D2H), kept in a min-heap and retired as the clock
-  // passes them.
-  double fit(double at_ms, std::int64_t bytes) {
-    if (bytes == 0) return at_ms;
-    retire_frees_until(at_ms);
-    while (allocated_bytes_ - retired_bytes_ + bytes > result_.budget_bytes && !pending_frees_.empty()) {
-      at_ms = std::max(at_ms, pending_frees_.top().time_ms);
-      retire_frees_until(at_ms);
+  // Note [Recompute timing]: a recompute of op k is issued by the host like any
+  // action of its phase. Its regenerated outputs are allocated when it is
+  // issued (with a cap the host waits for room, as for a prefetch). It runs on
+  // the compute stream for op k's duration once the stream is free and every
+  // in-flight H2D of its inputs has completed; the wait is stall, its run time
+  // is recompute time. The actions after it are issued at once, but a release
+  // of one of its inputs or outputs frees memory, and a copy to host of one of
+  // its outputs starts, no earlier than its end (model/storage_timing.h,
+  // RecomputeHolds). StepClock::recompute applies these rules; what it
+  // regenerates is the residency rules' (regenerate_outputs).
+  double recompute(const ResolvedAction& resolved, double issue_ms) {
+    const Action& action = resolved.action;
+    const OpIndex source = action.source_op;
+    recompute_accesses(trace_, versions_, source, recompute_);
+    const std::int64_t regenerated_bytes = regenerate_outputs(
+        recompute_, [this](StorageIndex s) -> ResidencyState& { return state_of(s).residency; },
+        [this](StorageIndex s) { return state_of(s).size_bytes; });
+    double inputs_ready_ms = 0.0;
+    for (const RecomputeAccess& input : recompute_.inputs) {
+      inputs_ready_ms = std::max(inputs_ready_ms, state_of(input.storage).timing.ready_ms());
     }
-    return at_ms;  // with nothing left to wait for, an over-budget plan goes ahead
-  }
-
-  void retire_frees_until(double time_ms) {
-    while (!pending_frees_.empty() && pending_frees_.top().time_ms <= time_ms) {
-      retired_bytes_ += pending_frees_.top().bytes;
-      pending_frees_.pop();
+    const double ready_ms = clock_.stream_free_ms();
+    const StepClock::Recompute run =
+        clock_.recompute(recompute_, issue_ms, regenerated_bytes, inputs_ready_ms, trace_.op_duration_ms(source));
+    add_event(compute_events_, run.host_ms, regenerated_bytes);
+    // The stream's wait, split as for an op: for the host (memory), then for
+    // the inputs' copies.
+    const double host_wait_end_ms = std::max(ready_ms, run.host_ms);
+    if (run.host_ms > ready_ms) {
+      add_span(SpanKind::kStall, Lane::kCompute, action.op, -1, 0, ready_ms, run.host_ms);
+      result_.memory_stall_ms += run.host_ms - ready_ms;
     }
+    if (run.start_ms > host_wait_end_ms) {
+      add_span(SpanKind::kStall, Lane::kCompute, action.op, -1, 0, host_wait_end_ms, run.start_ms);
+    }
+    add_span(SpanKind::kRecompute, Lane::kCompute, source, -1, regenerated_bytes, run.start_ms, run.end_ms);
+    result_.stall_ms += run.start_ms - ready_ms;
+    result_.recompute_ms += run.end_ms - run.start_ms;
+    ++result_.recompute_count;
+    return run.host_ms;
   }
 
   // Applies one action issued at `issue_ms`, with the validator's rules for
   // what is effective (Note [Residency state]).
   // Returns when the host is done issuing it (later than `issue_ms` only when
-  // a capped prefetch waited for memory).
+  // a capped prefetch or recompute waited for memory).
   double apply(const ResolvedAction& resolved, double issue_ms) {
     ++seq_;
     const Action& action = resolved.action;
+    if (action.kind == ActionKind::kRecompute) return recompute(resolved, issue_ms);
     const StorageIndex s = resolved.storage;
     StorageState& state = state_of(s);
     ResidencyState& residency = state.residency;
@@ -225,56 +259,40 @@ class Simulation {
     switch (action.kind) {
       case ActionKind::kCopyD2H: {
         if (classify_d2h(residency) != CopyOutcome::kCopies) return issue_ms;  // a no-op, or an error with no copy
-        double& engine = engine_free_ms(action.kind);
-        const double start_ms = std::max(issue_ms, engine);
-        const double end_ms = start_ms + trace_.d2h_ms(size);
-        engine = end_ms;
-        copies_end_ms_ = std::max(copies_end_ms_, end_ms);
-        state.d2h_end_ms = end_ms;
-        residency.host_present = true;
-        residency.host_version = residency.version;
+        const CopyWindow copy = clock_.copy_to_host(s, state.timing, issue_ms, trace_.d2h_ms(size));
+        apply_d2h(residency);
         result_.d2h_bytes += size;
         ++result_.d2h_count;
-        add_span(SpanKind::kCopyD2H, engine_lane(action.kind), action.op, s, size, start_ms, end_ms);
+        add_span(SpanKind::kCopyD2H, clock_.lane(CopyDirection::kToHost), action.op, s, size, copy.start_ms,
+                 copy.end_ms);
         return issue_ms;
       }
       case ActionKind::kCopyH2D: {
         if (classify_h2d(residency) != CopyOutcome::kCopies) return issue_ms;  // a no-op, or an error with no copy
-        double& engine = engine_free_ms(action.kind);
-        double allocated_ms = issue_ms;
-        if (cap_) {
-          allocated_ms = fit(issue_ms, size);
-          allocated_bytes_ += size;
-          issue_ms = allocated_ms;
-        }
-        const double start_ms = std::max({allocated_ms, engine, state.d2h_end_ms});
-        const double end_ms = start_ms + trace_.h2d_ms(size);
-        engine = end_ms;
-        copies_end_ms_ = std::max(copies_end_ms_, end_ms);
-        state.h2d_end_ms = end_ms;
-        residency.resident = true;
+        const StepClock::ToDevice copy = clock_.copy_to_device(state.timing, issue_ms, size, trace_.h2d_ms(size));
+        apply_h2d(residency);
         // Memory is taken when the copy starts, or with a cap when it is reserved.
-        if (cap_) {
-          add_event(compute_events_, allocated_ms, size);
+        if (clock_.capped()) {
+          add_event(compute_events_, copy.host_ms, size);
         } else {
-          add_event(copy_events_, start_ms, size);
+          add_event(copy_events_, copy.copy.start_ms, size);
         }
         result_.h2d_bytes += size;
         ++result_.h2d_count;
-        add_span(SpanKind::kCopyH2D, engine_lane(action.kind), action.op, s, size, start_ms, end_ms);
-        return issue_ms;
+        add_span(SpanKind::kCopyH2D, clock_.lane(CopyDirection::kToDevice), action.op, s, size, copy.copy.start_ms,
+                 copy.copy.end_ms);
+        return copy.host_ms;
       }
       case ActionKind::kReleaseDevice: {
-        if (!residency.resident) return issue_ms;
-        residency.resident = false;
-        const double free_ms = std::max({issue_ms, state.d2h_end_ms, state.h2d_end_ms});
+        if (!apply_release_device(residency)) return issue_ms;
+        const double free_ms = clock_.release(s, state.timing, issue_ms, size);
         add_event(free_ms > issue_ms ? delayed_events_ : compute_events_, free_ms, -size);
-        if (cap_) pending_frees_.push({free_ms, size});
         return issue_ms;
       }
       case ActionKind::kReleaseHost:
-        residency.host_present = false;
+        apply_release_host(residency);
         return issue_ms;
+      case ActionKind::kRecompute: return issue_ms;  // handled above
     }
     return issue_ms;
   }
@@ -321,27 +339,20 @@ class Simulation {
   const Trace& trace_;
   const SimulatorOptions& options_;
   const bool record_;
+  const std::int64_t budget_bytes_;  // the options' or the trace's budget; -1 when unknown
+  StepClock clock_;
   std::vector<StorageState> states_;
   SimulationResult result_;
   std::uint64_t seq_ = 0;
+  double op_end_ms_ = 0.0;  // when the last op ended (Note [Host and stream clocks])
   std::size_t accesses_prefetched_ = 0;  // Note [Prefetching storage states]
   std::size_t actions_prefetched_ = 0;
-  double engine_free_ms_[2] = {0.0, 0.0};
-  double copies_end_ms_ = 0.0;
   std::vector<MemoryEvent> compute_events_;
   std::vector<MemoryEvent> copy_events_;
   std::vector<MemoryEvent> delayed_events_;
   std::vector<StorageIndex> faults_;  // of the current op
-  // Note [Memory cap]
-  struct PendingFree {
-    double time_ms;
-    std::int64_t bytes;
-    bool operator>(const PendingFree& other) const { return time_ms > other.time_ms; }
-  };
-  bool cap_ = false;
-  std::int64_t allocated_bytes_ = 0;  // by the host so far
-  std::int64_t retired_bytes_ = 0;    // released and freed by the clock so far
-  std::priority_queue<PendingFree, std::vector<PendingFree>, std::greater<>> pending_frees_;
+  AccessVersions versions_;      // enabled when the schedule recomputes
+  RecomputeAccesses recompute_;  // scratch
 };
 
 }  // namespace
@@ -364,6 +375,8 @@ std::string simulation_to_json(const SimulationResult& result) {
   out["makespan_ms"] = result.makespan_ms;
   out["stall_ms"] = result.stall_ms;
   out["fault_ms"] = result.fault_ms;
+  out["recompute_ms"] = result.recompute_ms;
+  out["recompute_count"] = result.recompute_count;
   out["overhead_percent"] = result.overhead_percent();
   out["d2h_bytes"] = result.d2h_bytes;
   out["h2d_bytes"] = result.h2d_bytes;

@@ -7,7 +7,8 @@
 //    with 1, both directions share one queue, in program order. Transfer time =
 //    size / bandwidth (the trace's GiB/s, 2^30 bytes per second).
 //  - An action is issued when its op ends (post) or when the previous op ends
-//    (pre; time 0 for op 0).
+//    (pre; time 0 for op 0), in program order: one that waits for memory (with
+//    DeviceMemory::kBudget, below) holds up the host, and the actions after it.
 //  - A copy_d2h starts when it is issued and its engine is free.
 //  - A copy_h2d starts when it is issued, its engine is free and the storage's
 //    last D2H has completed; its device memory is taken when the copy starts.
@@ -30,6 +31,15 @@
 //    bytes; actions the validator drops (unknown storage, op out of range) are
 //    ignored, and actions out of execution order run in execution order, as in
 //    the validator.
+//  - A recompute of op k (schedule format v2) is issued like any action of its
+//    phase. The storages it regenerates are allocated when it is issued (with
+//    kBudget the host waits for room, as for a prefetch). It runs on the compute
+//    stream for op k's duration_ms once the stream is free and every in-flight
+//    H2D of its inputs has completed (the wait is stall); the next op or
+//    recompute starts no earlier than its end. The actions after it in its
+//    phase are issued at once, but a release_device of one of its inputs or
+//    outputs frees memory, and a copy_d2h of one of its outputs starts, no
+//    earlier than its end. Its run time is recompute_ms, overhead but not stall.
 //  - Ops do not wait for an in-flight D2H of a storage they write. Schedules
 //    from the planners never need it (the D2H is issued after the storage's last
 //    write before its gap), so the model leaves write-after-read hazards to the
@@ -39,16 +49,23 @@
 // (or the runtime with an arena of that size) does. Allocations are made by the
 // host in program order — an op's first accesses and faults when it starts, a
 // prefetch's buffer when its copy_h2d is issued (a runtime reserves it when it
-// enqueues the copy) — and each waits until enough released memory has really
-// been freed (releases wait for their D2H). The host, and the compute stream
+// enqueues the copy), a recompute's outputs when it is issued — and each waits
+// until enough released memory has really been freed (releases wait for their
+// D2H; model/capped_memory.h).
+//
+// The timing rules, the copy engines and the capped allocator are the execution
+// model's (model/step_clock.h), shared with the planners' stall estimate; what
+// happens is decided by the residency rules (model/residency_rules.h), shared
+// with the validator. The host, and the compute stream
 // behind it, waits meanwhile: memory_stall_ms, part of stall_ms. The timed peak
 // then never exceeds the budget when the op-granular peak does not; for a
 // schedule over budget at op granularity, an allocation that cannot fit once
 // every issued release has completed goes ahead and the timed peak shows it.
 //
-// makespan_ms is when the last op or copy ends; stall_ms is the compute stream's
-// total waiting (including faults), so compute_ms + stall_ms is when the last op
-// ends. The timed peak is at least the validator's op-granular peak when every
+// makespan_ms is when the last op, recompute or copy ends; stall_ms is the
+// compute stream's total waiting (including faults, before ops and before
+// recomputes), so compute_ms + stall_ms + recompute_ms is when the compute
+// stream's last op or recompute ends. The timed peak is at least the validator's op-granular peak when every
 // prefetch is taken by the time the validator counts it (greedy's last-moment
 // prefetches, or any schedule with DeviceMemory::kBudget, which
 // reserves at issue); a prefetch issued early that waits in the H2D queue takes
@@ -69,11 +86,9 @@
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/ir/timeline.h"
 #include "hyperoffload/ir/trace.h"
-#include "hyperoffload/plan/planner.h"  // DeviceMemory
+#include "hyperoffload/model/device.h"
 
 namespace hyperoffload {
-
-enum class CopyEngines : std::uint8_t { kOne = 1, kTwo = 2 };
 
 // Whether simulate() records the full timeline (spans and memory samples).
 enum class RecordTimeline : std::uint8_t { kNo, kYes };
@@ -102,6 +117,8 @@ struct SimulationResult {
   double fault_ms = 0.0;              // time the compute stream spent in faults
   // DeviceMemory::kBudget: compute-stream time spent waiting for memory to be freed.
   double memory_stall_ms = 0.0;
+  double recompute_ms = 0.0;          // compute-stream time spent re-running ops (not stall)
+  std::int64_t recompute_count = 0;   // recompute actions run
   DeviceMemory device_memory = DeviceMemory::kUnlimited;
   std::int64_t d2h_bytes = 0;         // bytes of the copies simulated
   std::int64_t h2d_bytes = 0;         // includes faults
@@ -112,12 +129,18 @@ struct SimulationResult {
   bool valid() const { return validation.valid(); }
   std::size_t faults() const { return validation.faults.size(); }
   std::int64_t peak_bytes() const { return validation.peak_bytes; }
-  // Stall as a percentage of compute time (0 when compute is 0). A compute time
+  // Stall as a percentage of compute time (0 when compute is 0).
+  double stall_percent() const { return percent_of_compute(stall_ms); }
+  // What the schedule costs on top of compute, stall and recompute together,
+  // as a percentage of compute time: makespan / compute - 1 whenever an op
+  // ends last (0 when compute is 0). Without recomputes it is stall_percent().
+  double overhead_percent() const { return percent_of_compute(stall_ms + recompute_ms); }
+  // `ms` as a percentage of compute time (0 when compute is 0). A compute time
   // so small that the ratio exceeds every double (1e-323 ms of compute, a 1 ms
   // stall) gives the largest double rather than an infinity no JSON can hold.
-  double overhead_percent() const {
+  double percent_of_compute(double ms) const {
     if (!(compute_ms > 0)) return 0.0;
-    return std::min(100.0 * stall_ms / compute_ms, std::numeric_limits<double>::max());
+    return std::min(100.0 * ms / compute_ms, std::numeric_limits<double>::max());
   }
 };
 
@@ -127,7 +150,8 @@ struct SimulationResult {
 SimulationResult simulate(const Trace& trace, const Schedule& schedule, const SimulatorOptions& options = {});
 
 // The --json object: valid, faults, peak_bytes, peak_op, peak_bytes_timed,
-// peak_time_ms, compute_ms, makespan_ms, stall_ms, fault_ms, overhead_percent,
+// peak_time_ms, compute_ms, makespan_ms, stall_ms, fault_ms, recompute_ms,
+// recompute_count, overhead_percent,
 // d2h_bytes, h2d_bytes, d2h_count, h2d_count, copy_engines, budget_bytes (when
 // known), memory_cap ("unlimited" / "budget"), memory_stall_ms, problem_count,
 // problems (docs/FORMATS.md).

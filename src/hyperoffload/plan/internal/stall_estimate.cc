@@ -1,129 +1,166 @@
 #include "hyperoffload/plan/internal/stall_estimate.h"
 
 #include <algorithm>
-#include <functional>
-#include <queue>
 #include <vector>
+
+#include "hyperoffload/model/residency_rules.h"
+#include "hyperoffload/model/step_clock.h"
 
 namespace hyperoffload::internal {
 namespace {
 
-// Note [Capped memory in the estimate]: mirrors the simulator's Note [Memory
-// cap] for fault-free schedules. The host allocates in program order; an
-// allocation fits once the bytes allocated so far, minus the releases that have
-// completed by then, leave room, and otherwise waits for the next completion.
-// With nothing left to wait for, an allocation over the cap goes ahead (a plan
-// below the floor), as in the simulator.
-class CappedMemory {
+// Note [The estimate and the simulator]: both play a schedule with the
+// execution model's clocks (model/step_clock.h) and residency rules
+// (model/residency_rules.h), so for a valid fault-free schedule on two copy
+// engines the estimate's stall is the simulator's: copies and releases the
+// rules make no-ops take no time, and a recompute allocates what it
+// regenerates. What the estimate leaves out is what such a schedule never
+// needs: faults, data loss, the memory curve and the timeline. An op's
+// allocation on a capped device is the storages it accesses first (without
+// faults and data loss, all it allocates).
+class Estimate {
  public:
-  explicit CappedMemory(std::int64_t cap_bytes) : cap_bytes_(cap_bytes) {}
-
-  // When `bytes` can be allocated, at or after `at_ms`; allocates them.
-  double allocate(double at_ms, std::int64_t bytes) {
-    if (bytes == 0) return at_ms;
-    retire_until(at_ms);
-    while (allocated_bytes_ - retired_bytes_ + bytes > cap_bytes_ && !pending_.empty()) {
-      at_ms = std::max(at_ms, pending_.top().time_ms);
-      retire_until(at_ms);
+  Estimate(const Trace& trace, const StorageAccesses& accesses, std::span<const Action> actions,
+           std::optional<std::int64_t> memory_cap_bytes)
+      : trace_(trace),
+        accesses_(accesses),
+        actions_(actions),
+        clock_(CopyEngines::kTwo, memory_cap_bytes, trace.storage_count()),
+        timing_(static_cast<std::size_t>(trace.storage_count())),
+        wait_until_ms_(static_cast<std::size_t>(trace.op_count()), 0.0),
+        residency_(static_cast<std::size_t>(trace.storage_count())) {
+    if (clock_.capped()) {
+      first_access_bytes_.assign(static_cast<std::size_t>(trace.op_count()), 0);
+      for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+        if (accesses.accessed(s)) {
+          first_access_bytes_[static_cast<std::size_t>(accesses.first_op(s))] += trace.storage(s).size_bytes;
+        }
+      }
     }
-    allocated_bytes_ += bytes;
-    return at_ms;
+    if (std::any_of(actions.begin(), actions.end(),
+                    [](const Action& a) { return a.kind == ActionKind::kRecompute; })) {
+      versions_ = AccessVersions(trace);
+    }
   }
 
-  void release(double free_ms, std::int64_t bytes) { pending_.push({free_ms, bytes}); }
+  double run() {
+    double host_ms = 0.0;
+    std::size_t next = 0;
+    for (OpIndex op = 0; op < trace_.op_count(); ++op) {
+      // Pre actions are issued when the previous op ends (the simulator's Note
+      // [Host and stream clocks]); on a capped device a prefetch or recompute
+      // among them can hold the host, and the op, up.
+      host_ms = std::max(host_ms, op_end_ms_);
+      for (; next < actions_.size() && actions_[next].op == op && actions_[next].phase == Phase::kPre; ++next) {
+        host_ms = apply(actions_[next], host_ms);
+      }
+      run_op(op, host_ms);
+      host_ms = op_end_ms_;
+      for (; next < actions_.size() && actions_[next].op == op; ++next) host_ms = apply(actions_[next], host_ms);
+    }
+    return stall_ms_;
+  }
 
  private:
-  struct PendingFree {
-    double time_ms;
-    std::int64_t bytes;
-    bool operator>(const PendingFree& other) const { return time_ms > other.time_ms; }
-  };
-  void retire_until(double time_ms) {
-    while (!pending_.empty() && pending_.top().time_ms <= time_ms) {
-      retired_bytes_ += pending_.top().bytes;
-      pending_.pop();
+  void run_op(OpIndex op, double host_ms) {
+    std::size_t position = trace_.access_offset(op);
+    for (const Access& access : trace_.accesses(op)) {
+      ResidencyState& state = residency_[static_cast<std::size_t>(access.storage)];
+      apply_access(state, access.kind);
+      versions_.record(position++, state.version);
     }
+    const double free_ms = clock_.stream_free_ms();
+    if (clock_.capped()) {
+      host_ms = clock_.allocate(std::max(host_ms, free_ms), first_access_bytes_[static_cast<std::size_t>(op)]);
+    }
+    const double start_ms = std::max({host_ms, wait_until_ms_[static_cast<std::size_t>(op)], free_ms});
+    stall_ms_ += start_ms - free_ms;
+    op_end_ms_ = start_ms + trace_.op_duration_ms(op);
+    clock_.compute_ends(op_end_ms_);
   }
 
-  std::int64_t cap_bytes_;
-  std::int64_t allocated_bytes_ = 0;
-  std::int64_t retired_bytes_ = 0;
-  std::priority_queue<PendingFree, std::vector<PendingFree>, std::greater<>> pending_;
+  // Applies one action issued at `issue_ms`; returns when the host is done
+  // issuing it (later only for a capped prefetch or recompute that waited).
+  double apply(const Action& action, double issue_ms) {
+    if (action.kind == ActionKind::kRecompute) return recompute(action, issue_ms);
+    const std::optional<StorageIndex> storage = trace_.find_storage(action.storage);
+    if (!storage) return issue_ms;
+    const auto s = static_cast<std::size_t>(*storage);
+    const std::int64_t bytes = trace_.storage(*storage).size_bytes;
+    switch (action.kind) {
+      case ActionKind::kCopyD2H:
+        if (classify_d2h(residency_[s]) != CopyOutcome::kCopies) return issue_ms;
+        apply_d2h(residency_[s]);
+        clock_.copy_to_host(*storage, timing_[s], issue_ms, trace_.d2h_ms(bytes));
+        return issue_ms;
+      case ActionKind::kCopyH2D: {
+        if (classify_h2d(residency_[s]) != CopyOutcome::kCopies) return issue_ms;
+        apply_h2d(residency_[s]);
+        const StepClock::ToDevice copy = clock_.copy_to_device(timing_[s], issue_ms, bytes, trace_.h2d_ms(bytes));
+        // A copy waits for nothing but is waited for by the first op at or
+        // after the one it is issued for that accesses its storage.
+        const std::span<const StorageAccess> list = accesses_.of(*storage);
+        const OpIndex from = action.phase == Phase::kPre ? action.op : action.op + 1;
+        const auto it = std::lower_bound(list.begin(), list.end(), from,
+                                         [](const StorageAccess& a, OpIndex op) { return a.op < op; });
+        if (it != list.end()) {
+          double& wait = wait_until_ms_[static_cast<std::size_t>(it->op)];
+          wait = std::max(wait, copy.copy.end_ms);
+        }
+        return copy.host_ms;
+      }
+      case ActionKind::kReleaseDevice:
+        if (!apply_release_device(residency_[s])) return issue_ms;
+        clock_.release(*storage, timing_[s], issue_ms, bytes);
+        return issue_ms;
+      case ActionKind::kReleaseHost:
+        apply_release_host(residency_[s]);
+        return issue_ms;
+      case ActionKind::kRecompute:  // handled above
+        return issue_ms;
+    }
+    return issue_ms;
+  }
+
+  // A recompute, as the simulator times it (StepClock::recompute): its wait
+  // for the stream's free time is stall.
+  double recompute(const Action& action, double issue_ms) {
+    recompute_accesses(trace_, versions_, action.source_op, scratch_);
+    const std::int64_t regenerated_bytes = regenerate_outputs(
+        scratch_, [this](StorageIndex s) -> ResidencyState& { return residency_[static_cast<std::size_t>(s)]; },
+        [this](StorageIndex s) { return trace_.storage(s).size_bytes; });
+    double inputs_ready_ms = 0.0;
+    for (const RecomputeAccess& input : scratch_.inputs) {
+      inputs_ready_ms = std::max(inputs_ready_ms, timing_[static_cast<std::size_t>(input.storage)].ready_ms());
+    }
+    const double free_ms = clock_.stream_free_ms();
+    const StepClock::Recompute run = clock_.recompute(scratch_, issue_ms, regenerated_bytes, inputs_ready_ms,
+                                                      trace_.op_duration_ms(action.source_op));
+    stall_ms_ += run.start_ms - free_ms;
+    return run.host_ms;
+  }
+
+  const Trace& trace_;
+  const StorageAccesses& accesses_;
+  std::span<const Action> actions_;
+  StepClock clock_;
+  std::vector<StorageTiming> timing_;
+  // Per op: when the last copy to device that it waits for ends.
+  std::vector<double> wait_until_ms_;
+  // Bytes each op allocates on a capped device: the storages it accesses first.
+  std::vector<std::int64_t> first_access_bytes_;
+  std::vector<ResidencyState> residency_;
+  AccessVersions versions_;  // enabled when the schedule recomputes
+  RecomputeAccesses scratch_;
+  double op_end_ms_ = 0.0;
+  double stall_ms_ = 0.0;
 };
 
 }  // namespace
 
 double estimate_stall_ms(const Trace& trace, const StorageAccesses& accesses, std::span<const Action> actions,
                          std::optional<std::int64_t> memory_cap_bytes) {
-  const auto storages = static_cast<std::size_t>(trace.storage_count());
-  const auto ops = static_cast<std::size_t>(trace.op_count());
-  std::vector<double> to_host_done_ms(storages, 0.0);
-  std::vector<double> to_device_done_ms(storages, 0.0);
-  // Per op: when the last copy to device that it waits for ends. A copy waits
-  // for nothing but is waited for by the next op that accesses its storage.
-  std::vector<double> wait_until_ms(ops, 0.0);
-  std::optional<CappedMemory> memory;
-  // Bytes each op allocates on a capped device: the storages it accesses first.
-  std::vector<std::int64_t> first_access_bytes;
-  if (memory_cap_bytes) {
-    memory.emplace(*memory_cap_bytes);
-    first_access_bytes.assign(ops, 0);
-    for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
-      if (accesses.accessed(s)) first_access_bytes[static_cast<std::size_t>(accesses.first_op(s))] += trace.storage(s).size_bytes;
-    }
-  }
-  double d2h_free_ms = 0.0, h2d_free_ms = 0.0;
-  double previous_end_ms = 0.0, stall_ms = 0.0;
-  std::size_t next = 0;
-  // Applies one action issued at `issue_ms`; returns when the host is done
-  // issuing it (later only for a capped prefetch that waited for memory).
-  auto apply = [&](const Action& action, double issue_ms) {
-    const std::optional<StorageIndex> storage = trace.find_storage(action.storage);
-    if (!storage) return issue_ms;
-    const auto s = static_cast<std::size_t>(*storage);
-    const std::int64_t bytes = trace.storage(*storage).size_bytes;
-    switch (action.kind) {
-      case ActionKind::kCopyD2H:
-        d2h_free_ms = std::max(d2h_free_ms, issue_ms) + trace.d2h_ms(bytes);
-        to_host_done_ms[s] = d2h_free_ms;
-        return issue_ms;
-      case ActionKind::kCopyH2D: {
-        if (memory) issue_ms = memory->allocate(issue_ms, bytes);
-        h2d_free_ms = std::max({h2d_free_ms, issue_ms, to_host_done_ms[s]}) + trace.h2d_ms(bytes);
-        to_device_done_ms[s] = h2d_free_ms;
-        // The first access at or after the op the copy is issued for.
-        const std::span<const StorageAccess> list = accesses.of(*storage);
-        const OpIndex from = action.phase == Phase::kPre ? action.op : action.op + 1;
-        const auto it = std::lower_bound(list.begin(), list.end(), from,
-                                         [](const StorageAccess& a, OpIndex op) { return a.op < op; });
-        if (it != list.end()) {
-          double& wait = wait_until_ms[static_cast<std::size_t>(it->op)];
-          wait = std::max(wait, h2d_free_ms);
-        }
-        return issue_ms;
-      }
-      case ActionKind::kReleaseDevice:
-        if (memory) memory->release(std::max({issue_ms, to_host_done_ms[s], to_device_done_ms[s]}), bytes);
-        return issue_ms;
-      case ActionKind::kReleaseHost:
-        return issue_ms;
-    }
-    return issue_ms;
-  };
-  for (OpIndex op = 0; op < trace.op_count(); ++op) {
-    // Pre actions are issued when the previous op ends; on a capped device a
-    // prefetch among them can hold the host, and the op, up.
-    double host_ms = previous_end_ms;
-    for (; next < actions.size() && actions[next].op == op && actions[next].phase == Phase::kPre; ++next) {
-      host_ms = apply(actions[next], host_ms);
-    }
-    if (memory) host_ms = memory->allocate(host_ms, first_access_bytes[static_cast<std::size_t>(op)]);
-    const double start_ms = std::max(host_ms, wait_until_ms[static_cast<std::size_t>(op)]);
-    stall_ms += start_ms - previous_end_ms;
-    previous_end_ms = start_ms + trace.op_duration_ms(op);
-    for (; next < actions.size() && actions[next].op == op; ++next) apply(actions[next], previous_end_ms);
-  }
-  return stall_ms;
+  return Estimate(trace, accesses, actions, memory_cap_bytes).run();
 }
 
 }  // namespace hyperoffload::internal

@@ -1,0 +1,27 @@
+// The device a schedule runs on, as every layer that plans, times or executes
+// one sees it: how its memory behaves and how many copy engines it has. The
+// planners tune for it (plan/), the simulator and the planners' estimates time
+// with it (sim/, model/), the runtime backends report it (runtime/backend.h),
+// and the command line spells it `--memory-cap` and `--copy-engines`.
+#pragma once
+
+#include <cstdint>
+
+namespace hyperoffload {
+
+// How device memory behaves (`--memory-cap`):
+//  kUnlimited  memory is freed whenever the copies allow and nothing waits for
+//              it, so only the copies back to the device can stall compute;
+//  kBudget     the device holds only the budget: an allocation (an op's first
+//              accesses, a prefetch or a recompute when it is issued) waits
+//              until releases have freed room, and a release frees memory only
+//              once its storage's copies (and recomputes using it) have
+//              completed. model/capped_memory.h is the allocator.
+enum class DeviceMemory : std::uint8_t { kUnlimited, kBudget };
+
+// The copy engines (`--copy-engines`): kTwo, one FIFO queue per direction
+// (D2H and H2D run concurrently); kOne, both directions share one FIFO queue
+// in program order. model/copy_engines.h times them.
+enum class CopyEngines : std::uint8_t { kOne = 1, kTwo = 2 };
+
+}  // namespace hyperoffload

@@ -1,0 +1,529 @@
+#include "hyperoffload/plan/hybrid_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/budget.h"
+#include "hyperoffload/plan/internal/augmented_trace.h"
+#include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/internal/recompute_model.h"
+#include "hyperoffload/plan/internal/recompute_selection.h"
+#include "hyperoffload/plan/internal/stall_estimate.h"
+
+namespace hyperoffload {
+namespace {
+
+using internal::AugmentedTrace;
+using internal::PeakModel;
+using internal::RecomputeDecision;
+using internal::RecomputeModel;
+using internal::RecomputeSelection;
+
+constexpr double kNoRatioLimit = std::numeric_limits<double>::infinity();
+// With fewer plans than this to make, a decision set that lowers the peak by
+// less than kNegligibleShare of the excess is not planned: its plan would be
+// the offload-only plan's but for a few recomputes away from the peak.
+constexpr std::size_t kScarceDecisionSets = 4;
+constexpr double kNegligibleShare = 0.01;
+
+// One decision set (hybrid_planner.h, step 2). Recompute candidates whose
+// cost is at most `max_ratio` times the H2D time of their bytes, down to the
+// budget plus `offload_share` of the bytes the copy engine can take off the
+// device before the peak (its bandwidth times the compute before the peak op,
+// at most the excess), which are left to the offloads. With offload_deadline
+// > 0, the candidates that the copy engine can take off by that fraction of
+// the compute before the peak are left to the offloads first
+// (reserve_for_offload): the oldest data, which an offload can hide best.
+struct DecisionParams {
+  double max_ratio;
+  double offload_share;
+  double offload_deadline;
+
+  friend bool operator==(const DecisionParams&, const DecisionParams&) = default;
+};
+
+// The first decision sets tried, in order; on a large trace only the first
+// few are (HybridPlannerOptions::evaluation_budget), then the neighbours of the
+// best are (see hybrid()). The order comes from the GPT presets at 30/50/70%
+// on both devices (BENCHMARKS.md, "Hybrid planner"): the first has the lowest
+// mean and worst-case gap to the best of the whole list when it is the only
+// one tried; the next eight, added greedily, each close most of what the ones
+// before leave; the rest vary one parameter at a time around them.
+constexpr DecisionParams kDecisionGrid[] = {
+    {kNoRatioLimit, 0.0, 1.5}, {0.25, 0.0, 0.8}, {0.05, 0.5, 0.0},           {kNoRatioLimit, 0.5, 1.5},
+    {kNoRatioLimit, 0.0, 3.0}, {kNoRatioLimit, 1.0, 0.0}, {kNoRatioLimit, 0.0, 5.0},  {kNoRatioLimit, 0.0, 2.0},
+    {kNoRatioLimit, 0.25, 0.8}, {kNoRatioLimit, 0.0, 0.8}, {kNoRatioLimit, 0.0, 0.0}, {1.0, 0.5, 0.0},
+    {kNoRatioLimit, 0.5, 0.0}, {0.1, 0.0, 0.0},           {kNoRatioLimit, 0.0, 1.0},  {0.25, 0.5, 0.0},
+    {1.0, 0.0, 0.8},           {kNoRatioLimit, 0.0, 0.5}, {1.0, 0.0, 0.0},            {0.25, 0.0, 0.0},
+    {0.05, 0.0, 0.0},          {1.0, 1.0, 0.0},           {0.1, 0.5, 0.0},            {0.25, 1.0, 0.0},
+    {1.0, 0.0, 1.5},
+};
+
+// A plan for the original trace with what the choice between plans needs.
+struct Candidate {
+  std::string label;
+  bool recompute_only = false;  // the recompute-only plan
+  std::vector<Action> actions;
+  std::int64_t peak_bytes = 0;  // op-granular, over ops and recomputes (planner's model)
+  double time_ms = 0.0;         // compute + recomputes + estimated stall
+  OpIndex peak_op = -1;         // where peak_bytes is reached (an original op); without offloads only
+  // The lowest peak the way this plan was made reaches: a budget at or above
+  // it is met (the peak planner's floor on the trace it planned).
+  std::optional<UnavoidableFloor> floor;
+  std::int64_t recompute_count = 0;
+  double recompute_ms = 0.0;
+  std::vector<std::string> notes;
+};
+
+// Whether a beats b: fitting the budget first, then the quicker, then the
+// lower peak; ties keep b (the one evaluated first).
+bool better(const Candidate& a, const Candidate& b, std::int64_t budget) {
+  const bool a_fits = a.peak_bytes <= budget;
+  const bool b_fits = b.peak_bytes <= budget;
+  if (a_fits != b_fits) return a_fits;
+  if (!a_fits && a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+  if (a.time_ms != b.time_ms) return a.time_ms < b.time_ms;
+  return a.peak_bytes < b.peak_bytes;
+}
+
+std::int64_t count_copies(std::span<const Action> actions) {
+  std::int64_t copies = 0;
+  for (const Action& action : actions) {
+    copies += action.kind == ActionKind::kCopyD2H || action.kind == ActionKind::kCopyH2D ? 1 : 0;
+  }
+  return copies;
+}
+
+class HybridPlanning {
+ public:
+  HybridPlanning(const Trace& trace, const HybridPlannerOptions& options, std::int64_t budget)
+      : trace_(trace),
+        options_(options),
+        budget_(budget),
+        accesses_(trace),
+        peak_model_(internal::build_peak_model(trace, accesses_)),
+        model_(internal::build_recompute_model(trace, accesses_)),
+        memory_cap_(options.peak.device_memory == DeviceMemory::kBudget ? std::optional<std::int64_t>(budget)
+                                                                        : std::nullopt) {}
+
+  Result<PlanResult> run(std::string_view planner_name) {
+    PlanResult result;
+    result.schedule.planner = std::string(planner_name);
+    result.initial_peak_bytes = *std::max_element(peak_model_.resident_bytes.begin(), peak_model_.resident_bytes.end());
+    Candidate chosen;
+    if (options_.offload == OffloadUse::kRecomputeOnly) {
+      chosen = recompute_only(recompute_only_sequence(), &result.floor);
+      chosen.notes.push_back(fmt::format("recompute: {} recompute(s) ({:.3f} ms); estimated step {:.3f} ms",
+                                         chosen.recompute_count, chosen.recompute_ms, chosen.time_ms));
+    } else {
+      HO_ASSIGN_OR_RETURN(chosen, hybrid(&result.floor));
+    }
+    if (budget_ < result.floor->bytes) {
+      result.notes.push_back(fmt::format(
+          "budget {} ({} bytes) is below the floor of {} ({} bytes) at op {} ({}): the planned peak cannot go "
+          "below the floor; planned as close to the budget as possible",
+          format_bytes(budget_), budget_, format_bytes(result.floor->bytes), result.floor->bytes, result.floor->op,
+          trace_.op_name(result.floor->op)));
+    }
+    result.notes.insert(result.notes.end(), chosen.notes.begin(), chosen.notes.end());
+    result.planned_peak_bytes = chosen.peak_bytes;
+    result.schedule.actions = std::move(chosen.actions);
+    return result;
+  }
+
+ private:
+  // The peak planner on `trace` (the original or an augmented one).
+  Result<PlanResult> peak_plan(const Trace& trace) const {
+    return PeakPlanner(options_.peak).plan(trace, budget_);
+  }
+
+  // The step's time for a plan of the original trace: compute, the re-runs
+  // and the stall, played with the simulator's rules (the estimate is exact
+  // for valid, fault-free schedules, which every plan here is).
+  double estimated_time_ms(std::span<const Action> actions, double recompute_ms) const {
+    return trace_.total_compute_ms() + recompute_ms +
+           internal::estimate_stall_ms(trace_, accesses_, actions, memory_cap_);
+  }
+
+  Result<Candidate> offload_only() const {
+    Candidate candidate;
+    candidate.label = "offload-only";
+    HO_ASSIGN_OR_RETURN(PlanResult plan, peak_plan(trace_));
+    candidate.time_ms = estimated_time_ms(plan.schedule.actions, 0.0);
+    candidate.peak_bytes = plan.planned_peak_bytes;
+    candidate.floor = plan.floor;
+    candidate.actions = std::move(plan.schedule.actions);
+    for (std::string& note : plan.notes) {
+      if (note.find("boundary candidate") != std::string::npos) candidate.notes.push_back(std::move(note));
+    }
+    return candidate;
+  }
+
+  // Offloads planned around the recomputes of `chosen`.
+  Result<Candidate> with_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
+    const AugmentedTrace augmented = internal::build_augmented_trace(trace_, model_, chosen);
+    HO_ASSIGN_OR_RETURN(PlanResult plan, peak_plan(augmented.trace));
+    Candidate candidate;
+    candidate.label = std::move(label);
+    candidate.peak_bytes = plan.planned_peak_bytes;
+    if (plan.floor) {
+      candidate.floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(plan.floor->op)], plan.floor->bytes};
+    }
+    candidate.recompute_count = augmented.recompute_count;
+    candidate.recompute_ms = augmented.recompute_ms;
+    candidate.actions = internal::map_back(augmented, plan.schedule.actions);
+    candidate.time_ms = estimated_time_ms(candidate.actions, candidate.recompute_ms);
+    return candidate;
+  }
+
+  // Releases after the last access and the recomputes of `chosen`, no copies.
+  Candidate without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
+    const AugmentedTrace augmented = internal::build_augmented_trace(trace_, model_, chosen);
+    const StorageAccesses accesses(augmented.trace);
+    const std::vector<Action> actions = internal::end_of_life_releases(augmented.trace, accesses);
+    Candidate candidate;
+    candidate.label = std::move(label);
+    const PeakBytes peak = unplanned_peak(augmented.trace, accesses);
+    candidate.peak_bytes = peak.bytes;
+    candidate.peak_op = peak.op >= 0 ? augmented.original_op[static_cast<std::size_t>(peak.op)] : -1;
+    candidate.recompute_count = augmented.recompute_count;
+    candidate.recompute_ms = augmented.recompute_ms;
+    candidate.actions = internal::map_back(augmented, actions);
+    candidate.time_ms = estimated_time_ms(candidate.actions, candidate.recompute_ms);
+    return candidate;
+  }
+
+  // The recompute-only plan: the shortest prefix of the full decision sequence
+  // whose peak over ops and recomputes fits the budget, found by trying the
+  // prefix at which the selection's profile fits and then longer ones
+  // (doubling the step); the full sequence is the floor.
+  Candidate recompute_only(const RecomputeSelection& sequence, std::optional<UnavoidableFloor>* floor) const {
+    Candidate full = without_offloads(sequence.decisions, "recompute-only");
+    *floor = UnavoidableFloor{full.peak_op, full.peak_bytes};
+    full.floor = *floor;
+    if (full.peak_bytes > budget_) return full;
+    const std::size_t total = sequence.decisions.size();
+    std::size_t length = 0;
+    while (length < total && sequence.peak_after[length] > budget_) ++length;
+    if (length < total) ++length;  // the decision that brought the profile within the budget
+    std::size_t step = std::max<std::size_t>(1, length / 16);
+    while (length < total) {
+      Candidate prefix = without_offloads(sequence.prefix(length), "recompute-only");
+      prefix.floor = *floor;
+      if (prefix.peak_bytes <= budget_) return prefix;
+      length = std::min(total, length + step);
+      step *= 2;
+    }
+    return full;
+  }
+
+  // Recompute gaps that offloading cannot free (inside a leading run of
+  // writes): they lower the floor.
+  std::vector<std::int32_t> floor_candidates() const {
+    std::vector<std::int32_t> gaps;
+    for (std::size_t g = 0; g < model_.candidates.size(); ++g) {
+      if (!model_.candidates[g].offloadable) gaps.push_back(static_cast<std::int32_t>(g));
+    }
+    return gaps;
+  }
+
+  // The peak model of the augmented trace of `floor_set` when its floor is
+  // below the peak planner's. Its real ops keep every offload candidate the
+  // original has (a re-run splits its inputs' gaps around it, each part still
+  // covering the same real ops) and lose the gaps of floor_set, and its re-runs
+  // only add ops; so when the original's per-op floor less those gaps does not
+  // go below the peak planner's floor, neither does the augmented trace's, and
+  // nothing needs building.
+  std::optional<std::pair<PeakModel, AugmentedTrace>> lowered_floor_model(
+      std::span<const RecomputeDecision> floor_set) const {
+    const auto ops = static_cast<std::size_t>(trace_.op_count());
+    std::vector<std::int64_t> reducible_delta(ops + 1, 0);
+    for (const internal::PeakCandidate& c : peak_model_.interior) {
+      reducible_delta[static_cast<std::size_t>(c.interior_first())] += c.size_bytes;
+      reducible_delta[static_cast<std::size_t>(c.end_op)] -= c.size_bytes;
+    }
+    for (const RecomputeDecision& d : floor_set) {
+      const internal::RecomputeCandidate& c = model_.candidates[static_cast<std::size_t>(d.candidate)];
+      reducible_delta[static_cast<std::size_t>(c.interior_first())] += c.size_bytes;
+      reducible_delta[static_cast<std::size_t>(d.regenerate_before)] -= c.size_bytes;
+    }
+    std::int64_t reducible = 0, highest = 0;
+    for (std::size_t op = 0; op < ops; ++op) {
+      reducible += reducible_delta[op];
+      highest = std::max(highest, peak_model_.resident_bytes[op] - reducible);
+    }
+    if (highest >= peak_model_.floor.bytes) return std::nullopt;
+    AugmentedTrace augmented = internal::build_augmented_trace(trace_, model_, floor_set);
+    PeakModel model = internal::build_peak_model(augmented.trace, StorageAccesses(augmented.trace));
+    if (model.floor.bytes >= peak_model_.floor.bytes) return std::nullopt;
+    return std::pair<PeakModel, AugmentedTrace>{std::move(model), std::move(augmented)};
+  }
+
+  Result<Candidate> hybrid(std::optional<UnavoidableFloor>* floor) const {
+    // The offload-only plan, on a second thread: it is the largest single job.
+    Result<Candidate> offload = make_error(ErrorCode::kInternal, "offload-only plan not made");
+    std::jthread offload_worker([&] { offload = offload_only(); });
+
+    *floor = peak_model_.floor;
+    std::vector<std::int32_t> preselected;  // candidates every decision set starts from
+    if (model_.candidates.empty()) {
+      offload_worker.join();
+      if (!offload) return std::unexpected(offload.error());
+      offload->label = "offload-only (nothing recomputable)";
+      return finish(std::move(*offload), {}, floor);
+    }
+    std::vector<Candidate> candidates;
+    // Below the peak planner's floor, gaps only recompute frees can lower the
+    // floor; every decision set then starts from them. (At or above it, the
+    // floor reported is the lowest among the plans made.)
+    if (budget_ < peak_model_.floor.bytes) HO_RETURN_IF_ERROR(add_floor_plan(floor, preselected, candidates));
+    if (std::optional<Candidate> recompute = recompute_only_candidate()) candidates.push_back(std::move(*recompute));
+    HO_RETURN_IF_ERROR(search_decision_sets(preselected, candidates));
+    offload_worker.join();
+    if (!offload) return std::unexpected(offload.error());
+    const std::size_t evaluated = candidates.size() + 1;
+    return finish(std::move(*offload), std::move(candidates), floor, evaluated);
+  }
+
+  // The plan that recomputes the gaps offloading cannot free (taken as
+  // decisions, so that they agree with each other) and offloads the rest, when
+  // that lowers the floor: sets `floor` to it and `preselected` to those gaps.
+  Status add_floor_plan(std::optional<UnavoidableFloor>* floor, std::vector<std::int32_t>& preselected,
+                        std::vector<Candidate>& candidates) const {
+    const std::vector<std::int32_t> floor_gaps = floor_candidates();
+    if (floor_gaps.empty()) return ok_status();
+    const std::vector<RecomputeDecision> floor_set =
+        internal::select_recomputes(trace_, peak_model_.resident_bytes, model_,
+                                    {0.0, std::numeric_limits<std::int64_t>::max()}, floor_gaps)
+            .decisions;
+    const std::optional<std::pair<PeakModel, AugmentedTrace>> floor_model = lowered_floor_model(floor_set);
+    if (!floor_model) return ok_status();
+    const AugmentedTrace& augmented = floor_model->second;
+    *floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(floor_model->first.floor.op)],
+                              floor_model->first.floor.bytes};
+    preselected = floor_gaps;
+    HO_ASSIGN_OR_RETURN(Candidate floor_plan,
+                        with_offloads(floor_set, "recompute where offloading cannot, offload the rest"));
+    candidates.push_back(std::move(floor_plan));
+    return ok_status();
+  }
+
+  // Plans decision sets (hybrid_planner.h, step 4): the grid in order, then the
+  // neighbours of the best while that improves it, within the evaluations the
+  // trace's size allows.
+  Status search_decision_sets(std::span<const std::int32_t> preselected, std::vector<Candidate>& candidates) const {
+    const double work = static_cast<double>(trace_.op_count()) + static_cast<double>(trace_.access_count());
+    const auto sets = static_cast<std::size_t>(
+        std::clamp(std::floor(options_.evaluation_budget / std::max(work, 1.0)), 1.0,
+                   static_cast<double>(std::max(1, options_.max_decision_sets))));
+    DecisionSearch search;
+    search.preselected.assign(preselected.begin(), preselected.end());
+    search.budget = budget_;
+    search.scarce = sets < kScarceDecisionSets;
+    // Selections are cheap next to plans, but not free on a large trace:
+    // at most three per plan.
+    const std::size_t tries = 3 * sets;
+    for (const DecisionParams& params : kDecisionGrid) {
+      if (search.plans.size() >= sets || search.tried.size() >= tries) break;
+      HO_RETURN_IF_ERROR(evaluate(params, search));
+    }
+    // Refine around the best: half and double its ratio, a quarter more or
+    // less of its share, a tenth more or less of its deadline.
+    while (search.plans.size() < sets && search.tried.size() < tries && !search.plans.empty()) {
+      const DecisionParams best = search.plans[search.best()].first;
+      const double ratio = best.max_ratio;
+      const double share = best.offload_share;
+      const double deadline = best.offload_deadline;
+      const DecisionParams neighbours[] = {
+          {ratio == kNoRatioLimit ? 4.0 : ratio * 2.0, share, deadline},
+          {ratio == kNoRatioLimit ? 2.0 : ratio / 2.0, share, deadline},
+          {ratio, std::min(1.0, share + 0.25), deadline},
+          {ratio, std::max(0.0, share - 0.25), deadline},
+          {ratio, share, deadline + 0.1},
+          {ratio, share, std::max(0.0, deadline - 0.1)},
+      };
+      const std::size_t best_before = search.best();
+      for (const DecisionParams& params : neighbours) {
+        if (search.plans.size() >= sets || search.tried.size() >= tries) break;
+        HO_RETURN_IF_ERROR(evaluate(params, search));
+      }
+      if (search.best() == best_before) break;
+    }
+    for (auto& [params, candidate] : search.plans) candidates.push_back(std::move(candidate));
+    return ok_status();
+  }
+
+  // Decision sets tried so far, the decisions already planned (different
+  // parameters can give the same decisions) and the plans made.
+  struct DecisionSearch {
+    std::vector<std::int32_t> preselected;
+    std::vector<DecisionParams> tried;
+    std::vector<std::vector<std::pair<std::int32_t, OpIndex>>> seen;
+    std::vector<std::pair<DecisionParams, Candidate>> plans;
+    std::int64_t budget = 0;
+    // Few plans can be made (a large trace): skip decision sets that barely
+    // lower the peak, whose plans would be the offload-only plan's.
+    bool scarce = false;
+
+    std::size_t best() const {
+      std::size_t best = 0;
+      for (std::size_t i = 1; i < plans.size(); ++i) {
+        if (better(plans[i].second, plans[best].second, budget)) best = i;
+      }
+      return best;
+    }
+  };
+
+  // The unplanned profile's peak op, and the compute before it, in ms.
+  OpIndex peak_op() const {
+    const auto& resident = peak_model_.resident_bytes;
+    return static_cast<OpIndex>(std::max_element(resident.begin(), resident.end()) - resident.begin());
+  }
+  double compute_before_peak_ms() const {
+    double before_ms = 0.0;
+    for (OpIndex op = 0; op < peak_op_; ++op) before_ms += trace_.op_duration_ms(op);
+    return before_ms;
+  }
+  // Bytes the copy engine can take off the device before the peak op, at most
+  // the excess.
+  std::int64_t offloadable_at_peak() const {
+    const double bytes =
+        compute_before_peak_ms_ / 1e3 * trace_.d2h_bandwidth_gib_per_s() * static_cast<double>(kBytesPerGiB);
+    const std::int64_t excess = peak_model_.resident_bytes[static_cast<std::size_t>(peak_op_)] - budget_;
+    return static_cast<std::int64_t>(std::min(bytes, static_cast<double>(std::max<std::int64_t>(0, excess))));
+  }
+
+  // Plans the decision set of `params` unless it was tried or gives decisions
+  // already planned.
+  Status evaluate(const DecisionParams& params, DecisionSearch& search) const {
+    if (std::find(search.tried.begin(), search.tried.end(), params) != search.tried.end()) return ok_status();
+    search.tried.push_back(params);
+    const std::vector<std::int32_t> reserved =
+        params.offload_deadline > 0.0
+            ? internal::reserve_for_offload(trace_, model_, peak_op_, params.offload_deadline * compute_before_peak_ms_)
+            : std::vector<std::int32_t>{};
+    const std::int64_t target =
+        budget_ + static_cast<std::int64_t>(params.offload_share * static_cast<double>(offloadable_at_peak_));
+    const RecomputeSelection selection = internal::select_recomputes(
+        trace_, peak_model_.resident_bytes, model_, {params.max_ratio, target}, search.preselected, reserved);
+    const std::vector<RecomputeDecision>& chosen = selection.decisions;
+    if (search.scarce && !selection.peak_after.empty()) {
+      const std::int64_t unplanned = peak_model_.resident_bytes[static_cast<std::size_t>(peak_op_)];
+      const double lowered = static_cast<double>(unplanned - selection.peak_after.back());
+      if (lowered < kNegligibleShare * static_cast<double>(unplanned - budget_)) return ok_status();
+    }
+    std::vector<std::pair<std::int32_t, OpIndex>> key;
+    key.reserve(chosen.size());
+    for (const RecomputeDecision& d : chosen) key.push_back({d.candidate, d.regenerate_before});
+    std::sort(key.begin(), key.end());
+    if (key.empty() || std::find(search.seen.begin(), search.seen.end(), key) != search.seen.end()) return ok_status();
+    search.seen.push_back(std::move(key));
+    HO_ASSIGN_OR_RETURN(Candidate plan, with_offloads(chosen, decision_label(params)));
+    search.plans.push_back({params, std::move(plan)});
+    return ok_status();
+  }
+
+  static std::string decision_label(const DecisionParams& params) {
+    std::string label = params.max_ratio == kNoRatioLimit
+                            ? std::string("recompute at any cost")
+                            : fmt::format("recompute what costs at most {}x its copy back", params.max_ratio);
+    if (params.offload_deadline > 0.0) {
+      label += fmt::format(" except what the copy engine can move by {:.0f}% of the time before the peak",
+                           100.0 * params.offload_deadline);
+    }
+    if (params.offload_share > 0.0) {
+      label += fmt::format(", down to {:.0f}% of what it can move before the peak above the budget",
+                           100.0 * params.offload_share);
+    }
+    return label + ", offload the rest";
+  }
+
+  RecomputeSelection recompute_only_sequence() const {
+    return internal::select_recomputes(trace_, peak_model_.resident_bytes, model_, {kNoRatioLimit, 0});
+  }
+
+  // The recompute-only plan when it can fit the budget. At real ops the
+  // augmented trace holds exactly the selection's profile (re-runs can only
+  // add), which never goes below the resident bytes less every candidate
+  // covering the op; so when that is above the budget somewhere, or the
+  // sequence's profile ends above it, the plan cannot fit and is not made.
+  std::optional<Candidate> recompute_only_candidate() const {
+    const auto ops = static_cast<std::size_t>(trace_.op_count());
+    std::vector<std::int64_t> reducible_delta(ops + 1, 0);
+    for (const internal::RecomputeCandidate& c : model_.candidates) {
+      reducible_delta[static_cast<std::size_t>(c.interior_first())] += c.size_bytes;
+      reducible_delta[static_cast<std::size_t>(c.end_op)] -= c.size_bytes;
+    }
+    std::int64_t reducible = 0;
+    for (std::size_t op = 0; op < ops; ++op) {
+      reducible += reducible_delta[op];
+      if (peak_model_.resident_bytes[op] - reducible > budget_) return std::nullopt;
+    }
+    const RecomputeSelection sequence = recompute_only_sequence();
+    const std::int64_t lowest = sequence.peak_after.empty()
+                                    ? *std::max_element(peak_model_.resident_bytes.begin(), peak_model_.resident_bytes.end())
+                                    : sequence.peak_after.back();
+    if (lowest > budget_) return std::nullopt;
+    std::optional<UnavoidableFloor> unused;
+    Candidate candidate = recompute_only(sequence, &unused);
+    candidate.recompute_only = true;
+    return candidate;
+  }
+
+  // The best of the offload-only plan and `others`, with a note on how it was
+  // chosen; lowers `floor` to the lowest floor among them (a budget at or above
+  // it is met by that plan, so by the best).
+  Candidate finish(Candidate offload, std::vector<Candidate> others, std::optional<UnavoidableFloor>* floor,
+                   std::size_t evaluated = 1) const {
+    auto lower = [&](const Candidate& candidate) {
+      if (candidate.floor && (!*floor || candidate.floor->bytes < (*floor)->bytes)) *floor = candidate.floor;
+    };
+    lower(offload);
+    for (const Candidate& candidate : others) lower(candidate);
+    const double offload_ms = offload.time_ms;
+    double recompute_only_ms = -1.0;
+    Candidate best = std::move(offload);
+    for (Candidate& candidate : others) {
+      if (candidate.recompute_only && candidate.peak_bytes <= budget_) recompute_only_ms = candidate.time_ms;
+      if (better(candidate, best, budget_)) best = std::move(candidate);
+    }
+    std::string comparison = fmt::format("offload-only {:.3f} ms", offload_ms);
+    if (recompute_only_ms >= 0.0) comparison += fmt::format(", recompute-only {:.3f} ms", recompute_only_ms);
+    best.notes.push_back(fmt::format(
+        "hybrid: {} recompute(s) ({:.3f} ms) and {} copies: {}; estimated step {:.3f} ms, the best of {} plan(s) "
+        "({})",
+        best.recompute_count, best.recompute_ms, count_copies(best.actions), best.label, best.time_ms, evaluated,
+        comparison));
+    return best;
+  }
+
+  const Trace& trace_;
+  const HybridPlannerOptions& options_;
+  std::int64_t budget_;
+  const StorageAccesses accesses_;
+  const PeakModel peak_model_;
+  const RecomputeModel model_;
+  std::optional<std::int64_t> memory_cap_;
+  OpIndex peak_op_ = peak_op();
+  double compute_before_peak_ms_ = compute_before_peak_ms();
+  std::int64_t offloadable_at_peak_ = offloadable_at_peak();
+};
+
+}  // namespace
+
+Result<PlanResult> HybridPlanner::plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const {
+  if (trace.op_count() == 0 || !budget_bytes) {
+    PlanResult result;
+    result.schedule.planner = std::string(name());
+    return result;
+  }
+  return HybridPlanning(trace, options_, *budget_bytes).run(name());
+}
+
+}  // namespace hyperoffload

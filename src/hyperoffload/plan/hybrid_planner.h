@@ -1,0 +1,101 @@
+// HybridPlanner ("hybrid", and "recompute" with offloading disabled): plans
+// every gap of every storage as keep, offload or recompute, to minimise the
+// step's time under a device-memory budget. docs/HYBRID_PLANNER.md describes it
+// in full; in short:
+//
+//  1. Candidates (plan/internal/recompute_model.h). A gap of a storage created
+//     by a recomputable op k can be freed by dropping the storage after the
+//     gap's start and re-running k before its end — with k's inputs where they
+//     are (kept, offloaded and brought back, or themselves regenerated), and
+//     the inputs that are dead by then regenerated first (a chain, up to
+//     internal::kMaxChainLevels levels). Its cost is the chain's compute time.
+//  2. Recompute decisions (plan/internal/recompute_selection.h): peak-driven,
+//     like the peak planner's selection — while the peak of the profile
+//     exceeds a target, take the candidate covering the peak op that removes
+//     the most of the excess per ms of recompute (min(size, excess) / cost);
+//     re-runs lock what they read, so the decisions agree with each other. A
+//     decision set has three parameters: a cost limit (cost / H2D time of the
+//     bytes), a target (the budget plus a share of what the copy engine can
+//     take off before the peak) and a deadline: the candidates the copy engine
+//     can take off by that fraction of the time before the peak — the oldest
+//     data, costliest to recompute first — are left to the offloads.
+//  3. Offloads: each decision set becomes an augmented trace
+//     (plan/internal/augmented_trace.h) — every re-run an inserted op that
+//     writes fresh storages, which later accesses read — that the peak planner
+//     plans as any trace; its schedule maps back to the original trace, each
+//     inserted op becoming a recompute action in the pre phase of the op it
+//     precedes.
+//  4. Choice: the offload-only plan (the peak planner on the trace itself, on
+//     a second thread), the recompute-only plan (below) and the plans of
+//     decision sets — a fixed list, then the neighbours of the best, as many as
+//     the trace's size allows (HybridPlannerOptions) — are timed on the
+//     original trace with the simulator's rules on the device of
+//     PeakPlannerOptions::device_memory (plan/internal/stall_estimate.h, exact
+//     for these schedules: compute, recomputes and stall); the quickest within
+//     the budget wins (the lowest peak when none fits). So the hybrid plan's
+//     simulated step (two copy engines) is never longer than the `peak` or
+//     `recompute` plan's, and it fits the budget whenever either does.
+//
+// Recompute-only ("recompute", OffloadUse::kRecomputeOnly): the decisions of
+// step 2 with no cost limit, down to nothing, and no offload: the plan takes
+// the shortest prefix of that sequence whose peak — over ops and recomputes —
+// fits the budget, and releases every storage after its last access. The
+// stand-in for activation checkpointing, what a user would pick instead.
+//
+// Floor (PlanResult::floor): the lowest op-granular peak the planner
+// guarantees for the budget given. Hybrid: the lowest floor among the plans it
+// made (each the peak planner's floor on the trace it planned), or, below the
+// peak planner's floor, that of recomputing the gaps offloading cannot free
+// when that is lower. Recompute-only: the peak of its longest decision
+// sequence. What an op or a re-run itself touches bounds it either way. Below
+// the floor the planner plans as close to it as it can and says so in notes.
+//
+// Guarantees: the schedule is valid (trace and schedule format v2: recompute
+// actions); its op-granular peak is within the budget whenever the budget is
+// at or above the floor. Cost: the peak planner's on the trace, plus one run per
+// decision set planned (one on a 1M-op trace), plus O(ops + accesses) per
+// selection and augmented trace.
+//
+// Thread-safety: plan() is const and may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "hyperoffload/plan/peak_planner.h"
+#include "hyperoffload/plan/planner.h"
+
+namespace hyperoffload {
+
+// Whether the hybrid planner may offload.
+enum class OffloadUse : std::uint8_t {
+  kOffloadAndRecompute,  // "hybrid"
+  kRecomputeOnly,        // "recompute": activation checkpointing's stand-in
+};
+
+struct HybridPlannerOptions {
+  // The peak planner that places the offloads, and the device to tune for
+  // (peak.device_memory): the plans are compared on that device.
+  PeakPlannerOptions peak;
+  OffloadUse offload = OffloadUse::kOffloadAndRecompute;
+  // How many decision sets may be planned at most, and how much planning work
+  // they may take together: the planner plans
+  // clamp(evaluation_budget / (ops + accesses), 1, max_decision_sets) of them
+  // (a 1M-op trace gets one, a 100k-op trace a few, a GPT step all of them).
+  std::int32_t max_decision_sets = 32;
+  double evaluation_budget = 1.0e6;
+};
+
+class HybridPlanner final : public Planner {
+ public:
+  explicit HybridPlanner(HybridPlannerOptions options = {}) : options_(options) {}
+  std::string_view name() const override {
+    return options_.offload == OffloadUse::kRecomputeOnly ? "recompute" : "hybrid";
+  }
+  Result<PlanResult> plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const override;
+
+ private:
+  HybridPlannerOptions options_;
+};
+
+}  // namespace hyperoffload

@@ -1,0 +1,241 @@
+#include "hyperoffload/plan/internal/peak_selection.h"
+
+#include <algorithm>
+
+#include "hyperoffload/plan/internal/covering_index.h"
+#include "hyperoffload/plan/internal/transfer_load.h"
+
+namespace hyperoffload::internal {
+namespace {
+
+constexpr std::int32_t kNone = CoveringIndex::kNoEntry;
+
+// Peak-driven selection (docs/PEAK_PLANNER.md, "Selection"). Candidates sit in
+// a CoveringIndex keyed by an upper bound of their score. Every selection only
+// lowers the profile (coverage shrinks), queues another copy to host (hiding
+// shrinks) and commits more copy-engine time (the neighbour penalty grows), so
+// a cached factor stays an upper bound; re-evaluating the current leader until
+// it is fresh gives the exact best (lazy evaluation).
+//
+// Scores scale with min(size, E): candidates known to be at least as large as
+// the excess E (the "large" group) all remove E and are keyed by their factor F
+// alone; the others are keyed by size * F, an upper bound of their value once E
+// drops below their size. Such a candidate is moved to the large group when it
+// leads a query; E only decreases, so it moves at most once.
+class Selection {
+ public:
+  Selection(const Trace& trace, const PeakModel& model, const PeakScoreWeights& weights, std::int64_t limit,
+            ProfileTree& profile)
+      : model_(model),
+        weights_(weights),
+        limit_(limit),
+        profile_(profile),
+        index_(trace.op_count(), intervals(model)),
+        compute_before_(compute_prefix(trace)),
+        load_(compute_before_),
+        d2h_queue_(static_cast<std::size_t>(trace.op_count()) + 1, 0.0) {
+    const std::size_t count = model.interior.size();
+    factor_.resize(count);
+    d2h_ms_.resize(count);
+    h2d_ms_.resize(count);
+    fresh_at_.assign(count, -1);
+    version_queued_.assign(model.versions.size(), false);
+
+    // Prefix sums make "ops over budget inside the gap" O(1) for the initial
+    // bounds.
+    const auto ops = static_cast<std::size_t>(trace.op_count());
+    std::vector<std::int32_t> over_before(ops + 1, 0);
+    for (std::size_t op = 0; op < ops; ++op) {
+      over_before[op + 1] = over_before[op] + (model.resident_bytes[op] > limit ? 1 : 0);
+    }
+    initial_over_ = over_before[ops];
+    for (std::size_t k = 0; k < count; ++k) {
+      const PeakCandidate& c = model.interior[k];
+      d2h_ms_[k] = trace.d2h_ms(c.size_bytes);
+      h2d_ms_[k] = trace.h2d_ms(c.size_bytes);
+      // Nothing is selected yet: no queue, no contention. The peak op is always
+      // among the covered over-budget ops, hence the -1 in the coverage; the
+      // bound uses the initial count, which can only shrink.
+      const auto first = static_cast<std::size_t>(c.interior_first());
+      const auto end = static_cast<std::size_t>(c.end_op);
+      factor_[k] = combine(hiding(k), coverage_fraction(over_before[end] - over_before[first]), 0.0);
+    }
+    std::vector<double> keys(count);
+    for (std::size_t k = 0; k < count; ++k) keys[k] = key(k, IndexGroup::kSmall);
+    index_.activate_all(IndexGroup::kSmall, keys);
+  }
+
+  // Runs to completion; returns the selected interior candidates in order.
+  std::vector<std::int32_t> run() {
+    std::vector<std::int32_t> selected;
+    for (std::int32_t step = 0;; ++step) {
+      const std::int64_t peak = profile_.max();
+      if (peak <= limit_) break;
+      const auto peak_op = static_cast<OpIndex>(profile_.argmax());
+      const std::int64_t excess = peak - limit_;
+      const std::int32_t pick = best_at(peak_op, excess, step);
+      if (pick == kNone) break;  // nothing covers the peak: it sits at the floor
+      const PeakCandidate& c = model_.interior[static_cast<std::size_t>(pick)];
+      profile_.add(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last()),
+                   -c.size_bytes);
+      const auto [first, last] = window(c);
+      load_.add(first, last, d2h_ms_[static_cast<std::size_t>(pick)] + h2d_ms_[static_cast<std::size_t>(pick)]);
+      if (!version_queued_[static_cast<std::size_t>(c.version)]) {
+        version_queued_[static_cast<std::size_t>(c.version)] = true;
+        queue_d2h(model_.versions[static_cast<std::size_t>(c.version)].copy_op,
+                  d2h_ms_[static_cast<std::size_t>(pick)]);
+      }
+      index_.set(pick, IndexGroup::kNone, 0.0);
+      selected.push_back(pick);
+    }
+    return selected;
+  }
+
+ private:
+  static std::vector<double> compute_prefix(const Trace& trace) {
+    std::vector<double> before(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
+    for (OpIndex op = 0; op < trace.op_count(); ++op) {
+      before[static_cast<std::size_t>(op) + 1] = before[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
+    }
+    return before;
+  }
+
+  static std::vector<internal::OpInterval> intervals(const PeakModel& model) {
+    std::vector<internal::OpInterval> out;
+    out.reserve(model.interior.size());
+    for (const PeakCandidate& c : model.interior) out.push_back({c.interior_first(), c.interior_last()});
+    return out;
+  }
+
+  // The ops whose compute can hide a candidate's round trip: from after its
+  // version's copy op (when the copy to host can start) to before its end op.
+  std::pair<std::size_t, std::size_t> window(const PeakCandidate& c) const {
+    return {static_cast<std::size_t>(model_.versions[static_cast<std::size_t>(c.version)].copy_op) + 1,
+            static_cast<std::size_t>(c.interior_last())};
+  }
+
+  // Hiding: how much of the copy back fits between the data reaching the host
+  // and its use. The copy to host starts after the version's copy op, behind
+  // the copies of selected candidates issued no later (the engine is FIFO; the
+  // queue is estimated as busy from time 0); the fraction of the copy back that
+  // fits before the end op starts is clamped to [0, 1]. With nothing selected
+  // this is (window - D2H) / H2D: 1 when the compute from the copy op to the
+  // use covers both transfers.
+  double hiding(std::size_t k) const {
+    const PeakCandidate& c = model_.interior[k];
+    const OpIndex copy_op = model_.versions[static_cast<std::size_t>(c.version)].copy_op;
+    const double own_ms = version_queued_[static_cast<std::size_t>(c.version)] ? 0.0 : d2h_ms_[k];
+    const double on_host_ms =
+        std::max(compute_before_[static_cast<std::size_t>(copy_op) + 1] + d2h_ms_[k], queued_d2h_ms(copy_op) + own_ms);
+    const double slack_ms = compute_before_[static_cast<std::size_t>(c.end_op)] - on_host_ms;
+    if (h2d_ms_[k] <= 0.0) return slack_ms >= 0.0 ? 1.0 : 0.0;
+    return std::clamp(slack_ms / h2d_ms_[k], 0.0, 1.0);
+  }
+
+  // D2H ms of the selected versions copied after ops [0, op] (a Fenwick tree).
+  double queued_d2h_ms(OpIndex op) const {
+    double total = 0.0;
+    for (std::size_t i = static_cast<std::size_t>(op) + 1; i > 0; i -= i & (~i + 1)) total += d2h_queue_[i];
+    return total;
+  }
+  void queue_d2h(OpIndex op, double ms) {
+    for (std::size_t i = static_cast<std::size_t>(op) + 1; i < d2h_queue_.size(); i += i & (~i + 1))
+      d2h_queue_[i] += ms;
+  }
+
+  double coverage_fraction(std::int64_t over_inside) const {
+    if (initial_over_ <= 1) return 0.0;
+    return std::clamp(static_cast<double>(over_inside - 1) / static_cast<double>(initial_over_ - 1), 0.0, 1.0);
+  }
+
+  double combine(double hiding, double coverage, double neighbor) const {
+    return std::max(0.0, weights_.peak_reduction + weights_.hiding * hiding + weights_.coverage * coverage -
+                             weights_.neighbor_impact * neighbor);
+  }
+
+  double key(std::size_t k, IndexGroup group) const {
+    return group == IndexGroup::kLarge ? factor_[k] : static_cast<double>(model_.interior[k].size_bytes) * factor_[k];
+  }
+
+  // The value a candidate's key stands for at excess E: what it removes times
+  // its factor (the score without the common 1/E).
+  double value(std::int32_t k, std::int64_t excess) const {
+    const double key = index_.key(k);
+    return index_.group(k) == IndexGroup::kLarge ? static_cast<double>(excess) * key : key;
+  }
+
+  std::int32_t best_at(OpIndex peak_op, std::int64_t excess, std::int32_t step) {
+    for (;;) {
+      const CoveringIndex::Best best = index_.query_cached(peak_op);
+      std::int32_t pick = best.small;
+      if (best.large != kNone) {
+        if (pick == kNone) {
+          pick = best.large;
+        } else {
+          const double small_value = value(best.small, excess);
+          const double large_value = value(best.large, excess);
+          if (large_value > small_value || (large_value == small_value && best.large < best.small)) {
+            pick = best.large;
+          }
+        }
+      }
+      if (pick == kNone) return pick;
+      const auto index = static_cast<std::size_t>(pick);
+      if (index_.group(pick) == IndexGroup::kSmall && model_.interior[index].size_bytes >= excess) {
+        // Its key size * F overstates what it can remove now: move it to the
+        // large group, keyed by F, and look again.
+        index_.set(pick, IndexGroup::kLarge, key(index, IndexGroup::kLarge));
+        continue;
+      }
+      if (fresh_at_[index] == step) return pick;
+      refresh(pick);
+      fresh_at_[static_cast<std::size_t>(pick)] = step;
+    }
+  }
+
+  static constexpr double kMaxNeighbor = 2.0;
+
+  void refresh(std::int32_t k) {
+    const auto index = static_cast<std::size_t>(k);
+    const PeakCandidate& c = model_.interior[index];
+    const auto over_inside = static_cast<std::int64_t>(
+        profile_.count_over(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last())));
+    // Neighbour impact: the copy-engine time that selected candidates already
+    // claim inside this candidate's window per unit of compute there, capped at
+    // 2 so that a twice-oversubscribed window weighs more than a merely busy one.
+    const auto [first, last] = window(c);
+    const double committed_ms = load_.load(first, last);
+    const double window_ms = compute_before_[last + 1] - compute_before_[first];
+    const double neighbor =
+        window_ms > 0.0 ? std::min(kMaxNeighbor, committed_ms / window_ms) : (committed_ms > 0.0 ? kMaxNeighbor : 0.0);
+    const double hiding = this->hiding(index);
+    factor_[index] = combine(hiding, coverage_fraction(over_inside), neighbor);
+    const IndexGroup group = index_.group(k);
+    index_.set(k, group, key(index, group));
+  }
+
+  const PeakModel& model_;
+  const PeakScoreWeights& weights_;
+  std::int64_t limit_;
+  ProfileTree& profile_;
+  CoveringIndex index_;
+  std::vector<double> compute_before_;  // compute ms of ops [0, x)
+  internal::TransferLoad load_;
+  std::int64_t initial_over_ = 0;
+  std::vector<double> factor_;  // cached F: an upper bound of the current one
+  std::vector<double> d2h_ms_;  // per candidate
+  std::vector<double> h2d_ms_;
+  std::vector<bool> version_queued_;    // a selected candidate already copies this version
+  std::vector<double> d2h_queue_;       // Fenwick tree over copy ops, see queued_d2h_ms
+  std::vector<std::int32_t> fresh_at_;  // step at which factor_ was last made exact
+};
+
+}  // namespace
+
+std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
+                                                 const PeakScoreWeights& weights, std::int64_t limit_bytes,
+                                                 ProfileTree& profile) {
+  return Selection(trace, model, weights, limit_bytes, profile).run();
+}
+
+}  // namespace hyperoffload::internal

@@ -1,0 +1,119 @@
+#include "hyperoffload/plan/internal/recompute_model.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace hyperoffload::internal {
+namespace {
+
+constexpr OpIndex kNever = std::numeric_limits<OpIndex>::max();
+
+// valid_until for every recomputable op, in one backward pass over the ops:
+// next_write[x] is the first op after the current one that writes x.
+std::vector<OpIndex> valid_until_per_op(const Trace& trace) {
+  std::vector<OpIndex> valid_until(static_cast<std::size_t>(trace.op_count()), -1);
+  std::vector<OpIndex> next_write(static_cast<std::size_t>(trace.storage_count()), kNever);
+  for (OpIndex op = trace.op_count() - 1; op >= 0; --op) {
+    const std::span<const Access> list = trace.accesses(op);
+    if (trace.op_recomputable(op)) {
+      OpIndex until = kNever;
+      for (const Access& access : list) until = std::min(until, next_write[static_cast<std::size_t>(access.storage)]);
+      valid_until[static_cast<std::size_t>(op)] = until;
+    }
+    for (const Access& access : list) {
+      if (access.kind == AccessKind::kWrite) next_write[static_cast<std::size_t>(access.storage)] = op;
+    }
+  }
+  return valid_until;
+}
+
+double chain_cost(const Trace& trace, const RecomputeModel& model, OpIndex source_op, OpIndex op, int level,
+                  int& ops_used) {
+  if (model.valid_until[static_cast<std::size_t>(source_op)] < op) return -1.0;
+  if (++ops_used > kMaxChainOps) return -1.0;
+  double cost = trace.op_duration_ms(source_op);
+  for (const Access& access : trace.accesses(source_op)) {
+    if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
+    const OpIndex producer = model.producer[static_cast<std::size_t>(access.storage)];
+    if (producer < 0 || level >= kMaxChainLevels) return -1.0;
+    const double inner = chain_cost(trace, model, producer, op, level + 1, ops_used);
+    if (inner < 0.0) return -1.0;
+    cost += inner;
+  }
+  return cost;
+}
+
+// Whether each gap of a storage (the gap after access j) is one the peak
+// planner can offload follows the peak model's rule: a new version starts at a
+// write that follows a read, and a gap is offloadable when its version's last
+// write (its copy op) is at or before the gap's start.
+// Per access: the copy op of its version (offloadable when at or before the
+// access's op).
+std::vector<OpIndex> version_copy_ops(std::span<const StorageAccess> list) {
+  std::vector<OpIndex> copy_ops(list.size(), 0);
+  std::size_t version_begin = 0;
+  while (version_begin < list.size()) {
+    std::size_t version_end = version_begin + 1;
+    while (version_end < list.size() &&
+           !(list[version_end].kind == AccessKind::kWrite && list[version_end - 1].kind == AccessKind::kRead)) {
+      ++version_end;
+    }
+    OpIndex copy_op = list[version_begin].op;
+    for (std::size_t j = version_begin; j < version_end; ++j) {
+      if (list[j].kind == AccessKind::kWrite) copy_op = list[j].op;
+    }
+    for (std::size_t j = version_begin; j < version_end; ++j) copy_ops[j] = copy_op;
+    version_begin = version_end;
+  }
+  return copy_ops;
+}
+
+}  // namespace
+
+bool dead_before(const Trace& trace, const RecomputeModel& model, StorageIndex s, OpIndex op) {
+  const StorageInfo& info = trace.storage(s);
+  return info.size_bytes > 0 && !info.retained() && model.last_op[static_cast<std::size_t>(s)] < op;
+}
+
+double chain_cost_ms(const Trace& trace, const RecomputeModel& model, OpIndex source_op, OpIndex op) {
+  int ops_used = 0;
+  return chain_cost(trace, model, source_op, op, 0, ops_used);
+}
+
+RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& accesses) {
+  RecomputeModel model;
+  const auto storages = static_cast<std::size_t>(trace.storage_count());
+  model.producer.assign(storages, -1);
+  model.last_op.assign(storages, -1);
+  for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+    if (!accesses.accessed(s)) continue;
+    model.last_op[static_cast<std::size_t>(s)] = accesses.last_op(s);
+    const StorageAccess& first = accesses.of(s).front();
+    // The builder guarantees that a recomputable op writes only storages it
+    // creates, so a first access that is such a write names the producer.
+    if (first.kind == AccessKind::kWrite && trace.op_recomputable(first.op)) {
+      model.producer[static_cast<std::size_t>(s)] = first.op;
+    }
+  }
+  if (!trace.has_recomputable_ops()) return model;
+  model.valid_until = valid_until_per_op(trace);
+
+  for (const StorageIndex s : accesses.by_first_appearance()) {
+    const OpIndex producer = model.producer[static_cast<std::size_t>(s)];
+    const StorageInfo& info = trace.storage(s);
+    if (producer < 0 || info.retained() || info.size_bytes <= 0) continue;
+    const std::span<const StorageAccess> list = accesses.of(s);
+    const std::vector<OpIndex> copy_ops = version_copy_ops(list);
+    for (std::size_t j = 0; j + 1 < list.size(); ++j) {
+      const OpIndex start = list[j].op;
+      const OpIndex end = list[j + 1].op;
+      if (end - start < 2) continue;
+      const double cost = chain_cost_ms(trace, model, producer, end);
+      if (cost < 0.0) continue;
+      model.candidates.push_back({s, info.size_bytes, start, end, producer, cost, copy_ops[j] <= start, copy_ops[j]});
+    }
+  }
+  return model;
+}
+
+}  // namespace hyperoffload::internal

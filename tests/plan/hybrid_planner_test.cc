@@ -1,0 +1,260 @@
+// The hybrid planner's decisions (docs/HYBRID_PLANNER.md), each on a hand-built
+// trace with the exact schedule derived in a comment.
+//
+// Conventions: sN is storage id N; "rec" marks a recomputable op; the copy
+// bandwidth is 1 MiB per ms (1000/1024 GiB/s), so a 1 MiB copy takes 1 ms;
+// durations are in ms; s9 (size 0) is an input every op may read, never
+// released.
+#include "hyperoffload/plan/hybrid_planner.h"
+
+#include <gtest/gtest.h>
+
+#include "hyperoffload/check/validator.h"
+#include "hyperoffload/sim/simulator.h"
+#include "testing/trace_dsl.h"
+
+namespace hyperoffload {
+namespace {
+
+using ::hyperoffload::testing::actions;
+using ::hyperoffload::testing::TraceDsl;
+constexpr Recomputable kRec = Recomputable::kYes;
+constexpr std::int64_t kMiB = 1 << 20;
+constexpr double kMiBPerMs = 1000.0 / 1024.0;  // GiB/s
+
+PlanResult plan_with(std::string_view planner, const Trace& trace, std::int64_t budget,
+                     DeviceMemory device = DeviceMemory::kUnlimited) {
+  PlannerOptions options;
+  options.device_memory = device;
+  Result<std::unique_ptr<Planner>> made = make_planner(planner, options);
+  EXPECT_TRUE(made.has_value());
+  if (!made) return {};
+  Result<PlanResult> plan = (*made)->plan(trace, budget);
+  EXPECT_TRUE(plan.has_value()) << plan.error().message;
+  if (!plan) return {};
+  const ValidationReport report = validate_schedule(trace, plan->schedule);
+  EXPECT_TRUE(report.valid()) << (report.problems.empty() ? "" : report.problems.front());
+  EXPECT_TRUE(report.faults.empty());
+  EXPECT_EQ(report.peak_bytes, plan->planned_peak_bytes);
+  return std::move(*plan);
+}
+
+double simulated_ms(const Trace& trace, const PlanResult& plan, std::int64_t budget, DeviceMemory device) {
+  SimulatorOptions options;
+  options.budget_bytes = budget;
+  options.device_memory = device;
+  const SimulationResult result = simulate(trace, plan.schedule, options);
+  return result.makespan_ms;
+}
+
+// s1 (1 MiB) written by f, read again at op 3; s2 (1 MiB) lives only at op 2,
+// the peak. The budget of 1 MiB leaves room for one of them.
+//   op0 load W9 | op1 f R9 W1 (rec, f_ms) | op2 peak W2 (peak_ms) | op3 use R1
+Trace one_gap(double f_ms, double peak_ms) {
+  return TraceDsl()
+      .storage(1, kMiB)
+      .storage(2, kMiB)
+      .storage(9, 0)
+      .bandwidth(kMiBPerMs)
+      .op("load", "W9")
+      .op("f", "R9 W1", f_ms, kRec)
+      .op("peak", "W2", peak_ms)
+      .op("use", "R1")
+      .build();
+}
+
+TEST(HybridPlanner, RecomputesWhenTheLinkIsTooSlowToHideTheCopy) {
+  // f 0.2 ms, peak 0.5 ms: compute 0.7 ms. Offloading s1 copies it out from
+  // 0.2 to 1.2 ms and back from 1.2 to 2.2 ms: op 3 waits until 2.2 ms.
+  // Recomputing f before op 3 costs 0.2 ms: the step ends at 0.9 ms. The plan
+  // drops s1 after op 1 and re-runs f before op 3; every storage is released
+  // after its last access.
+  const Trace trace = one_gap(0.2, 0.5);
+  for (const DeviceMemory device : {DeviceMemory::kUnlimited, DeviceMemory::kBudget}) {
+    const PlanResult plan = plan_with("hybrid", trace, kMiB, device);
+    EXPECT_EQ(plan.schedule.actions, actions("post 1 release_device 1; post 2 release_device 2; pre 3 recompute 1; "
+                                             "post 3 release_device 1"));
+    EXPECT_EQ(plan.planned_peak_bytes, kMiB);
+    EXPECT_NEAR(simulated_ms(trace, plan, kMiB, device), 0.9, 1e-9);
+  }
+}
+
+TEST(HybridPlanner, OffloadsWhenRecomputeCostsMoreThanTheCopyItReplaces) {
+  // f 5 ms, peak 3 ms: compute 8 ms. Unlimited memory: s1 goes to host from 5
+  // to 6 ms; op 2 leaves no room for it, so the copy back is issued before op
+  // 3, when op 2 ends at 8 ms: 8..9 ms, and op 3 starts at 9 ms. Recomputing
+  // would end at 13 ms. The peak planner's plan: copy and release s1 after op
+  // 1, bring it back before op 3, free the host copy after it.
+  const Trace trace = one_gap(5.0, 3.0);
+  const PlanResult plan = plan_with("hybrid", trace, kMiB);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 1 copy_d2h 1; post 1 release_device 1; post 2 release_device 2; pre 3 copy_h2d 1; "
+                    "post 3 release_device 1; post 3 release_host 1"));
+  EXPECT_NEAR(simulated_ms(trace, plan, kMiB, DeviceMemory::kUnlimited), 9.0, 1e-9);
+  // A device that holds only the budget: op 2 waits for s1's copy to host (6
+  // ms) and ends at 9 ms; the copy back then runs 9 to 10 ms: 10 ms, still
+  // less than the 13 ms of recomputing.
+  const PlanResult capped = plan_with("hybrid", trace, kMiB, DeviceMemory::kBudget);
+  EXPECT_EQ(capped.schedule.actions, plan.schedule.actions);
+  EXPECT_NEAR(simulated_ms(trace, capped, kMiB, DeviceMemory::kBudget), 10.0, 1e-9);
+}
+
+TEST(HybridPlanner, RecomputesThroughADeadInputAsAChainOfTwoOps) {
+  // g reads s1 (f's output) and writes s2, read again at op 4; s1 is dead
+  // after op 2; s3 (2 MiB) makes op 3 the peak (3 MiB, budget 2 MiB).
+  //   op0 load W9 | op1 f R9 W1 (rec, 0.1) | op2 g R1 W2 (rec, 0.1) |
+  //   op3 peak W3 (1.0) | op4 use R2
+  // Offloading s2: out 0.2..1.2 ms, back 1.2..2.2 ms, op 4 at 2.2 ms.
+  // Recomputing s2 before op 4 needs s1 again: f then g (0.2 ms): 1.4 ms.
+  // The short-lived s1 is released right after g's re-run.
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, kMiB)
+                          .storage(3, 2 * kMiB)
+                          .storage(9, 0)
+                          .bandwidth(kMiBPerMs)
+                          .op("load", "W9")
+                          .op("f", "R9 W1", 0.1, kRec)
+                          .op("g", "R1 W2", 0.1, kRec)
+                          .op("peak", "W3", 1.0)
+                          .op("use", "R2")
+                          .build();
+  const PlanResult plan = plan_with("hybrid", trace, 2 * kMiB);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 2 release_device 1; post 2 release_device 2; post 3 release_device 3; pre 4 recompute 1; "
+                    "pre 4 recompute 2; pre 4 release_device 1; post 4 release_device 2"));
+  EXPECT_NEAR(simulated_ms(trace, plan, 2 * kMiB, DeviceMemory::kUnlimited), 1.4, 1e-9);
+}
+
+TEST(HybridPlanner, RecomputeLowersTheFloorWhereOffloadingCannot) {
+  // f writes s1 at op 1 and op 3 overwrites it before any read: one version,
+  // copied to host only after op 3, so no offload frees op 2 and the peak
+  // planner's floor is 2 MiB there (s1 + s2). Re-running f before op 3 frees
+  // it: the hybrid floor is 1 MiB (first reached at op 1), and at a budget of
+  // 1 MiB the plan drops s1 after op 1 and regenerates it for op 3.
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, kMiB)
+                          .storage(9, 0)
+                          .bandwidth(kMiBPerMs)
+                          .op("load", "W9")
+                          .op("f", "R9 W1", 0.1, kRec)
+                          .op("peak", "W2", 1.0)
+                          .op("overwrite", "W1")
+                          .op("mid", "R9")
+                          .op("use", "R1")
+                          .build();
+  const PlanResult peak = plan_with("peak", trace, kMiB);
+  ASSERT_TRUE(peak.floor.has_value());
+  EXPECT_EQ(peak.floor->bytes, 2 * kMiB);
+  const PlanResult plan = plan_with("hybrid", trace, kMiB);
+  ASSERT_TRUE(plan.floor.has_value());
+  EXPECT_EQ(plan.floor->bytes, kMiB);
+  EXPECT_EQ(plan.floor->op, 1);
+  EXPECT_EQ(plan.schedule.actions, actions("post 1 release_device 1; post 2 release_device 2; pre 3 recompute 1; "
+                                           "post 5 release_device 1"));
+  EXPECT_EQ(plan.planned_peak_bytes, kMiB);
+}
+
+TEST(HybridPlanner, WithNothingRecomputableIsThePeakPlanner) {
+  // one_gap without the recomputable mark: the offload-only plan, action for
+  // action.
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, kMiB)
+                          .storage(9, 0)
+                          .bandwidth(kMiBPerMs)
+                          .op("load", "W9")
+                          .op("f", "R9 W1", 5.0)
+                          .op("peak", "W2", 3.0)
+                          .op("use", "R1")
+                          .build();
+  const PlanResult peak = plan_with("peak", trace, kMiB);
+  const PlanResult hybrid = plan_with("hybrid", trace, kMiB);
+  EXPECT_EQ(hybrid.schedule.actions, peak.schedule.actions);
+  EXPECT_EQ(hybrid.schedule.planner, "hybrid");
+  ASSERT_TRUE(hybrid.floor.has_value());
+  EXPECT_EQ(hybrid.floor->bytes, peak.floor->bytes);
+}
+
+TEST(RecomputePlanner, RecomputesWithoutCopiesAndReportsItsFloor) {
+  // one_gap with the expensive f (5 ms): recompute-only never copies, so it
+  // re-runs f (13 ms in all) where the hybrid planner offloaded. Its floor is
+  // the peak of its longest decision sequence: s1 dropped, 1 MiB.
+  const Trace trace = one_gap(5.0, 3.0);
+  const PlanResult plan = plan_with("recompute", trace, kMiB);
+  EXPECT_EQ(plan.schedule.planner, "recompute");
+  EXPECT_EQ(plan.schedule.actions, actions("post 1 release_device 1; post 2 release_device 2; pre 3 recompute 1; "
+                                           "post 3 release_device 1"));
+  ASSERT_TRUE(plan.floor.has_value());
+  EXPECT_EQ(plan.floor->bytes, kMiB);
+  EXPECT_NEAR(simulated_ms(trace, plan, kMiB, DeviceMemory::kUnlimited), 13.0, 1e-9);
+}
+
+TEST(RecomputePlanner, BelowItsFloorPlansAsCloseAsItCanAndSaysSo) {
+  // Budget 0.5 MiB: op 2 alone holds s2 (1 MiB), which nothing regenerates.
+  const Trace trace = one_gap(0.2, 0.5);
+  const PlanResult plan = plan_with("recompute", trace, kMiB / 2);
+  ASSERT_TRUE(plan.floor.has_value());
+  EXPECT_EQ(plan.floor->bytes, kMiB);
+  EXPECT_EQ(plan.planned_peak_bytes, kMiB);
+  ASSERT_FALSE(plan.notes.empty());
+  EXPECT_NE(plan.notes.front().find("below the floor"), std::string::npos);
+}
+
+TEST(RecomputePlanner, UsesTheShortestDecisionPrefixThatFits) {
+  // s1 (1 MiB) and s2 (2 MiB) are written by cheap ops (0.1 ms) and read at
+  // the end in reverse order; s3 (1 MiB) makes op 4 the peak.
+  //   op0 load W9 | op1 f R9 W1 (rec) | op2 g R9 W2 (rec) | op3 mid R9 |
+  //   op4 peak W3 | op5 use R2 | op6 use R1
+  //   res:  0 1 3 3 4 3 1 (MiB)      gaps: s1 (1, 6) over 2..5, s2 (2, 5) over 3..4
+  // The decision sequence: at op 4 s2 removes more per ms (2 MiB vs 1), then
+  // the peak is op 2 (3 MiB), which only s1 covers; then op 2 holds s2 alone
+  // (2 MiB) and nothing covers it. Peaks after each: 3, 2 MiB; the floor is 2.
+  // Budget 3 MiB: the first decision fits (the re-run of g before op 5 holds
+  // s1 + s2 = 3 MiB). Budget 2 MiB: both.
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, 2 * kMiB)
+                          .storage(3, kMiB)
+                          .storage(9, 0)
+                          .bandwidth(kMiBPerMs)
+                          .op("load", "W9")
+                          .op("f", "R9 W1", 0.1, kRec)
+                          .op("g", "R9 W2", 0.1, kRec)
+                          .op("mid", "R9")
+                          .op("peak", "W3")
+                          .op("use", "R2")
+                          .op("use", "R1")
+                          .build();
+  const PlanResult one = plan_with("recompute", trace, 3 * kMiB);
+  EXPECT_EQ(one.schedule.actions, actions("post 2 release_device 2; post 4 release_device 3; pre 5 recompute 2; "
+                                          "post 5 release_device 2; post 6 release_device 1"));
+  ASSERT_TRUE(one.floor.has_value());
+  EXPECT_EQ(one.floor->bytes, 2 * kMiB);
+  const PlanResult both = plan_with("recompute", trace, 2 * kMiB);
+  EXPECT_EQ(both.schedule.actions,
+            actions("post 1 release_device 1; post 2 release_device 2; post 4 release_device 3; pre 5 recompute 2; "
+                    "post 5 release_device 2; pre 6 recompute 1; post 6 release_device 1"));
+  EXPECT_EQ(both.planned_peak_bytes, 2 * kMiB);
+}
+
+TEST(HybridPlanner, PlannerNamesCreateTheHybridPlanners) {
+  for (const std::string_view name : {"hybrid", "recompute"}) {
+    Result<std::unique_ptr<Planner>> planner = make_planner(name);
+    ASSERT_TRUE(planner.has_value());
+    EXPECT_EQ((*planner)->name(), name);
+  }
+  // The hybrid planner places offloads with the peak planner, so it takes its
+  // score weights and rejects unknown ones the same way.
+  PlannerOptions options;
+  options.score_weights = {{"hiding", 2.0}};
+  EXPECT_TRUE(make_planner("hybrid", options).has_value());
+  options.score_weights = {{"nonsense", 1.0}};
+  const Result<std::unique_ptr<Planner>> bad = make_planner("hybrid", options);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("unknown score weight"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hyperoffload

@@ -1,0 +1,348 @@
+// The hybrid planner's building blocks (plan/internal/recompute_model.h,
+// recompute_selection.h, augmented_trace.h), each on a hand-built trace with
+// the expected result derived in a comment.
+//
+// Conventions: sN is storage id N (and its index, as the DSL declares them in
+// order); "rec" marks a recomputable op; durations are in ms; a storage of
+// size 0 is never released, so it is on the device wherever a re-run reads it.
+#include <gtest/gtest.h>
+
+#include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/internal/augmented_trace.h"
+#include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/internal/recompute_model.h"
+#include "hyperoffload/plan/internal/recompute_selection.h"
+#include "testing/trace_dsl.h"
+
+namespace hyperoffload::internal {
+namespace {
+
+using ::hyperoffload::testing::actions;
+using ::hyperoffload::testing::TraceDsl;
+constexpr Recomputable kRec = Recomputable::kYes;
+constexpr double kAnyCost = std::numeric_limits<double>::infinity();
+
+RecomputeModel model_of(const Trace& trace) { return build_recompute_model(trace, StorageAccesses(trace)); }
+
+std::vector<std::int64_t> resident_of(const Trace& trace) {
+  return build_peak_model(trace, StorageAccesses(trace)).resident_bytes;
+}
+
+// s9 retained (size 10): an input that is always on the device.
+//   op0 load  W9
+//   op1 f     R9 W1      rec, 0.5 ms     s1 100
+//   op2 g     R1 W2      rec, 1.0 ms     s2 200
+//   op3 use   R2
+//   op4 mid   R9
+//   op5 use   R1
+//   op6 use   R2
+// s1: W1 R2 R5 — gaps (1,2) too short, (2,5): re-run f before op 5; it reads
+//     s9, which is retained: cost 0.5.
+// s2: W2 R3 R6 — gaps (2,3) too short, (3,6): re-run g before op 6; g reads
+//     s1, whose last access (op 5) is before op 6: dead, so f re-runs first
+//     (a chain): cost 1.0 + 0.5 = 1.5.
+Trace chain_trace() {
+  return TraceDsl()
+      .storage(1, 100)
+      .storage(2, 200)
+      .storage(9, 10, Retention::kRetained)
+      .op("load", "W9")
+      .op("f", "R9 W1", 0.5, kRec)
+      .op("g", "R1 W2", 1.0, kRec)
+      .op("use", "R2")
+      .op("mid", "R9")
+      .op("use", "R1")
+      .op("use", "R2")
+      .build();
+}
+
+TEST(RecomputeModel, CandidatesAreGapsOfStoragesARecomputableOpCreatedWithTheirChainsCost) {
+  const Trace trace = chain_trace();
+  const RecomputeModel model = model_of(trace);
+  EXPECT_EQ(model.producer, (std::vector<OpIndex>{1, 2, -1}));
+  ASSERT_EQ(model.candidates.size(), 2u);
+  const RecomputeCandidate& s1 = model.candidates[0];
+  EXPECT_EQ(s1.storage, 0);
+  EXPECT_EQ(s1.start_op, 2);
+  EXPECT_EQ(s1.end_op, 5);
+  EXPECT_EQ(s1.source_op, 1);
+  EXPECT_DOUBLE_EQ(s1.cost_ms, 0.5);
+  EXPECT_TRUE(s1.offloadable);
+  const RecomputeCandidate& s2 = model.candidates[1];
+  EXPECT_EQ(s2.start_op, 3);
+  EXPECT_EQ(s2.end_op, 6);
+  EXPECT_EQ(s2.source_op, 2);
+  EXPECT_DOUBLE_EQ(s2.cost_ms, 1.5);
+}
+
+TEST(RecomputeModel, ARecomputeAfterItsInputIsWrittenAgainIsStaleAndNoCandidate) {
+  // As chain_trace, but op 4 writes s9 (an optimizer-like update): f's input
+  // changes after f ran, so f may be re-run only before ops <= 4. Neither
+  // gap ends by then (5, and 6 through the chain): no candidate.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 200)
+                          .storage(9, 10, Retention::kRetained)
+                          .op("load", "W9")
+                          .op("f", "R9 W1", 0.5, kRec)
+                          .op("g", "R1 W2", 1.0, kRec)
+                          .op("use", "R2")
+                          .op("update", "R9 W9")
+                          .op("use", "R1")
+                          .op("use", "R2")
+                          .build();
+  const RecomputeModel model = model_of(trace);
+  EXPECT_EQ(model.valid_until[1], 4);
+  EXPECT_TRUE(model.candidates.empty());
+}
+
+TEST(RecomputeModel, ADeadInputWithoutARecomputableProducerLeavesNoChain) {
+  // s9 is not retained now: dead after op 4. f reads it, so neither gap has a
+  // chain (s9's producer, load, is not recomputable).
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 200)
+                          .storage(9, 10)
+                          .op("load", "W9")
+                          .op("f", "R9 W1", 0.5, kRec)
+                          .op("g", "R1 W2", 1.0, kRec)
+                          .op("use", "R2")
+                          .op("mid", "R9")
+                          .op("use", "R1")
+                          .op("use", "R2")
+                          .build();
+  EXPECT_TRUE(model_of(trace).candidates.empty());
+}
+
+TEST(RecomputeModel, AGapInsideALeadingRunOfWritesIsRecomputableButNotOffloadable) {
+  // s1: written by f (op 1, rec), overwritten by op 3 without a read between:
+  // one version, copied to host after op 3, so the gap (1, 3) is no offload
+  // candidate; a re-run of f before op 3 is not stale (op 3 writes after it).
+  // The gap (3, 5) has a producer whose output was overwritten at op 3: stale.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(9, 0)
+                          .op("load", "W9")
+                          .op("f", "R9 W1", 0.5, kRec)
+                          .op("mid", "R9")
+                          .op("overwrite", "W1")
+                          .op("mid", "R9")
+                          .op("use", "R1")
+                          .build();
+  const RecomputeModel model = model_of(trace);
+  ASSERT_EQ(model.candidates.size(), 1u);
+  EXPECT_EQ(model.candidates[0].start_op, 1);
+  EXPECT_EQ(model.candidates[0].end_op, 3);
+  EXPECT_FALSE(model.candidates[0].offloadable);
+}
+
+// s1 100 (f, 1 ms) and s2 300 (g, 2 ms) are both off the device at op 3, where
+// s3 (400, not recomputable) makes the peak:
+//   op:   0   1    2    3    4    5
+//   res:  0  100  400  800  400  400
+// with the gaps s1 (1, 5) over ops 2..4 and s2 (2, 5) over ops 3..4.
+Trace two_candidates() {
+  return TraceDsl()
+      .storage(1, 100)
+      .storage(2, 300)
+      .storage(3, 400)
+      .storage(9, 0)
+      .op("load", "W9")
+      .op("f", "R9 W1", 1.0, kRec)
+      .op("g", "R9 W2", 2.0, kRec)
+      .op("peak", "W3")
+      .op("mid", "R9")
+      .op("use", "R1 R2")
+      .build();
+}
+
+TEST(RecomputeSelection, TakesWhatRemovesTheMostExcessPerMillisecond) {
+  const Trace trace = two_candidates();
+  const RecomputeModel model = model_of(trace);
+  const std::vector<std::int64_t> resident = resident_of(trace);
+  ASSERT_EQ(resident, (std::vector<std::int64_t>{0, 100, 400, 800, 400, 400}));
+  // Budget 700, excess 100: s1 removes 100 in 1 ms (100/ms), s2 at most the
+  // 100 of the excess in 2 ms (50/ms): s1, and op 3 is then at 700.
+  const RecomputeSelection small_excess = select_recomputes(trace, resident, model, {kAnyCost, 700});
+  ASSERT_EQ(small_excess.decisions.size(), 1u);
+  EXPECT_EQ(model.candidates[static_cast<std::size_t>(small_excess.decisions[0].candidate)].storage, 0);
+  EXPECT_EQ(small_excess.peak_after, (std::vector<std::int64_t>{700}));
+  // Budget 500, excess 300: s1 100/ms, s2 300 in 2 ms = 150/ms: s2, then op 3
+  // is at 500 and every op fits.
+  const RecomputeSelection large_excess = select_recomputes(trace, resident, model, {kAnyCost, 500});
+  ASSERT_EQ(large_excess.decisions.size(), 1u);
+  EXPECT_EQ(model.candidates[static_cast<std::size_t>(large_excess.decisions[0].candidate)].storage, 1);
+  EXPECT_EQ(large_excess.decisions[0].regenerate_before, 5);
+  EXPECT_EQ(large_excess.peak_after, (std::vector<std::int64_t>{500}));
+}
+
+TEST(RecomputeSelection, LeavesCandidatesCostlierThanTheirCopyBackToOffloads) {
+  // At 16 GiB/s, copying 300 bytes back takes 300 / (16 * 2^30) s, far less
+  // than either recompute: with a ratio limit of 1 nothing qualifies.
+  const Trace trace = two_candidates();
+  const RecomputeSelection selection =
+      select_recomputes(trace, resident_of(trace), model_of(trace), {1.0, 500});
+  EXPECT_TRUE(selection.decisions.empty());
+}
+
+// A chain like a transformer MLP's: f writes s1 ("fc1"), g reads it and writes
+// s2 ("gelu"); the backward reads s2 at op 6 and s1 right after, at op 7; s3
+// (500) makes op 3 the peak.
+//   op0 load W9 | op1 f R9 W1 rec | op2 g R1 W2 rec | op3 peak W3 | op4 mid R9 |
+//   op5 mid R9 | op6 use R2 | op7 use R1
+// Gaps: s1 (2, 7) over ops 3..6, s2 (2, 6) over ops 3..5.
+// res:  0 100 200 700 200 200 200 100
+Trace mlp_chain(double f_ms, double g_ms) {
+  return TraceDsl()
+      .storage(1, 100)
+      .storage(2, 100)
+      .storage(3, 500)
+      .storage(9, 0)
+      .op("load", "W9")
+      .op("f", "R9 W1", f_ms, kRec)
+      .op("g", "R1 W2", g_ms, kRec)
+      .op("peak", "W3")
+      .op("mid", "R9")
+      .op("mid", "R9")
+      .op("use", "R2")
+      .op("use", "R1")
+      .build();
+}
+
+TEST(RecomputeSelection, AStorageAReRunReadsIsRegeneratedWhereItIsRead) {
+  // Budget 500, excess 200 at op 3. s2 first (100 bytes in 0.1 ms beats 100 in
+  // 1 ms): g re-runs before op 6 and reads s1 there, which locks s1 at op 6.
+  // Then s1: its gap (2, 7) holds that lock, one op before its end (at most
+  // max(1, 5 / 8) = 1 early is allowed), so it is regenerated before op 6
+  // instead, still freeing op 3. Both re-runs stand before op 6.
+  const Trace trace = mlp_chain(1.0, 0.1);
+  const RecomputeModel model = model_of(trace);
+  const RecomputeSelection selection = select_recomputes(trace, resident_of(trace), model, {kAnyCost, 500});
+  ASSERT_EQ(selection.decisions.size(), 2u);
+  EXPECT_EQ(model.candidates[static_cast<std::size_t>(selection.decisions[0].candidate)].storage, 1);
+  EXPECT_EQ(selection.decisions[0].regenerate_before, 6);
+  EXPECT_EQ(model.candidates[static_cast<std::size_t>(selection.decisions[1].candidate)].storage, 0);
+  EXPECT_EQ(selection.decisions[1].regenerate_before, 6);
+  EXPECT_TRUE(selection.moves.empty());
+}
+
+TEST(RecomputeSelection, AReRunThatReadsADroppedStorageMovesItsRegenerationThere) {
+  // As above, but f is the cheaper (100 bytes in 0.05 ms): s1 is taken first,
+  // regenerated before op 7. Then s2's re-run of g before op 6 reads s1, which
+  // is dropped there: s1's regeneration moves to op 6 (one op early). The move
+  // is recorded, so the first decision alone is s1 before op 7 again.
+  const Trace trace = mlp_chain(0.05, 0.1);
+  const RecomputeModel model = model_of(trace);
+  const RecomputeSelection selection = select_recomputes(trace, resident_of(trace), model, {kAnyCost, 500});
+  ASSERT_EQ(selection.decisions.size(), 2u);
+  EXPECT_EQ(model.candidates[static_cast<std::size_t>(selection.decisions[0].candidate)].storage, 0);
+  EXPECT_EQ(selection.decisions[0].regenerate_before, 6);
+  EXPECT_EQ(selection.decisions[1].regenerate_before, 6);
+  ASSERT_EQ(selection.moves.size(), 1u);
+  EXPECT_EQ(selection.moves[0].step, 1u);
+  EXPECT_EQ(selection.moves[0].decision, 0u);
+  EXPECT_EQ(selection.moves[0].previous, 7);
+  const std::vector<RecomputeDecision> first = selection.prefix(1);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].regenerate_before, 7);
+}
+
+TEST(RecomputeSelection, AStorageReadFarFromItsGapsEndIsNotDropped) {
+  // s1's gap now runs to op 15 (eight more mid ops before its use), so a lock
+  // at op 6 is 9 ops early where at most max(1, 13 / 8) = 1 is allowed: after
+  // s2 (cheapest), s1 is passed over and the peak stays at 600.
+  TraceDsl dsl;
+  dsl.storage(1, 100).storage(2, 100).storage(3, 500).storage(9, 0);
+  dsl.op("load", "W9").op("f", "R9 W1", 1.0, kRec).op("g", "R1 W2", 0.1, kRec).op("peak", "W3");
+  dsl.op("mid", "R9").op("mid", "R9").op("use", "R2");
+  for (int i = 0; i < 8; ++i) dsl.op("mid", "R9");
+  dsl.op("use", "R1");
+  const Trace trace = dsl.build();
+  const RecomputeModel model = model_of(trace);
+  const RecomputeSelection selection = select_recomputes(trace, resident_of(trace), model, {kAnyCost, 500});
+  ASSERT_EQ(selection.decisions.size(), 1u);
+  EXPECT_EQ(model.candidates[static_cast<std::size_t>(selection.decisions[0].candidate)].storage, 1);
+  EXPECT_EQ(selection.peak_after, (std::vector<std::int64_t>{600}));
+}
+
+TEST(ReserveForOffload, LeavesTheCostliestDataTheCopyEngineCanMoveInTimeToOffloads) {
+  // two_candidates at 1 MiB per ms (bandwidth 1000/1024 GiB/s), sizes in MiB:
+  // s1 1 MiB (f, 1 ms), s2 3 MiB (g, 2 ms). Costs per byte: s1 1 ms/MiB, s2
+  // 0.67: s1 first. Ops start at 0, 0, 1, 3, 3, 3 ms; s1 is ready when op 2
+  // starts (1 ms), s2 when op 3 starts (3 ms).
+  // Deadline 2.5 ms: s1 copies 1..2 ms (taken); s2 would end at 6: not taken.
+  // Deadline 6 ms: both (s1 1..2, s2 3..6).
+  constexpr std::int64_t kMiB = 1 << 20;
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, 3 * kMiB)
+                          .storage(3, 4 * kMiB)
+                          .storage(9, 0)
+                          .bandwidth(1000.0 / 1024.0)
+                          .op("load", "W9")
+                          .op("f", "R9 W1", 1.0, kRec)
+                          .op("g", "R9 W2", 2.0, kRec)
+                          .op("peak", "W3")
+                          .op("mid", "R9")
+                          .op("use", "R1 R2")
+                          .build();
+  const RecomputeModel model = model_of(trace);
+  EXPECT_EQ(reserve_for_offload(trace, model, 3, 2.5), (std::vector<std::int32_t>{0}));
+  EXPECT_EQ(reserve_for_offload(trace, model, 3, 6.0), (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(reserve_for_offload(trace, model, 3, 0.5), (std::vector<std::int32_t>{}));
+}
+
+TEST(AugmentedTrace, EachReRunIsAnOpBeforeItsUseWritingFreshStoragesThatLaterAccessesRead) {
+  // chain_trace with s2 regenerated before op 6: g re-runs there and needs s1,
+  // dead by then (last read at op 5), so f re-runs first into a short-lived
+  // instance. Augmented ops:
+  //   0 load, 1 f, 2 g, 3 use, 4 mid, 5 use, 6 f' (R9 W[s1'']), 7 g' (R[s1''] W[s2']), 8 use R[s2']
+  // Augmented storage ids: originals 0 (s1), 1 (s2), 2 (s9), then s2' = 3 (the
+  // persistent regeneration is made when g' writes it... after f' made s1'' = 3):
+  // s1'' = 3, s2' = 4.
+  const Trace trace = chain_trace();
+  const RecomputeModel model = model_of(trace);
+  const std::vector<RecomputeDecision> decisions = {{1, 6}};
+  const AugmentedTrace augmented = build_augmented_trace(trace, model, decisions);
+  ASSERT_EQ(augmented.trace.op_count(), 9);
+  EXPECT_EQ(augmented.original_op, (std::vector<OpIndex>{0, 1, 2, 3, 4, 5, 6, 6, 6}));
+  EXPECT_EQ(augmented.source_op, (std::vector<OpIndex>{-1, -1, -1, -1, -1, -1, 1, 2, -1}));
+  EXPECT_EQ(augmented.recompute_count, 2);
+  EXPECT_DOUBLE_EQ(augmented.recompute_ms, 1.5);
+  EXPECT_EQ(augmented.original_id, (std::vector<StorageId>{1, 2, 9, 1, 2}));
+  auto ids = [&](OpIndex op) {
+    std::vector<std::pair<StorageId, AccessKind>> out;
+    for (const Access& access : augmented.trace.accesses(op)) {
+      out.push_back({augmented.trace.storage(access.storage).id, access.kind});
+    }
+    return out;
+  };
+  using P = std::pair<StorageId, AccessKind>;
+  EXPECT_EQ(ids(6), (std::vector<P>{{2, AccessKind::kRead}, {3, AccessKind::kWrite}}));
+  EXPECT_EQ(ids(7), (std::vector<P>{{3, AccessKind::kRead}, {4, AccessKind::kWrite}}));
+  EXPECT_EQ(ids(8), (std::vector<P>{{4, AccessKind::kRead}}));
+  EXPECT_DOUBLE_EQ(augmented.trace.total_compute_ms(), trace.total_compute_ms() + 1.5);
+}
+
+TEST(AugmentedTrace, MapsActionsOfReRunsIntoThePrePhaseOfTheOpTheyPrecede) {
+  // With the augmented trace above: actions at re-run ops 6 and 7 go to pre(6)
+  // around their recomputes, in order, ahead of op 8's (= op 6's) own pre
+  // actions; augmented storage ids become original ids.
+  const Trace trace = chain_trace();
+  const AugmentedTrace augmented = build_augmented_trace(trace, model_of(trace), std::vector<RecomputeDecision>{{1, 6}});
+  const std::vector<Action> mapped = map_back(
+      augmented, actions("post 3 release_device 1; pre 7 copy_h2d 0; post 7 release_device 3; pre 8 copy_h2d 2; "
+                         "post 8 release_device 4"));
+  EXPECT_EQ(mapped, actions("post 3 release_device 2; pre 6 recompute 1; pre 6 copy_h2d 1; pre 6 recompute 2; "
+                            "pre 6 release_device 1; pre 6 copy_h2d 9; post 6 release_device 2"));
+}
+
+TEST(AugmentedTrace, EndOfLifeReleasesFreeEachReleasableStorageAfterItsLastAccess) {
+  // chain_trace: s1 last read at op 5, s2 at op 6; s9 is retained.
+  const Trace trace = chain_trace();
+  EXPECT_EQ(end_of_life_releases(trace, StorageAccesses(trace)),
+            actions("post 5 release_device 1; post 6 release_device 2"));
+}
+
+}  // namespace
+}  // namespace hyperoffload::internal
