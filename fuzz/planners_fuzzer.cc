@@ -18,6 +18,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -27,6 +29,7 @@
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/io/schedule_json.h"
 #include "hyperoffload/io/timeline_json.h"
+#include "hyperoffload/io/trace_json.h"
 #include "hyperoffload/plan/planner.h"
 #include "hyperoffload/report/comparison.h"
 #include "hyperoffload/report/comparison_table.h"
@@ -162,7 +165,7 @@ void check_comparison(const Trace& trace, std::optional<std::int64_t> budget, Co
                row.planner, row.stall_ms, *bound);
   }
   check_json_numbers(comparison_to_json(*comparison, "fuzz"), "compare --json",
-                     {"stall_lower_bound_ms", "stall_above_bound_ms"});
+                     {"stall_lower_bound_ms", "stall_above_bound_ms", "overhead_above_bound_ms"});
   check_text_numbers(format_comparison_table(*comparison, "fuzz"), "the comparison table");
   check_text_numbers(comparison_plot_svg(*comparison, "fuzz"), "the memory plot");
 }
@@ -175,6 +178,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!trace) return 0;
   const std::optional<std::int64_t> budget = fuzz::decode_budget(in, *trace);
   const CopyEngines engines = in.ConsumeBool() ? CopyEngines::kOne : CopyEngines::kTwo;
+  // HYPEROFFLOAD_FUZZ_VERBOSE=1 prints the case, to rerun a finding with the CLI.
+  if (std::getenv("HYPEROFFLOAD_FUZZ_VERBOSE") != nullptr) {
+    std::fprintf(stderr, "%s\nbudget %s, %d copy engines\n", trace_to_json(*trace).c_str(),
+                 budget ? std::to_string(*budget).c_str() : "none", static_cast<int>(engines));
+  }
   for (const std::string& name : planners_for(*trace)) {
     PlannerOptions planner_options;
     planner_options.device_memory = in.ConsumeBool() ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
