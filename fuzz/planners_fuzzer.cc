@@ -1,8 +1,9 @@
 // Planner invariants on structure-aware input: the bytes become a valid trace
 // and a budget (fuzz_support.h, decode_trace), and every registered planner
-// (planner_names(); the MILP planner "optimal" only on tiny traces) plans it.
+// (planner_names(), and the MILP planner "optimal" on tiny traces) plans it.
 // For each schedule:
-//  - planning succeeds and the schedule validates;
+//  - planning succeeds (the MILP planner may refuse a budget below its floor)
+//    and the schedule validates;
 //  - when the planner reports an unavoidable floor and the budget is at least
 //    that floor, the op-granular peak is within the budget;
 //  - the simulator agrees with the validator and is self-consistent, with one
@@ -17,6 +18,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -26,6 +29,7 @@
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/io/schedule_json.h"
 #include "hyperoffload/io/timeline_json.h"
+#include "hyperoffload/io/trace_json.h"
 #include "hyperoffload/plan/planner.h"
 #include "hyperoffload/report/comparison.h"
 #include "hyperoffload/report/comparison_table.h"
@@ -36,10 +40,17 @@ using namespace hyperoffload;
 
 namespace {
 
-// The MILP planner is exponential in the worst case; it gets tiny traces only.
-bool planner_takes(std::string_view name, const Trace& trace) {
-  return name != "optimal" || (trace.op_count() <= 8 && trace.storage_count() <= 6);
+// Every registered planner, and the MILP planner (exponential in the worst
+// case, seconds per plan) on tiny traces only.
+std::vector<std::string> planners_for(const Trace& trace) {
+  std::vector<std::string> names(planner_names().begin(), planner_names().end());
+  if (trace.op_count() <= 6 && trace.storage_count() <= 4) names.emplace_back(kOptimalPlannerName);
+  return names;
 }
+
+// A solve cut short still returns its best schedule; long enough for the tiny
+// traces to be solved to optimality, short enough for a fuzzing run.
+constexpr double kSolveSeconds = 2.0;
 
 void check_finite(double value, std::string_view what) {
   FUZZ_CHECK(std::isfinite(value), "{} is {}", what, value);
@@ -99,6 +110,8 @@ void check_simulation(const Trace& trace, const Schedule& schedule, const Valida
   for (auto [value, what] : {std::pair{sim.compute_ms, "compute_ms"}, std::pair{sim.makespan_ms, "makespan_ms"},
                              std::pair{sim.stall_ms, "stall_ms"}, std::pair{sim.fault_ms, "fault_ms"},
                              std::pair{sim.memory_stall_ms, "memory_stall_ms"},
+                             std::pair{sim.recompute_ms, "recompute_ms"},
+                             std::pair{sim.stall_percent(), "stall_percent"},
                              std::pair{sim.peak_time_ms, "peak_time_ms"},
                              std::pair{sim.overhead_percent(), "overhead_percent"}}) {
     check_finite(value, what);
@@ -126,10 +139,8 @@ void check_simulation(const Trace& trace, const Schedule& schedule, const Valida
 void check_comparison(const Trace& trace, std::optional<std::int64_t> budget, CopyEngines engines,
                       DeviceMemory memory) {
   ComparisonOptions options;
-  options.planners.clear();
-  for (std::string_view name : planner_names()) {
-    if (planner_takes(name, trace)) options.planners.emplace_back(name);
-  }
+  options.planners = planners_for(trace);
+  options.time_limit_s = kSolveSeconds;
   options.budgets = {BudgetSpec{BudgetSpec::Unit::kBytes, static_cast<double>(budget.value_or(0))}};
   options.copy_engines = engines;
   options.device_memory = memory;
@@ -137,6 +148,7 @@ void check_comparison(const Trace& trace, std::optional<std::int64_t> budget, Co
   Result<Comparison> comparison = run_comparison(trace, options);
   FUZZ_CHECK(comparison.has_value(), "compare failed: {}", comparison ? "" : comparison.error().message);
   for (const ComparisonRow& row : comparison->rows) {
+    FUZZ_CHECK(row.refused.empty() || row.planner == kOptimalPlannerName, "{} refused: {}", row.planner, row.refused);
     check_finite(row.stall_ms, "a row's stall");
     check_finite(row.overhead_percent, "a row's overhead");
     check_finite(row.makespan_ms, "a row's makespan");
@@ -166,13 +178,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!trace) return 0;
   const std::optional<std::int64_t> budget = fuzz::decode_budget(in, *trace);
   const CopyEngines engines = in.ConsumeBool() ? CopyEngines::kOne : CopyEngines::kTwo;
-  for (std::string_view name : planner_names()) {
-    if (!planner_takes(name, *trace)) continue;
+  // HYPEROFFLOAD_FUZZ_VERBOSE=1 prints the case, to rerun a finding with the CLI.
+  if (std::getenv("HYPEROFFLOAD_FUZZ_VERBOSE") != nullptr) {
+    std::fprintf(stderr, "%s\nbudget %s, %d copy engines\n", trace_to_json(*trace).c_str(),
+                 budget ? std::to_string(*budget).c_str() : "none", static_cast<int>(engines));
+  }
+  for (const std::string& name : planners_for(*trace)) {
     PlannerOptions planner_options;
     planner_options.device_memory = in.ConsumeBool() ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
+    planner_options.time_limit_s = kSolveSeconds;
     Result<std::unique_ptr<Planner>> planner = make_planner(name, planner_options);
     FUZZ_CHECK(planner.has_value(), "make_planner(\"{}\"): {}", name, planner ? "" : planner.error().message);
     Result<PlanResult> plan = (*planner)->plan(*trace, budget);
+    // The MILP planner refuses a budget below its floor (kInvalidArgument,
+    // report/comparison.h); every other planner plans every budget.
+    if (!plan && name == kOptimalPlannerName && plan.error().code == ErrorCode::kInvalidArgument) continue;
     FUZZ_CHECK(plan.has_value(), "{} failed: {}", name, plan ? "" : plan.error().message);
     const Schedule& schedule = plan->schedule;
     const ValidationReport report = validate_schedule(*trace, schedule);

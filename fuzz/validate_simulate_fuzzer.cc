@@ -103,6 +103,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (auto [value, what] : {std::pair{sim.compute_ms, "compute_ms"}, std::pair{sim.makespan_ms, "makespan_ms"},
                              std::pair{sim.stall_ms, "stall_ms"}, std::pair{sim.fault_ms, "fault_ms"},
                              std::pair{sim.memory_stall_ms, "memory_stall_ms"},
+                             std::pair{sim.recompute_ms, "recompute_ms"},
+                             std::pair{sim.stall_percent(), "stall_percent"},
                              std::pair{sim.peak_time_ms, "peak_time_ms"},
                              std::pair{sim.overhead_percent(), "overhead_percent"}}) {
     FUZZ_CHECK(std::isfinite(value) && value >= 0.0, "{} is {} (compute {} ms, stall {} ms)", what, value,

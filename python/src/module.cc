@@ -551,9 +551,11 @@ PYBIND11_MODULE(_C, m) {
       [] {
         std::vector<std::string> names;
         for (std::string_view name : hyperoffload::planner_names()) names.emplace_back(name);
+        names.emplace_back(hyperoffload::kOptimalPlannerName);
         return names;
       },
-      "The planners this build knows, by name (OffloadConfig.planner), in the order reports list them.");
+      "Every planner name OffloadConfig.planner accepts: the heuristic planners in the order reports list them, "
+      "then the MILP planner (\"optimal\", for small steps).");
   m.def(
       "unplanned_peak",
       [](const std::string& trace_json) {

@@ -35,6 +35,8 @@ EXAMPLES = int(os.environ.get("HYPEROFFLOAD_PROPERTY_EXAMPLES", "40"))
 SETTINGS = dict(deadline=None, database=None, derandomize=os.environ.get("HYPEROFFLOAD_PROPERTY_RANDOM") != "1",
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 PLANNERS = ho._C.planner_names()
+# The programs run under the heuristic planners; "optimal" solves a MILP per plan.
+FAST_PLANNERS = [name for name in PLANNERS if name != "optimal"]
 
 # ---- OffloadConfig ---------------------------------------------------------------------------
 
@@ -249,7 +251,7 @@ def run(instructions, rows, width, session: Optional[ho.OffloadSession], steps: 
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)
-@given(programs(), st.floats(0.0, 1.2), st.sampled_from(PLANNERS), st.sampled_from([1, 2]))
+@given(programs(), st.floats(0.0, 1.2), st.sampled_from(FAST_PLANNERS), st.sampled_from([1, 2]))
 def test_random_programs_match_eager_bit_for_bit_at_random_budgets(program, fraction, planner, copy_engines):
     rows, width, instructions = program
     eager = run(instructions, rows, width, None)

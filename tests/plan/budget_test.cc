@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace hyperoffload {
 namespace {
 
@@ -28,6 +30,16 @@ TEST(Budget, ResolvesPercentagesOfThePeakExactly) {
   EXPECT_EQ(bytes("30%", 10), 3);
   EXPECT_EQ(bytes("33.33%", 3), 0);      // 0.9999 rounds down
   EXPECT_EQ(bytes("100%", 25856303104), 25856303104);
+}
+
+// Found by fuzzing (fuzz/planners_fuzzer.cc, which compares at any budget):
+// a spec of 2^63 bytes or more was converted to int64 with undefined behaviour.
+TEST(Budget, ResolvesByteSpecsBeyondInt64ToTheLargestInt64) {
+  using Unit = BudgetSpec::Unit;
+  EXPECT_EQ(resolve_budget_bytes({Unit::kBytes, 0x1p62}, 0), std::int64_t{1} << 62);
+  EXPECT_EQ(resolve_budget_bytes({Unit::kBytes, 0x1p63}, 0), std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(resolve_budget_bytes({Unit::kBytes, 1e300}, 0), std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(resolve_budget_bytes({Unit::kBytes, -5.0}, 0), 0);
 }
 
 TEST(Budget, RejectsMalformedText) {

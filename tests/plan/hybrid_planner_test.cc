@@ -191,6 +191,26 @@ TEST(RecomputePlanner, RecomputesWithoutCopiesAndReportsItsFloor) {
   EXPECT_NEAR(simulated_ms(trace, plan, kMiB, DeviceMemory::kUnlimited), 13.0, 1e-9);
 }
 
+// Found by fuzzing (fuzz/planners_fuzzer.cc): a recomputable op listing its
+// output twice (an op returning two views of one storage) was re-run into two
+// instances of it; the first, never read, was released right after the
+// recompute, so op c found s3 gone (data lost). With one instance: s3 dropped
+// after a, regenerated before c, released after c, its last access; s2 is
+// retained. At budget 0 nothing else can go.
+//   op0 a W3 W3 (rec) | op1 b W2 | op2 c W3
+TEST(RecomputePlanner, RegeneratesAnOutputTheOpListsTwiceOnce) {
+  const Trace trace = TraceDsl()
+                          .storage(3, 10)
+                          .storage(2, 10, Retention::kRetained)
+                          .op("a", "W3 W3", 1.0, kRec)
+                          .op("b", "W2", 1.0)
+                          .op("c", "W3", 1.0)
+                          .build();
+  const PlanResult plan = plan_with("recompute", trace, 0);  // valid, fault-free (plan_with checks)
+  EXPECT_EQ(plan.schedule.actions, actions("post 0 release_device 3; pre 2 recompute 0; post 2 release_device 3"));
+  plan_with("hybrid", trace, 0);  // builds the same augmented trace among its candidates
+}
+
 TEST(RecomputePlanner, BelowItsFloorPlansAsCloseAsItCanAndSaysSo) {
   // Budget 0.5 MiB: op 2 alone holds s2 (1 MiB), which nothing regenerates.
   const Trace trace = one_gap(0.2, 0.5);

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -66,7 +67,12 @@ Result<BudgetSpec> parse_budget(std::string_view original) {
 }
 
 std::int64_t resolve_budget_bytes(const BudgetSpec& spec, std::int64_t unplanned_peak_bytes) {
-  if (spec.unit == BudgetSpec::Unit::kBytes) return static_cast<std::int64_t>(spec.value);
+  if (spec.unit == BudgetSpec::Unit::kBytes) {
+    // parse_budget keeps bytes below 9e18; a spec built by hand may hold more,
+    // and converting 2^63 or above to int64 is undefined (found by fuzzing).
+    if (!(spec.value < 0x1p63)) return std::numeric_limits<std::int64_t>::max();
+    return spec.value > 0 ? static_cast<std::int64_t>(spec.value) : 0;
+  }
   // Integer arithmetic in hundredths of a percent avoids 0.1-style rounding drift:
   // 40% of 1000 is exactly 400.
   const auto basis_points = static_cast<std::int64_t>(std::llround(spec.value * 100.0));

@@ -21,6 +21,7 @@ struct BudgetSpec {
 Result<BudgetSpec> parse_budget(std::string_view text);
 
 // Bytes for a spec; percentages are of `unplanned_peak_bytes`, rounded down.
+// Byte values saturate at 0 and at the largest int64.
 std::int64_t resolve_budget_bytes(const BudgetSpec& spec, std::int64_t unplanned_peak_bytes);
 
 // Parses a plain byte quantity ("2GiB"); percentages are rejected.

@@ -129,20 +129,18 @@ struct SimulationResult {
   bool valid() const { return validation.valid(); }
   std::size_t faults() const { return validation.faults.size(); }
   std::int64_t peak_bytes() const { return validation.peak_bytes; }
-  // Ratios of compute time saturate at the largest double: a compute time so
-  // small that the ratio exceeds every double (1e-323 ms of compute, a 1 ms
-  // stall) gives that rather than an infinity no JSON can hold.
   // Stall as a percentage of compute time (0 when compute is 0).
-  double stall_percent() const {
-    if (!(compute_ms > 0)) return 0.0;
-    return std::min(100.0 * stall_ms / compute_ms, std::numeric_limits<double>::max());
-  }
+  double stall_percent() const { return percent_of_compute(stall_ms); }
   // What the schedule costs on top of compute, stall and recompute together,
   // as a percentage of compute time: makespan / compute - 1 whenever an op
   // ends last (0 when compute is 0). Without recomputes it is stall_percent().
-  double overhead_percent() const {
+  double overhead_percent() const { return percent_of_compute(stall_ms + recompute_ms); }
+  // `ms` as a percentage of compute time (0 when compute is 0). A compute time
+  // so small that the ratio exceeds every double (1e-323 ms of compute, a 1 ms
+  // stall) gives the largest double rather than an infinity no JSON can hold.
+  double percent_of_compute(double ms) const {
     if (!(compute_ms > 0)) return 0.0;
-    return std::min(100.0 * (stall_ms + recompute_ms) / compute_ms, std::numeric_limits<double>::max());
+    return std::min(100.0 * ms / compute_ms, std::numeric_limits<double>::max());
   }
 };
 

@@ -144,21 +144,29 @@ class Builder {
     std::map<StorageIndex, StorageId> transient_instance;
     for (auto& [k, rerun] : reruns) {
       (void)builder_.add_op(trace_.op_name(k), trace_.op_duration_ms(k));
+      // One instance per output however many writes of it the op lists: a
+      // second instance would leave the first unread, and the planner would
+      // release the storage right after regenerating it (found by
+      // fuzz/planners_fuzzer.cc).
+      std::map<StorageIndex, StorageId> written_here;
       for (const Access& access : trace_.accesses(k)) {
         const StorageIndex s = access.storage;
         if (access.kind == AccessKind::kRead) {
           const auto transient = transient_instance.find(s);
-          const StorageId id =
-              transient != transient_instance.end() ? transient->second : current_[static_cast<std::size_t>(s)];
-          builder_.add_access(id, AccessKind::kRead);
+          builder_.add_access(transient != transient_instance.end() ? transient->second : current_[static_cast<std::size_t>(s)],
+                              AccessKind::kRead);
+        } else if (const auto again = written_here.find(s); again != written_here.end()) {
+          builder_.add_access(again->second, AccessKind::kWrite);
         } else if (contains(rerun.persistent, s)) {
           const StorageId id = new_instance(s);
           current_[static_cast<std::size_t>(s)] = id;
           dropped_[static_cast<std::size_t>(s)] = false;
+          written_here.emplace(s, id);
           builder_.add_access(id, AccessKind::kWrite);
         } else if (contains(rerun.transient, s)) {
           const StorageId id = new_instance(s);
           transient_instance[s] = id;
+          written_here.emplace(s, id);
           builder_.add_access(id, AccessKind::kWrite);
         } else {
           builder_.add_access(current_[static_cast<std::size_t>(s)], AccessKind::kRead);
