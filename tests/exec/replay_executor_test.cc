@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <map>
+
 #include "exec/exec_fixture.h"
 #include "exec/step_driver.h"
 #include "hyperoffload/check/validator.h"
@@ -40,7 +43,7 @@ std::shared_ptr<const ReplayPlan> plan_of(Trace trace, std::string_view schedule
 
 std::unique_ptr<ReplayExecutor> start(HostRuntime& rt, std::shared_ptr<const ReplayPlan> plan,
                                       RecordTimeline timeline = RecordTimeline::kNo) {
-  Result<std::unique_ptr<ReplayExecutor>> replay = ReplayExecutor::start(rt.residency, std::move(plan), {timeline});
+  Result<std::unique_ptr<ReplayExecutor>> replay = ReplayExecutor::start(rt.residency, std::move(plan), ReplayOptions{timeline, {}});
   EXPECT_TRUE(replay.has_value()) << replay.error().message;
   return std::move(*replay);
 }
@@ -283,28 +286,206 @@ TEST(ReplayPlan, RejectsSchedulesThatDoNotFitTheTrace) {
   EXPECT_THAT(error_of("post 2 release_device 1; pre 1 copy_h2d 1"), HasSubstr("out of execution order"));
 }
 
-TEST(ReplayPlan, RejectsRecomputeActionsAtPlanLoadTime) {
-  // Runtime recompute is not built yet: a schedule holding one fails when the
-  // plan is made, naming the action, rather than mid-step.
+// ---- Recompute -------------------------------------------------------------------
+
+// The StepDriver's byte for a storage it produced (step_driver.h).
+unsigned char driver_byte(StorageId id) { return static_cast<unsigned char>(id * 13 + 1); }
+
+// A RecomputeFn for StepDriver programs: re-running source op k writes the
+// bytes the driver wrote for its outputs (`caller_outputs[k]`, caller ids),
+// after checking each input holds the driver's bytes for `caller_inputs[k]`.
+struct DriverRecompute {
+  std::map<OpIndex, std::vector<StorageId>> caller_inputs;
+  std::map<OpIndex, std::vector<StorageId>> caller_outputs;
+  std::map<StorageId, std::int64_t> sizes;
+  std::vector<std::string> log;  // "k:needed outputs"
+
+  Status operator()(RecomputeCall& call) {
+    const OpIndex k = call.source_op();
+    const std::vector<StorageId>& inputs = caller_inputs.at(k);
+    if (call.input_ids().size() != inputs.size()) return make_error(ErrorCode::kInternal, "input count");
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const auto* bytes = static_cast<const unsigned char*>(call.input_ptrs()[i]);
+      for (std::int64_t b = 0; b < sizes.at(inputs[i]); ++b) {
+        if (bytes[b] != driver_byte(inputs[i])) {
+          return make_error(ErrorCode::kInternal, fmt::format("input {} byte {} is wrong", inputs[i], b));
+        }
+      }
+    }
+    std::string needed;
+    for (std::size_t j = 0; j < call.output_count(); ++j) {
+      if (!call.output_needed(j)) continue;
+      const StorageId id = caller_outputs.at(k)[j];
+      HO_ASSIGN_OR_RETURN(void* ptr, call.allocate_output(j));
+      std::memset(ptr, driver_byte(id), static_cast<std::size_t>(call.output_size_bytes(j)));
+      needed += fmt::format("{}{}", needed.empty() ? "" : ",", id);
+    }
+    log.push_back(fmt::format("{}:{}{}", k, needed, call.last_of_step() ? " last" : ""));
+    return ok_status();
+  }
+};
+
+std::unique_ptr<ReplayExecutor> start_recomputing(HostRuntime& rt, std::shared_ptr<const ReplayPlan> plan,
+                                                  DriverRecompute& recompute) {
+  ReplayOptions options;
+  options.recompute = [&recompute](RecomputeCall& call) { return recompute(call); };
+  Result<std::unique_ptr<ReplayExecutor>> replay = ReplayExecutor::start(rt.residency, std::move(plan), options);
+  EXPECT_TRUE(replay.has_value()) << replay.error().message;
+  return std::move(*replay);
+}
+
+// a: W1 (100 B); b: R1 W2 (50 B, recomputable); c: R1; d: R2.
+Trace one_recompute_trace() {
+  return TraceDsl()
+      .storage(1, 100)
+      .storage(2, 50)
+      .op("a", "W1")
+      .op("b", "R1 W2", 0.0, Recomputable::kYes)
+      .op("c", "R1")
+      .op("d", "R2")
+      .build();
+}
+
+TEST(ReplayExecutor, ARecomputeRegeneratesAReleasedStorageBitForBit) {
+  // Resident bytes: a 100; b 150; post b: release 2 → 100; c 100; pre d:
+  // recompute b regenerates 2 → 150 (inputs and outputs resident while it
+  // runs); d reads 2, which the driver checks byte for byte. Peak 150, as the
+  // validator counts it; one recompute regenerating 50 bytes.
+  const std::string_view schedule = "post 1 release_device 2; pre 3 recompute 1";
+  HostRuntime rt;
+  DriverRecompute recompute{{{1, {101}}}, {{1, {102}}}, {{101, 100}, {102, 50}}, {}};
+  auto replay = start_recomputing(rt, plan_of(one_recompute_trace(), schedule), recompute);
+  StepDriver step(*replay);
+  ASSERT_TRUE(step.op("a", {}, {{101, 100}}));
+  ASSERT_TRUE(step.op("b", {101}, {{102, 50}}));
+  EXPECT_FALSE(rt.residency.resident(102));
+  EXPECT_FALSE(rt.residency.has_host_copy(102));  // released with no copy: only a recompute can bring it back
+  ASSERT_TRUE(step.op("c", {101}, {}));
+  ASSERT_TRUE(step.op("d", {102}, {}));
+  EXPECT_EQ(recompute.log, std::vector<std::string>{"1:102 last"});
+  Result<ReplayResult> result = replay->finish();
+  ASSERT_TRUE(result.has_value()) << result.error().message;
+  EXPECT_EQ(result->stats.recompute_count, 1);
+  EXPECT_EQ(result->stats.regenerated_bytes, 50);
+  EXPECT_GE(result->stats.recompute_ms, 0.0);
+  EXPECT_EQ(result->stats.peak_resident_bytes, 150);
+  EXPECT_EQ(result->stats.d2h_count + result->stats.h2d_count + result->stats.faults, 0);
+  const ValidationReport report = validate_schedule(one_recompute_trace(), Schedule{"", actions(schedule)});
+  EXPECT_EQ(report.peak_bytes, 150);
+  EXPECT_EQ(report.recompute_count, 1);
+  replay.reset();
+  rt.expect_nothing_held();
+}
+
+TEST(ReplayExecutor, RecomputesChainAndKeepAFreedInputUntilTheLastRecomputeReadingIt) {
+  // a: W1 (100); b: R1 W2 (50, rec); c: R2 W3 (30, rec); d: R1; e: R3.
+  // After c the plan releases 2 and 3 and the caller frees 2 (c was its last
+  // traced use). Before e it recomputes b (regenerating 2 from 1), then c
+  // (regenerating 3 from the regenerated 2), then releases 2. So the runtime
+  // must keep 2 after the caller freed it, until recompute c has read it.
+  // Resident: a 100, b 150, c 180, post c → 100, d 100, recompute b → 150,
+  // recompute c → 180 (its footprint), release 2 → 130, e 130. Peak 180.
   const Trace trace = TraceDsl()
                           .storage(1, 100)
                           .storage(2, 50)
+                          .storage(3, 30)
                           .op("a", "W1")
                           .op("b", "R1 W2", 0.0, Recomputable::kYes)
-                          .op("c", "R2")
+                          .op("c", "R2 W3", 0.0, Recomputable::kYes)
+                          .op("d", "R1")
+                          .op("e", "R3")
                           .build();
-  Result<std::shared_ptr<const ReplayPlan>> plan =
-      ReplayPlan::create(trace, Schedule{"test", actions("post 1 release_device 2; pre 2 recompute 1")});
-  ASSERT_FALSE(plan.has_value());
-  EXPECT_EQ(plan.error().code, ErrorCode::kInvalidInput);
-  EXPECT_EQ(plan.error().message,
-            "actions[1] (op 2 pre recompute op 1): the replay executor does not run recompute actions yet; replay a "
-            "schedule from a planner that only offloads (--planner peak)");
-  // A recompute that is invalid anyway is reported as the validator does.
+  const std::string_view schedule =
+      "post 2 release_device 2; post 2 release_device 3; pre 4 recompute 1; pre 4 recompute 2; "
+      "pre 4 release_device 2";
+  HostRuntime rt;
+  DriverRecompute recompute{{{1, {101}}, {2, {102}}},
+                            {{1, {102}}, {2, {103}}},
+                            {{101, 100}, {102, 50}, {103, 30}},
+                            {}};
+  auto replay = start_recomputing(rt, plan_of(trace, schedule), recompute);
+  StepDriver step(*replay);
+  ASSERT_TRUE(step.op("a", {}, {{101, 100}}));
+  ASSERT_TRUE(step.op("b", {101}, {{102, 50}}));
+  ASSERT_TRUE(step.op("c", {102}, {{103, 30}}));
+  ASSERT_TRUE(step.free(102));
+  EXPECT_FALSE(rt.residency.tracked(102));                  // the caller's id is free again
+  EXPECT_EQ(rt.residency.stats().storages, 3);              // 1, 3 and the kept 2
+  ASSERT_TRUE(step.op("d", {101}, {}));
+  ASSERT_TRUE(step.op("e", {103}, {}));  // checks 3's regenerated bytes
+  // The output ids are the caller's; the kept 2 is logged by the driver's id.
+  EXPECT_EQ(recompute.log, (std::vector<std::string>{"1:102 last", "2:103 last"}));
+  EXPECT_EQ(rt.residency.stats().storages, 2);  // the kept 2 is gone after recompute c
+  Result<ReplayResult> result = replay->finish();
+  ASSERT_TRUE(result.has_value()) << result.error().message;
+  EXPECT_EQ(result->stats.recompute_count, 2);
+  EXPECT_EQ(result->stats.regenerated_bytes, 80);
+  EXPECT_EQ(result->stats.peak_resident_bytes, 180);
+  EXPECT_EQ(validate_schedule(trace, Schedule{"", actions(schedule)}).peak_bytes, 180);
+  replay.reset();
+  rt.expect_nothing_held();
+}
+
+TEST(ReplayExecutor, AFailedRecomputeFailsTheStepNamingTheActionAndLeaksNothing) {
+  HostRuntime rt;
+  ReplayOptions options;
+  options.recompute = [](RecomputeCall&) -> Status { return make_error(ErrorCode::kInternal, "kernel failed"); };
+  auto replay = std::move(*ReplayExecutor::start(
+      rt.residency, plan_of(one_recompute_trace(), "post 1 release_device 2; pre 3 recompute 1"), options));
+  StepDriver step(*replay);
+  ASSERT_TRUE(step.op("a", {}, {{101, 100}}));
+  ASSERT_TRUE(step.op("b", {101}, {{102, 50}}));
+  ASSERT_TRUE(step.op("c", {101}, {}));
+  Status failed = replay->on_op_begin("d", std::vector<StorageId>{102}, {});
+  ASSERT_FALSE(failed.has_value());
+  EXPECT_EQ(failed.error().message, "op 3 (d): op 3 pre recompute op 1 (b): kernel failed");
+  replay.reset();
+  rt.expect_nothing_held();
+}
+
+TEST(ReplayExecutor, ARecomputeThatLeavesANeededOutputUnwrittenIsAnError) {
+  HostRuntime rt;
+  ReplayOptions options;
+  options.recompute = [](RecomputeCall&) { return ok_status(); };
+  auto replay = std::move(*ReplayExecutor::start(
+      rt.residency, plan_of(one_recompute_trace(), "post 1 release_device 2; pre 3 recompute 1"), options));
+  StepDriver step(*replay);
+  ASSERT_TRUE(step.op("a", {}, {{101, 100}}));
+  ASSERT_TRUE(step.op("b", {101}, {{102, 50}}));
+  ASSERT_TRUE(step.op("c", {101}, {}));
+  Status failed = replay->on_op_begin("d", std::vector<StorageId>{102}, {});
+  ASSERT_FALSE(failed.has_value());
+  EXPECT_EQ(failed.error().message,
+            "op 3 (d): op 3 pre recompute op 1 (b): the recompute did not regenerate output 0 (storage traced as 2)");
+  replay.reset();
+  rt.expect_nothing_held();
+}
+
+TEST(ReplayPlan, APlanThatRecomputesNeedsTheFrameworksRecomputeHook) {
+  HostRuntime rt;
+  Result<std::unique_ptr<ReplayExecutor>> replay = ReplayExecutor::start(
+      rt.residency, plan_of(one_recompute_trace(), "post 1 release_device 2; pre 3 recompute 1"));
+  ASSERT_FALSE(replay.has_value());
+  EXPECT_EQ(replay.error().message,
+            "replay: the plan has 1 recompute actions but the framework gives no way to re-run an op "
+            "(ReplayOptions::recompute)");
+}
+
+TEST(ReplayPlan, RejectsRecomputeSchedulesTheValidatorRejects) {
+  const Trace trace = one_recompute_trace();
+  // The source op is not recomputable: resolve_actions names the action.
   Result<std::shared_ptr<const ReplayPlan>> invalid =
       ReplayPlan::create(trace, Schedule{"test", actions("pre 2 recompute 0")});
   ASSERT_FALSE(invalid.has_value());
   EXPECT_THAT(invalid.error().message, HasSubstr("actions[0] (op 2 pre recompute op 0): op 0 (a) is not recomputable"));
+  // Its input released with no copy: the runtime would re-run b on nothing.
+  Result<std::shared_ptr<const ReplayPlan>> missing = ReplayPlan::create(
+      trace, Schedule{"test", actions("post 2 release_device 1; post 2 release_device 2; pre 3 recompute 1")});
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().code, ErrorCode::kInvalidInput);
+  EXPECT_THAT(missing.error().message,
+              HasSubstr("the schedule recomputes ops but is not valid for the trace: actions[2] (op 3 pre recompute "
+                        "op 1): input storage 1"));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -47,6 +48,9 @@ RandomTraceOptions small_trace(std::uint64_t seed) {
   options.min_size_bytes = 8;
   options.max_size_bytes = 16 << 10;
   options.limit_fraction = 0.3 + 0.5 * static_cast<double>(rng() % 100) / 100.0;
+  // Half the traces have recomputable ops, so the hybrid and recompute-only
+  // planners' schedules re-run ops through the program (ChecksumProgram::recompute).
+  options.recomputable_fraction = seed % 2 == 0 ? 0.6 : 0.0;
   return options;
 }
 
@@ -56,8 +60,10 @@ Result<std::vector<StepStats>> replay_twice(HostRuntime& rt, const Trace& trace,
   HO_ASSIGN_OR_RETURN(std::shared_ptr<const ReplayPlan> plan, ReplayPlan::create(trace, schedule));
   std::vector<StepStats> stats;
   for (StorageId offset : {StorageId{1} << 20, StorageId{3} << 20}) {
-    HO_ASSIGN_OR_RETURN(std::unique_ptr<ReplayExecutor> replay, ReplayExecutor::start(rt.residency, plan));
     ChecksumProgram program(plan->trace());
+    ReplayOptions options;
+    options.recompute = [&program](RecomputeCall& call) { return program.recompute(call); };
+    HO_ASSIGN_OR_RETURN(std::unique_ptr<ReplayExecutor> replay, ReplayExecutor::start(rt.residency, plan, options));
     HO_RETURN_IF_ERROR(program.run(*replay, offset));
     HO_ASSIGN_OR_RETURN(ReplayResult result, replay->finish());
     HO_RETURN_IF_ERROR(program.verify_retained(*replay, offset));
@@ -70,7 +76,7 @@ Result<std::vector<StepStats>> replay_twice(HostRuntime& rt, const Trace& trace,
 
 TEST(ReplayStress, EveryPlannersScheduleKeepsEveryByteIntactAndMatchesTheValidator) {
   const int n = iterations();
-  std::int64_t replayed = 0, offloaded = 0, faulted = 0, host_reused = 0;
+  std::int64_t replayed = 0, offloaded = 0, faulted = 0, host_reused = 0, recomputed = 0;
   for (int i = 0; i < n; ++i) {
     const std::uint64_t seed = 1000 + static_cast<std::uint64_t>(i);
     const Trace trace = generate_random_trace(small_trace(seed));
@@ -91,9 +97,18 @@ TEST(ReplayStress, EveryPlannersScheduleKeepsEveryByteIntactAndMatchesTheValidat
         EXPECT_EQ(stats.h2d_bytes, report.h2d_bytes);
         EXPECT_EQ(stats.d2h_count, report.d2h_count);
         EXPECT_EQ(stats.h2d_count, report.h2d_count);
-        // Measured continuously, the peak also sees transients inside an
-        // action list, so it is at least the validator's op-granular peak.
-        EXPECT_GE(stats.peak_resident_bytes, report.peak_bytes);
+        EXPECT_EQ(stats.recompute_count, report.recompute_count);
+        if (stats.recompute_count == 0) {
+          // Measured continuously, the peak also sees transients inside an
+          // action list, so it is at least the validator's op-granular peak.
+          EXPECT_GE(stats.peak_resident_bytes, report.peak_bytes);
+        } else {
+          // A recompute regenerates only outputs someone still uses; the
+          // validator counts every output of the op re-run (the program frees
+          // a storage after its last access), so the runtime holds at most
+          // what the validator counts.
+          EXPECT_LE(stats.peak_resident_bytes, report.peak_bytes);
+        }
         // Host copies change only at actions, which both count the same way
         // (the program frees a storage after its last access, where every
         // planner has released its host copy already).
@@ -104,6 +119,7 @@ TEST(ReplayStress, EveryPlannersScheduleKeepsEveryByteIntactAndMatchesTheValidat
         // Fewer host bytes at the peak than copied: host memory was given
         // back (release_host) or refreshed in place before later copies.
         host_reused += report.peak_host_bytes < report.d2h_bytes;
+        recomputed += stats.recompute_count > 0;
       }
       if (::testing::Test::HasFailure()) return;
     }
@@ -113,6 +129,12 @@ TEST(ReplayStress, EveryPlannersScheduleKeepsEveryByteIntactAndMatchesTheValidat
   // and in many of them host memory was given back before later copies.
   EXPECT_GT(offloaded, replayed / 2);
   EXPECT_GT(host_reused, replayed / 4);
+  // Recomputes ran (each checksummed its inputs; later accesses checked what
+  // it regenerated). At most a quarter of the steps can recompute: half the
+  // traces have recomputable ops, and two of the planners recompute; 4.5% of
+  // 6400 steps did at 800 iterations.
+  EXPECT_GT(recomputed, replayed / 50);
+  RecordProperty("steps_with_recomputes", static_cast<int>(recomputed));
   RecordProperty("replayed_steps", static_cast<int>(replayed));
   RecordProperty("steps_with_offloads", static_cast<int>(offloaded));
   RecordProperty("steps_with_faults", static_cast<int>(faulted));
@@ -266,7 +288,7 @@ TEST(ReplayProperty, RandomSchedulesFailExactlyWhereTheValidatorSaysSo) {
 // replays must offload.
 TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
   const int n = std::max(1, iterations() / 4);
-  int cases = 0, below_peak = 0;
+  int cases = 0, below_peak = 0, recomputed_steps = 0;
   for (int i = 0; i < n; ++i) {
     const std::uint64_t seed = 9000 + static_cast<std::uint64_t>(i);
     RandomTraceOptions options = small_trace(seed);
@@ -279,10 +301,13 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
     // the session will: it lists an op's accesses in its own order, which can
     // move the floor slightly from the generated trace's.
     std::int64_t budget = *trace.memory_limit_bytes();
+    std::optional<Trace> recorded;
     {
       auto backend = std::move(*HostBackend::create({.device_capacity_bytes = 2 * unplanned + (256 << 10)}));
-      auto session = std::move(*Session::create(*backend, SessionOptions{}));
       ChecksumProgram program(trace);
+      SessionOptions probe_options;
+      probe_options.recompute = [&program](RecomputeCall& call) { return program.recompute(call); };
+      auto session = std::move(*Session::create(*backend, probe_options));
       ASSERT_TRUE(session->begin_step());
       ASSERT_TRUE(program.run(*session, 1 << 20));
       ASSERT_TRUE(session->end_step());
@@ -290,15 +315,18 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
       Result<PlanResult> probe = (*make_planner("peak"))->plan(*session->trace(), unplanned);
       ASSERT_TRUE(probe.has_value() && probe->floor.has_value());
       budget = std::max(budget, probe->floor->bytes);
+      recorded = *session->trace();
       ASSERT_TRUE(session->abort_step());
     }
     ++cases;
     below_peak += budget < unplanned ? 1 : 0;
     for (std::string_view name : planner_names()) {
-      // Recompute-only cannot reach this budget: the warmup records no op as
-      // recomputable (the program never marks one), so it has only releases,
-      // and the budget is drawn down to the offload floor.
-      if (name == "recompute") continue;
+      // Recompute-only cannot offload: the budget, drawn down to the offload
+      // floor, can be below what recomputing alone reaches.
+      if (name == "recompute") {
+        Result<PlanResult> alone = (*make_planner("recompute"))->plan(*recorded, budget);
+        if (!alone || (alone->floor && alone->floor->bytes > budget)) continue;
+      }
       SCOPED_TRACE(fmt::format("seed {} planner {}, budget {} of {}", seed, name, budget, unplanned));
       // The device holds twice the budget, so arena fragmentation cannot fail a step.
       auto backend = std::move(
@@ -306,8 +334,9 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
       SessionOptions session_options;
       session_options.budget_bytes = budget;
       session_options.planner = std::string(name);
-      auto session = std::move(*Session::create(*backend, session_options));
       ChecksumProgram program(trace);
+      session_options.recompute = [&program](RecomputeCall& call) { return program.recompute(call); };
+      auto session = std::move(*Session::create(*backend, session_options));
       for (int step = 0; step < 3; ++step) {
         const StorageId offset = StorageId{step + 1} << 20;
         ASSERT_TRUE(session->begin_step());
@@ -319,6 +348,7 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
         ASSERT_TRUE(retained.has_value()) << retained.error().message;
         const StepStats& stats = session->last_step_stats();
         EXPECT_LE(stats.peak_resident_bytes, budget) << "step " << step;
+        recomputed_steps += stats.recompute_count > 0 ? 1 : 0;
         if (budget < unplanned) {
           // Below the unplanned peak the warmup must evict online, and the
           // replays, planned within the budget, must offload.
@@ -327,8 +357,12 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
             EXPECT_GT(stats.evictions, 0);
           } else {
             EXPECT_EQ(stats.kind, StepKind::kReplay);
-            EXPECT_GT(stats.d2h_count, 0) << "step " << step;
-            EXPECT_GT(stats.h2d_count, 0) << "step " << step;
+            if (name == "recompute") {  // it cannot offload: it must recompute
+              EXPECT_GT(stats.recompute_count, 0) << "step " << step;
+            } else {
+              EXPECT_GT(stats.d2h_count, 0) << "step " << step;
+              EXPECT_GT(stats.h2d_count, 0) << "step " << step;
+            }
           }
         }
       }
@@ -341,6 +375,9 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
   // Most budgets are below the unplanned peak; the others are on traces
   // where nothing can be evicted (floor = peak).
   EXPECT_GE(below_peak, cases * 2 / 3);
+  // The hybrid and recompute-only plans re-ran ops in replays, checksummed.
+  EXPECT_GT(recomputed_steps, 0);
+  RecordProperty("replays_with_recomputes", recomputed_steps);
   RecordProperty("cases", cases);
   RecordProperty("cases_below_the_unplanned_peak", below_peak);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "hyperoffload/check/validator.h"
 #include "hyperoffload/exec/internal/hook_util.h"
 #include "hyperoffload/model/residency_rules.h"
 
@@ -26,21 +27,71 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
     if (first_problem.empty()) first_problem = std::move(text);
   });
   if (!first_problem.empty()) return make_error(ErrorCode::kInvalidInput, std::move(first_problem));
+  // Execution order is schedule order (resolve_actions reported any other).
   std::vector<StorageIndex> action_storage;
   action_storage.reserve(resolved.size());
+  std::vector<std::int64_t> last_recompute_of(static_cast<std::size_t>(trace.op_count()), -1);
+  std::vector<std::int64_t> last_recompute_read(static_cast<std::size_t>(trace.storage_count()), -1);
+  std::int64_t recomputes = 0;
   for (const ResolvedAction& action : resolved) {
-    if (action.action.kind == ActionKind::kRecompute) {
-      return make_error(ErrorCode::kInvalidInput,
-                        fmt::format("actions[{}] ({}): the replay executor does not run recompute actions yet; "
-                                    "replay a schedule from a planner that only offloads (--planner peak)",
-                                    action.index, describe(action.action)));
-    }
     action_storage.push_back(action.storage);
+    if (action.action.kind != ActionKind::kRecompute) continue;
+    ++recomputes;
+    const auto position = static_cast<std::int64_t>(action.index);
+    last_recompute_of[static_cast<std::size_t>(action.action.source_op)] = position;
+    for (StorageIndex input : guide.inputs(action.action.source_op)) {
+      last_recompute_read[static_cast<std::size_t>(input)] = position;
+    }
+  }
+  if (recomputes > 0) {
+    // The runtime re-runs the op on whatever its inputs hold: a schedule that
+    // recomputes from a stale input, or over a later version, would silently
+    // compute something else. The validator's rules say when it cannot.
+    const ValidationReport report = validate_schedule(trace, schedule);
+    if (!report.valid()) {
+      return make_error(ErrorCode::kInvalidInput,
+                        fmt::format("the schedule recomputes ops but is not valid for the trace: {}",
+                                    report.problems.empty() ? std::string("(no details)") : report.problems.front()));
+    }
   }
   auto plan = std::shared_ptr<ReplayPlan>(new ReplayPlan(std::move(trace), std::move(guide), std::move(schedule)));
   plan->by_op_ = std::make_unique<ActionsByOp>(plan->schedule_.actions, plan->trace_.op_count());
   plan->action_storage_ = std::move(action_storage);
+  plan->recompute_count_ = recomputes;
+  plan->last_recompute_of_ = std::move(last_recompute_of);
+  plan->last_recompute_read_ = std::move(last_recompute_read);
   return std::shared_ptr<const ReplayPlan>(std::move(plan));
+}
+
+// ---- RecomputeCall ------------------------------------------------------------------
+
+Status RecomputeCall::check_needed(std::size_t j, std::string_view what) const {
+  if (j >= outputs_.size()) {
+    return make_error(ErrorCode::kInvalidArgument, fmt::format("recompute of op {} ({}): {} of output {}: the op has "
+                                                               "{} tracked outputs",
+                                                               source_op_, op_name_, what, j, outputs_.size()));
+  }
+  const Output& output = outputs_[j];
+  if (!output.needed || output.regenerated) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("recompute of op {} ({}): {} of output {}: {}", source_op_, op_name_, what, j,
+                                  output.regenerated ? "already regenerated" : "not needed (it is resident or gone)"));
+  }
+  return ok_status();
+}
+
+Result<void*> RecomputeCall::allocate_output(std::size_t j) {
+  HO_RETURN_IF_ERROR(check_needed(j, "allocate_output"));
+  HO_ASSIGN_OR_RETURN(void* ptr, residency_->regenerate(outputs_[j].id));
+  outputs_[j].regenerated = true;
+  return ptr;
+}
+
+Status RecomputeCall::adopt_output(std::size_t j, void* device_ptr, ReleaseCallback release) {
+  HO_RETURN_IF_ERROR(check_needed(j, "adopt_output"));
+  HO_RETURN_IF_ERROR(residency_->regenerate_adopted(outputs_[j].id, AdoptedBuffer{device_ptr, std::move(release)}));
+  outputs_[j].regenerated = true;
+  return ok_status();
 }
 
 // ---- ReplayExecutor -----------------------------------------------------------------
@@ -52,6 +103,12 @@ Result<std::unique_ptr<ReplayExecutor>> ReplayExecutor::start(ResidencyManager& 
   if (residency.stats().storages != 0) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "replay: the residency manager still tracks storages from an earlier step");
+  }
+  if (plan->recompute_count() > 0 && !options.recompute) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("replay: the plan has {} recompute actions but the framework gives no way to "
+                                  "re-run an op (ReplayOptions::recompute)",
+                                  plan->recompute_count()));
   }
   std::unique_ptr<ReplayExecutor> executor(new ReplayExecutor(residency, std::move(plan), options));
   if (executor->recording()) {
@@ -73,6 +130,7 @@ ReplayExecutor::ReplayExecutor(ResidencyManager& residency, std::shared_ptr<cons
   start_stats_ = residency_.stats();
   residency_.set_record_copies(recording() ? RecordCopies::kYes : RecordCopies::kNo);
   traced_of_.reserve(caller_of_.size());
+  call_.residency_ = &residency_;
 }
 
 ReplayExecutor::~ReplayExecutor() {
@@ -126,6 +184,11 @@ Status ReplayExecutor::collect_spans(OpIndex op) {
 
 Status ReplayExecutor::run_actions(std::span<const Action> actions) {
   for (const Action& action : actions) {
+    actions_run_ = static_cast<std::int64_t>(plan_->position_of(action)) + 1;
+    if (action.kind == ActionKind::kRecompute) {
+      HO_RETURN_IF_ERROR(run_recompute(action));
+      continue;
+    }
     const StorageId caller = caller_of_[static_cast<std::size_t>(plan_->storage_of(action))];
     if (caller == kFreed) continue;
     if (caller == kUnbound) {
@@ -149,12 +212,77 @@ Status ReplayExecutor::run_actions(std::span<const Action> actions) {
       case ActionKind::kReleaseHost:
         status = residency_.release_host(caller);
         break;
-      case ActionKind::kRecompute:  // ReplayPlan::create rejects them
-        return make_error(ErrorCode::kInternal, fmt::format("{}: recompute is not replayed", describe(action)));
+      case ActionKind::kRecompute:  // handled above (no storage)
+        break;
     }
     if (!status) return std::unexpected(in_context(std::move(status.error()), describe(action)));
     sample_memory();
   }
+  return ok_status();
+}
+
+Status ReplayExecutor::run_recompute(const Action& action) {
+  const OpIndex source = action.source_op;
+  const ReplayGuide& guide = plan_->guide();
+  const Trace& trace = plan_->trace();
+  const auto position = static_cast<std::int64_t>(plan_->position_of(action));
+  auto context = [&] {
+    return fmt::format("{}: {} ({})", op_label(), describe(action), trace.op_name(source));
+  };
+  RecomputeCall& call = call_;
+  call.source_op_ = source;
+  call.op_name_ = trace.op_name(source);
+  call.last_of_step_ = plan_->last_recompute_of(source) == position;
+  call.input_ids_.clear();
+  call.input_ptrs_.clear();
+  call.outputs_.clear();
+  for (StorageIndex input : guide.inputs(source)) {
+    const StorageId id = caller_of_[static_cast<std::size_t>(input)];
+    // The validator guarantees residency for a step that matches the trace;
+    // a storage freed while a recompute still reads it is held (on_storage_freed).
+    if (id == kUnbound || id == kFreed || !residency_.resident(id)) {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        fmt::format("{}: input storage {} (traced) is not resident", context(),
+                                    trace.storage(input).id));
+    }
+    Result<void*> ptr = residency_.device_ptr(id, DeviceAccess::kRead);
+    if (!ptr) return std::unexpected(in_context(std::move(ptr.error()), context()));
+    call.input_ids_.push_back(id);
+    call.input_ptrs_.push_back(*ptr);
+  }
+  std::int64_t needed_bytes = 0;
+  for (StorageIndex output : guide.outputs(source)) {
+    const StorageId id = caller_of_[static_cast<std::size_t>(output)];
+    RecomputeCall::Output out;
+    out.size_bytes = trace.storage(output).size_bytes;
+    if (id != kUnbound && id != kFreed) {
+      out.id = id;
+      out.needed = !residency_.resident(id);
+      if (out.needed) needed_bytes += out.size_bytes;
+    }
+    call.outputs_.push_back(out);
+  }
+  Stream compute = residency_.backend().stream(StreamRole::kCompute);
+  HO_ASSIGN_OR_RETURN(Fence start, residency_.events().record(compute));
+  if (Status ran = options_.recompute(call); !ran) return std::unexpected(in_context(std::move(ran.error()), context()));
+  for (std::size_t j = 0; j < call.outputs_.size(); ++j) {
+    if (call.outputs_[j].needed && !call.outputs_[j].regenerated) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("{}: the recompute did not regenerate output {} (storage traced as {})", context(),
+                                    j, trace.storage(guide.outputs(source)[j]).id));
+    }
+  }
+  HO_ASSIGN_OR_RETURN(Fence end, residency_.events().record(compute));
+  recompute_spans_.push_back(RecomputeSpan{op_, source, needed_bytes, std::move(start), std::move(end)});
+  // Held inputs no later recompute reads are gone for good.
+  for (StorageIndex input : guide.inputs(source)) {
+    StorageId& id = caller_of_[static_cast<std::size_t>(input)];
+    if (held(id) && plan_->last_recompute_read(input) <= position) {
+      HO_RETURN_IF_ERROR(residency_.forget(id));
+      id = kFreed;
+    }
+  }
+  sample_memory();
   return ok_status();
 }
 
@@ -305,8 +433,16 @@ Status ReplayExecutor::on_storage_freed(StorageId id) {
         ErrorCode::kInvalidArgument,
         fmt::format("freeing storage {}: not tracked in this step (never produced, or already freed)", id));
   }
-  caller_of_[static_cast<std::size_t>(it->second)] = kFreed;
+  const StorageIndex traced = it->second;
   traced_of_.erase(it);
+  if (plan_->last_recompute_read(traced) >= actions_run_) {
+    // A later recompute reads it: the runtime keeps it, under its own id so
+    // the caller may use this one again.
+    HO_RETURN_IF_ERROR(residency_.rekey(id, held_id(traced)));
+    caller_of_[static_cast<std::size_t>(traced)] = held_id(traced);
+    return ok_status();
+  }
+  caller_of_[static_cast<std::size_t>(traced)] = kFreed;
   HO_RETURN_IF_ERROR(residency_.forget(id));
   sample_memory();
   return ok_status();
@@ -328,7 +464,11 @@ Result<ReplayResult> ReplayExecutor::finish() {
   std::int64_t restored_bytes = 0;
   // In traced order, so memory is laid out the same way every step.
   for (StorageIndex traced = 0; traced < trace.storage_count(); ++traced) {
-    const StorageId caller = caller_of_[static_cast<std::size_t>(traced)];
+    StorageId& caller = caller_of_[static_cast<std::size_t>(traced)];
+    if (held(caller)) {  // kept for a recompute that a step ending early never ran
+      HO_RETURN_IF_ERROR(residency_.forget(caller));
+      caller = kFreed;
+    }
     if (caller < 0) continue;  // never produced, or freed
     if (!residency_.resident(caller)) {
       if (auto ptr = residency_.device_ptr(caller); !ptr) {
@@ -351,8 +491,14 @@ Result<ReplayResult> ReplayExecutor::finish() {
   sample_memory();
 
   ReplayResult result;
+  Backend& backend = residency_.backend();
+  for (const RecomputeSpan& span : recompute_spans_) {
+    HO_RETURN_IF_ERROR(span.end.wait());
+    HO_ASSIGN_OR_RETURN(double ms, backend.elapsed_ms(span.start.event(), span.end.event()));
+    result.stats.recompute_ms += std::max(0.0, ms);
+    result.stats.regenerated_bytes += span.bytes;
+  }
   if (recording()) {
-    Backend& backend = residency_.backend();
     auto since_start = [&](const Fence& fence) -> Result<double> {
       HO_RETURN_IF_ERROR(fence.wait());
       return backend.elapsed_ms(step_start_.event(), fence.event());
@@ -361,6 +507,12 @@ Result<ReplayResult> ReplayExecutor::finish() {
       HO_ASSIGN_OR_RETURN(double start_ms, since_start(op.start));
       HO_ASSIGN_OR_RETURN(double end_ms, since_start(op.end));
       timeline_.spans.push_back(TimelineSpan{SpanKind::kOp, Lane::kCompute, op.op, -1, 0, start_ms, end_ms});
+    }
+    for (const RecomputeSpan& span : recompute_spans_) {
+      HO_ASSIGN_OR_RETURN(double start_ms, since_start(span.start));
+      HO_ASSIGN_OR_RETURN(double end_ms, since_start(span.end));
+      timeline_.spans.push_back(
+          TimelineSpan{SpanKind::kRecompute, Lane::kCompute, span.source, -1, span.bytes, start_ms, end_ms});
     }
     const bool two_engines = backend.copy_engines() == CopyEngines::kTwo;
     for (const auto& [op, span] : copy_spans_) {
@@ -378,8 +530,13 @@ Result<ReplayResult> ReplayExecutor::finish() {
     result.timeline = std::move(timeline_);
   }
 
+  const double recompute_ms = result.stats.recompute_ms;
+  const std::int64_t regenerated_bytes = result.stats.regenerated_bytes;
   result.stats = internal::step_stats_between(StepKind::kReplay, op_, start_stats_, residency_.stats(), restores,
                                              restored_bytes, start_time_);
+  result.stats.recompute_count = static_cast<std::int64_t>(recompute_spans_.size());
+  result.stats.recompute_ms = recompute_ms;
+  result.stats.regenerated_bytes = regenerated_bytes;
   return result;
 }
 

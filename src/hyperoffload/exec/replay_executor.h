@@ -13,6 +13,13 @@
 // (nobody can read it again); releases of a storage not produced yet are
 // no-ops and copies of one are errors, as in the validator.
 //
+// Recompute. A `recompute` action re-runs a traced op through the framework's
+// RecomputeFn (exec/recompute.h), which the plan then needs: start() fails
+// without one. A storage the caller frees while a later recompute still reads
+// it is kept by the runtime (under an internal id, its memory following the
+// plan's actions) until that recompute has run, then forgotten. Recompute time
+// is measured with events around each call (StepStats::recompute_ms).
+//
 // Divergence. A step that does not match the trace fails with kDiverged naming
 // the op index and both op names: an op name differs, the step runs more ops
 // than traced or ends early, an op's inputs, output count, output sizes or
@@ -35,6 +42,7 @@
 
 #include "hyperoffload/exec/hooks.h"
 #include "hyperoffload/exec/internal/op_allocations.h"
+#include "hyperoffload/exec/recompute.h"
 #include "hyperoffload/exec/replay_guide.h"
 #include "hyperoffload/exec/step_stats.h"
 #include "hyperoffload/ir/schedule.h"
@@ -50,7 +58,10 @@ namespace hyperoffload {
 class ReplayPlan {
  public:
   // Fails when the schedule is out of execution order, names an op out of range
-  // or a storage the trace does not declare, or the trace is not replayable.
+  // or a storage the trace does not declare, or the trace is not replayable;
+  // a schedule with recompute actions must also be valid for the trace
+  // (check/validator.h), since the runtime cannot regenerate what a stale
+  // recompute would.
   static Result<std::shared_ptr<const ReplayPlan>> create(Trace trace, Schedule schedule);
 
   const Trace& trace() const { return trace_; }
@@ -59,8 +70,20 @@ class ReplayPlan {
   std::span<const Action> pre(OpIndex op) const { return by_op_->pre(op); }
   std::span<const Action> post(OpIndex op) const { return by_op_->post(op); }
   // Dense storage index of an action (its position in schedule().actions).
-  StorageIndex storage_of(const Action& action) const {
-    return action_storage_[static_cast<std::size_t>(&action - schedule_.actions.data())];
+  StorageIndex storage_of(const Action& action) const { return action_storage_[position_of(action)]; }
+  std::size_t position_of(const Action& action) const {
+    return static_cast<std::size_t>(&action - schedule_.actions.data());
+  }
+
+  // Recompute bookkeeping, by schedule position (-1: none).
+  std::int64_t recompute_count() const { return recompute_count_; }
+  // Whether a recompute action re-runs `op` (the framework must be able to).
+  bool recomputed(OpIndex op) const { return last_recompute_of_[static_cast<std::size_t>(op)] >= 0; }
+  // Position of the last recompute re-running `op`.
+  std::int64_t last_recompute_of(OpIndex op) const { return last_recompute_of_[static_cast<std::size_t>(op)]; }
+  // Position of the last recompute reading storage `s` (an input of its op).
+  std::int64_t last_recompute_read(StorageIndex s) const {
+    return last_recompute_read_[static_cast<std::size_t>(s)];
   }
 
  private:
@@ -70,10 +93,15 @@ class ReplayPlan {
   Schedule schedule_;
   std::unique_ptr<ActionsByOp> by_op_;  // views schedule_.actions
   std::vector<StorageIndex> action_storage_;
+  std::int64_t recompute_count_ = 0;
+  std::vector<std::int64_t> last_recompute_of_;    // by op
+  std::vector<std::int64_t> last_recompute_read_;  // by storage
 };
 
 struct ReplayOptions {
   RecordTimeline record_timeline = RecordTimeline::kNo;
+  // Re-runs ops for the plan's recompute actions; required when it has any.
+  RecomputeFn recompute;
 };
 
 struct ReplayResult {
@@ -104,16 +132,26 @@ class ReplayExecutor final : public StepHooks {
   // device, then fails with kDiverged when the step ran fewer ops than traced.
   Result<ReplayResult> finish();
 
+  // Whether the plan re-runs the current op (between on_op_begin and
+  // on_op_end) later in this step: a framework that must record what it needs
+  // to re-run an op (PyTorch records the call) does it now.
+  bool recomputes_current_op() const { return in_op_ && plan_->recomputed(op_); }
+
  private:
   ReplayExecutor(ResidencyManager& residency, std::shared_ptr<const ReplayPlan> plan, ReplayOptions options);
 
   static constexpr StorageId kUnbound = -1;
   static constexpr StorageId kFreed = -2;
+  // A storage the caller freed that a later recompute reads is kept under
+  // held_id(traced index), below every caller id and both markers above.
+  static StorageId held_id(StorageIndex traced) { return -3 - static_cast<StorageId>(traced); }
+  static bool held(StorageId id) { return id <= -3; }
 
   std::string op_label() const;
   Error diverged(std::string what) const;
   Result<StorageIndex> traced_index(StorageId caller_id, std::string_view role) const;
   Status run_actions(std::span<const Action> actions);
+  Status run_recompute(const Action& action);
   Status collect_spans(OpIndex op);
   void sample_memory();
   bool recording() const { return options_.record_timeline == RecordTimeline::kYes; }
@@ -129,8 +167,20 @@ class ReplayExecutor final : public StepHooks {
 
   OpIndex op_ = 0;
   bool in_op_ = false;
+  std::int64_t actions_run_ = 0;  // schedule positions before this one have run
   internal::OpAllocations current_allocated_;  // outputs allocated for the current op
   std::vector<StorageIndex> scratch_;
+
+  // Recomputes run so far (compute-stream fences around each call).
+  struct RecomputeSpan {
+    OpIndex op;      // the op whose action it was
+    OpIndex source;  // the op re-run
+    std::int64_t bytes;
+    Fence start;
+    Fence end;
+  };
+  std::vector<RecomputeSpan> recompute_spans_;
+  RecomputeCall call_;
 
   // Timeline recording.
   Fence step_start_;

@@ -50,7 +50,8 @@ Status Session::begin_step() {
   failure_.reset();
   HO_RETURN_IF_ERROR(residency_->reset());  // storages held over from the last step
   if (plan_ != nullptr) {
-    HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_, ReplayOptions{options_.record_timeline}));
+    HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
+                                                       ReplayOptions{options_.record_timeline, options_.recompute}));
   } else {
     HO_ASSIGN_OR_RETURN(
         warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes, options_.calibration_bytes}));
@@ -89,6 +90,8 @@ Status Session::on_op_end(std::span<const OpOutput> outputs, std::span<const Sto
 Status Session::mark_recomputable() {
   if (failure_) return std::unexpected(already_failed(*failure_));
   if (!in_step()) return std::unexpected(not_in_step("mark_recomputable"));
+  // A plan may recompute only what the framework can re-run.
+  if (!options_.recompute) return ok_status();
   return check(active()->mark_recomputable());
 }
 

@@ -60,6 +60,9 @@ struct SessionOptions {
   RecordTimeline record_timeline = RecordTimeline::kNo;  // for replayed steps
   // Device memory for adopted storages brought back (residency_manager.h).
   RematerializeFn rematerialize;
+  // Re-runs ops for plans that recompute (exec/recompute.h). Without one, no
+  // op of the warmup is recorded recomputable, so no plan recomputes.
+  RecomputeFn recompute;
   std::int64_t calibration_bytes = std::int64_t{4} << 20;  // see WarmupOptions
 };
 
@@ -97,6 +100,9 @@ class Session final : public StepHooks {
   Result<void*> device_ptr(StorageId id, DeviceAccess access = DeviceAccess::kReadWrite) override;
 
   bool in_step() const { return warmup_ != nullptr || replay_ != nullptr; }
+  // In a replay, inside an op: the plan re-runs this op later in the step
+  // (ReplayExecutor::recomputes_current_op).
+  bool recomputes_current_op() const { return replay_ != nullptr && replay_->recomputes_current_op(); }
   StepKind next_step_kind() const { return plan_ != nullptr ? StepKind::kReplay : StepKind::kWarmup; }
   std::int64_t steps_completed() const { return steps_completed_; }
 

@@ -26,6 +26,9 @@ struct StepStats {
   std::int64_t fault_bytes = 0;
   std::int64_t evictions = 0;     // warmup: storages evicted online
   std::int64_t end_restores = 0;  // held storages paged back at the end of the step
+  std::int64_t recompute_count = 0;      // replay: recompute actions run (exec/recompute.h)
+  std::int64_t regenerated_bytes = 0;    // bytes of the storages they regenerated
+  double recompute_ms = 0.0;             // compute-stream time of those recomputes
   double step_ms = 0.0;           // host wall time from begin to finish
 };
 

@@ -180,6 +180,64 @@ Status ResidencyManager::end_span(SpanKind kind, StorageId id, std::int64_t byte
   return ok_status();
 }
 
+Status ResidencyManager::rekey(StorageId from, StorageId to) {
+  auto it = entries_.find(from);
+  if (it == entries_.end()) {
+    return make_error(ErrorCode::kNotFound, fmt::format("rekey of storage {}: unknown storage", from));
+  }
+  if (entries_.contains(to)) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("rekey of storage {} to {}: {} is already tracked", from, to, to));
+  }
+  auto node = entries_.extract(it);
+  node.key() = to;
+  entries_.insert(std::move(node));
+  return ok_status();
+}
+
+Result<ResidencyManager::Entry*> ResidencyManager::find_released(StorageId id) {
+  HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "regenerate"));
+  if (entry->residency.resident) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      fmt::format("regenerate of storage {}: already resident (only a released storage is "
+                                  "regenerated)",
+                                  id));
+  }
+  return entry;
+}
+
+void ResidencyManager::count_regenerated(Entry& entry) {
+  apply_recompute_output(entry.residency);
+  // The new buffer has no copies in flight; the fences of the old one stay
+  // (they also order the host block's users).
+  entry.h2d_waited = true;
+  add_resident(entry.size_bytes);
+  ++stats_.regenerations;
+  stats_.regenerated_bytes += entry.size_bytes;
+}
+
+Result<void*> ResidencyManager::regenerate(StorageId id) {
+  HO_ASSIGN_OR_RETURN(Entry * entry, find_released(id));
+  HO_RETURN_IF_ERROR(materialize(id, *entry));
+  count_regenerated(*entry);
+  return entry->device;
+}
+
+Status ResidencyManager::regenerate_adopted(StorageId id, AdoptedBuffer buffer) {
+  HO_ASSIGN_OR_RETURN(Entry * entry, find_released(id));
+  if (entry->size_bytes > 0 && buffer.device_ptr == nullptr) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("regenerate of storage {}: null device pointer for {} bytes", id,
+                                  entry->size_bytes));
+  }
+  HO_RETURN_IF_ERROR(poll());
+  entry->device = buffer.device_ptr;
+  entry->owner = Owner::kCaller;
+  entry->release = std::move(buffer.release);
+  count_regenerated(*entry);
+  return ok_status();
+}
+
 Status ResidencyManager::copy_d2h(StorageId id) {
   HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "copy_d2h"));
   switch (classify_d2h(entry->residency)) {

@@ -113,6 +113,8 @@ struct ResidencyStats {
   std::int64_t h2d_bytes = 0;  // includes faults
   std::int64_t faults = 0;     // synchronous demand pages
   std::int64_t fault_bytes = 0;
+  std::int64_t regenerations = 0;         // storages a recompute regenerated
+  std::int64_t regenerated_bytes = 0;
   std::int64_t deferred_frees = 0;        // device frees that waited for a copy
   std::int64_t pending_device_frees = 0;  // deferred frees not yet done
 };
@@ -150,11 +152,27 @@ class ResidencyManager {
   // is waited for and left to the caller, without calling its release callback).
   Status forget(StorageId id);
 
+  // Gives a tracked storage another id (the caller freed `from`, but a later
+  // recompute still needs it; exec/replay_executor.h). Fails when `from` is
+  // not tracked or `to` is.
+  Status rekey(StorageId from, StorageId to);
+
   // ---- Schedule actions -----------------------------------------------------------
   Status copy_d2h(StorageId id);
   Status copy_h2d(StorageId id);
   Status release_device(StorageId id);
   Status release_host(StorageId id);
+
+  // ---- Recompute ---------------------------------------------------------------
+  // A released storage that a recompute regenerates gets device memory again
+  // and is resident at the version it already counts (the recompute writes the
+  // same bytes, so a current host copy stays current). regenerate() takes the
+  // memory as an H2D would (the rematerialize hook for an adopted storage,
+  // else the backend) and returns it for the recompute to write on the compute
+  // stream; regenerate_adopted() installs the caller's buffer, which the
+  // recompute already wrote. Both fail for an untracked or resident storage.
+  Result<void*> regenerate(StorageId id);
+  Status regenerate_adopted(StorageId id, AdoptedBuffer buffer);
 
   // ---- Use --------------------------------------------------------------------
   Result<void*> device_ptr(StorageId id, DeviceAccess access = DeviceAccess::kReadWrite);
@@ -217,6 +235,9 @@ class ResidencyManager {
   };
 
   Result<Entry*> find(StorageId id, const char* operation);
+  // The entry of a storage a recompute regenerates: tracked, not resident.
+  Result<Entry*> find_released(StorageId id);
+  void count_regenerated(Entry& entry);
   Status track(StorageId id, std::int64_t size_bytes, Entry entry);
   // Device memory for a storage being brought back (H2D or fault).
   Status materialize(StorageId id, Entry& entry);
