@@ -9,6 +9,8 @@
 // through every layer, and an SGD update of the (untracked) weights.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "hyperoffload/exec/hooks.h"
+#include "hyperoffload/exec/recompute.h"
 #include "hyperoffload/ir/status.h"
 
 namespace hyperoffload::testing {
@@ -98,6 +101,12 @@ enum class OutputMemory : std::uint8_t {
 
 // Drives every op through StepHooks. Ids start at `first_id` so consecutive
 // steps use different ids (the replay executor must map them to the trace's).
+// Every op that makes new tensors is deterministic and marked recomputable;
+// recompute() re-runs one for a replay (a RecomputeFn): its kernel again, on
+// the inputs the runtime made resident, into runtime memory or (kCaller) new
+// caller buffers — what a framework does. The external inputs it reads (the
+// weights) are updated only after the backward pass no longer needs the
+// forward activations, so re-running a forward op reads the same weights.
 class HookedEngine final : public TensorEngine {
  public:
   HookedEngine(StepHooks& hooks, StorageId first_id, OutputMemory memory = OutputMemory::kRuntime)
@@ -118,6 +127,16 @@ class HookedEngine final : public TensorEngine {
       if (t.external == nullptr) tracked.push_back(t.id);
     }
     value_or_throw(hooks_.on_op_begin(name, tracked, {}));
+    const std::size_t op = static_cast<std::size_t>(ops_run_++);
+    if (!outputs.empty()) {
+      value_or_throw(hooks_.mark_recomputable());
+      if (recorded_.size() <= op) recorded_.resize(op + 1);
+      RecordedOp& record = recorded_[op];
+      record.external.clear();
+      for (const Tensor& t : inputs) record.external.push_back(t.external);
+      record.outputs = outputs;
+      record.kernel = kernel;
+    }
     std::vector<const float*> in;
     for (const Tensor& t : inputs) in.push_back(t.external != nullptr ? t.external : pointer(t.id));
     std::vector<Tensor> result;
@@ -149,6 +168,7 @@ class HookedEngine final : public TensorEngine {
     }
     const StorageId written[] = {target.id};
     value_or_throw(hooks_.on_op_begin(name, tracked, written));
+    ++ops_run_;
     std::vector<const float*> in{pointer(target.id)};
     for (const Tensor& t : others) in.push_back(t.external != nullptr ? t.external : pointer(t.id));
     float* out = pointer(target.id);
@@ -171,6 +191,49 @@ class HookedEngine final : public TensorEngine {
     return std::vector<float>(p, p + tensor.rows * tensor.cols);
   }
 
+  // The RecomputeFn (see above). `fail_at_recompute` makes the n-th call
+  // (from 1) fail as a kernel that throws would.
+  Status recompute(RecomputeCall& call) {
+    ++recomputes_;
+    if (recomputes_ == fail_at_recompute_) {
+      return make_error(ErrorCode::kInternal, fmt::format("injected failure re-running {}", call.op_name()));
+    }
+    const auto op = static_cast<std::size_t>(call.source_op());
+    if (op >= recorded_.size() || !recorded_[op].kernel) {
+      return make_error(ErrorCode::kInternal, fmt::format("op {} was not recorded", op));
+    }
+    const RecordedOp& record = recorded_[op];
+    std::vector<const float*> in;
+    std::size_t tracked = 0;
+    for (const float* external : record.external) {
+      in.push_back(external != nullptr ? external : static_cast<const float*>(call.input_ptrs()[tracked++]));
+    }
+    std::vector<float*> out;
+    std::vector<std::unique_ptr<float[]>> scratch;
+    std::vector<std::pair<std::size_t, void*>> adopt;
+    for (std::size_t j = 0; j < record.outputs.size(); ++j) {
+      const std::int64_t bytes = record.outputs[j].rows * record.outputs[j].cols * std::int64_t{sizeof(float)};
+      void* ptr = nullptr;
+      if (!call.output_needed(j)) {
+        scratch.push_back(std::make_unique<float[]>(static_cast<std::size_t>(bytes) / sizeof(float) + 1));
+        ptr = scratch.back().get();
+      } else if (memory_ == OutputMemory::kRuntime) {
+        HO_ASSIGN_OR_RETURN(ptr, call.allocate_output(j));
+      } else {
+        ptr = new_buffer(call.output_id(j), bytes);
+        adopt.emplace_back(j, ptr);
+      }
+      out.push_back(static_cast<float*>(ptr));
+    }
+    record.kernel(in, out);
+    for (const auto& [j, ptr] : adopt) {
+      HO_RETURN_IF_ERROR(call.adopt_output(j, ptr, releaser(call.output_id(j))));
+    }
+    return ok_status();
+  }
+  std::int64_t recomputes() const { return recomputes_; }
+  void fail_at_recompute(std::int64_t n) { fail_at_recompute_ = n; }
+
  private:
   float* pointer(StorageId id) { return static_cast<float*>(value_or_throw(hooks_.device_ptr(id))); }
   void* new_buffer(StorageId id, std::int64_t bytes) {
@@ -188,9 +251,19 @@ class HookedEngine final : public TensorEngine {
     };
   }
 
+  struct RecordedOp {
+    std::vector<const float*> external;  // per input: its data, or null for a tracked one
+    std::vector<Shape> outputs;
+    Kernel kernel;
+  };
+
   StepHooks& hooks_;
   StorageId next_id_;
   OutputMemory memory_;
+  OpIndex ops_run_ = 0;
+  std::vector<RecordedOp> recorded_;  // by op index
+  std::int64_t recomputes_ = 0;
+  std::int64_t fail_at_recompute_ = -1;
   std::unordered_map<void*, std::unique_ptr<float[]>> buffers_;  // caller memory alive now
   std::unordered_map<StorageId, void*> current_;                 // a storage's current caller buffer
 };
