@@ -55,11 +55,17 @@ class OffloadConfig:
             no limit — the session traces and replays but offloads nothing.
         max_offload_activation_mb: limit on the pinned host memory holding
             offloaded activations. ``None``: no limit.
-        planner: ``"peak"`` (the default: the peak-driven planner, lowest
-            stall) or ``"greedy"`` (any planner ``hyperoffload plan`` knows).
-            Whatever the planner, a plan that would exceed the budget although
-            the floor allows it is replaced by the ``"peak"`` planner's (a note
-            in :meth:`OffloadSession.notes` says so).
+        planner: ``"hybrid"`` (the default: offloads and recomputes, whichever
+            costs the step less; never slower in simulation than ``"peak"``,
+            whose plans are in its search space), ``"peak"`` (offload only,
+            lowest stall), ``"recompute"`` (recompute only, activation
+            checkpointing's stand-in) or ``"greedy"`` (any planner
+            ``hyperoffload plan`` knows). Whatever the planner, a plan that
+            would exceed the budget although the floor allows it is replaced by
+            the ``"peak"`` planner's (a note in :meth:`OffloadSession.notes`
+            says so). Recomputed ops are re-run bit for bit; ops that draw
+            random numbers (dropout) are never recomputed (docs/PYTHON.md,
+            "Recompute").
         copy_engines: 2 — device-to-host and host-to-device copies run on their
             own streams; 1 — one shared copy stream.
         max_resident_activation_bytes, max_offload_activation_bytes: the same
@@ -78,6 +84,10 @@ class OffloadConfig:
             up again; the second time, the error is raised.
         calibration_bytes: size of the warmup's copy-bandwidth calibration copy,
             used only for a copy direction the warmup step never used.
+        copy_bandwidth_gib_per_s: plan for a copy link of this speed in both
+            directions (GiB/s, > 0) instead of the one the warmup measured —
+            to plan on the CPU for a GPU's PCIe link, or conservatively.
+            ``None`` (the default): measured.
         interception: how a step's ops reach the session. ``"auto"`` (the
             default): a C++ dispatcher fallback just below PyTorch's Python key
             (~7 µs per replayed op on this project's machine), or the session's
@@ -91,7 +101,7 @@ class OffloadConfig:
 
     max_resident_activation_mb: Optional[float] = None
     max_offload_activation_mb: Optional[float] = None
-    planner: str = "peak"
+    planner: str = "hybrid"
     copy_engines: int = 2
     max_resident_activation_bytes: Optional[int] = None
     max_offload_activation_bytes: Optional[int] = None
@@ -99,6 +109,7 @@ class OffloadConfig:
     rewarm_once: bool = True
     calibration_bytes: int = 4 << 20
     interception: str = "auto"
+    copy_bandwidth_gib_per_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         # Validates eagerly, so a bad configuration fails where it is written:
@@ -127,6 +138,12 @@ class OffloadConfig:
         if not isinstance(self.rewarm_once, bool):
             raise TypeError(f"rewarm_once must be a bool, got {type(self.rewarm_once).__name__}")
         _byte_count(self.calibration_bytes, "calibration_bytes")
+        if self.copy_bandwidth_gib_per_s is not None:
+            value = self.copy_bandwidth_gib_per_s
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"copy_bandwidth_gib_per_s must be a number, got {type(value).__name__}")
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"copy_bandwidth_gib_per_s must be a finite number > 0, got {value!r}")
         if self.interception not in INTERCEPTIONS:
             raise ValueError(f"interception must be one of {', '.join(map(repr, INTERCEPTIONS))}, "
                              f"got {self.interception!r}")

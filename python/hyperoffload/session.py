@@ -116,6 +116,7 @@ class OffloadSession:
             compute_stream=_compute_stream,
             rewarm_once=self.config.rewarm_once,
             calibration_bytes=self.config.calibration_bytes,
+            copy_bandwidth_gib_per_s=self.config.copy_bandwidth_gib_per_s,
         )
         self._in_step = False
         # The step's TorchDispatchMode; None while the C++ fallback intercepts (or between steps).

@@ -6,6 +6,7 @@
 // tensors and storages happens here, in C++. Errors become the exception
 // classes of hyperoffload.errors — the only place where the library's error
 // values turn into exceptions.
+#include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/Exceptions.h>
@@ -20,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "hyperoffload/check/validator.h"
 #include "hyperoffload/io/file.h"
 #include "hyperoffload/io/schedule_json.h"
 #include "hyperoffload/io/trace_json.h"
@@ -173,6 +175,122 @@ void collect_py_results(PyObject* object, std::vector<c10::Storage>& out) {
   for_each_tensor_with_storage(object, [&out](const at::Tensor& t) { out.push_back(t.storage()); });
 }
 
+// The version counter of each tensor argument, so a recompute can tell that
+// one was written in place since (Note [Recompute in PyTorch]).
+struct ArgumentVersions {
+  std::vector<std::pair<at::Tensor, std::uint32_t>> tensors;  // (tensor, version) for those with a counter
+
+  void add(const at::Tensor& tensor) {
+    if (tensor.defined() && !tensor.is_inference()) tensors.emplace_back(tensor, tensor._version());
+  }
+  std::string changed(std::string_view op) const {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const auto& [tensor, version] = tensors[i];
+      if (tensor._version() != version) {
+        return fmt::format("tensor argument {} of {} was written in place (version {} → {})", i, op, version,
+                           tensor._version());
+      }
+    }
+    return {};
+  }
+};
+
+// The C++ fallback's recorded call: the operator, its dispatch keys and its
+// boxed arguments (IValues hold their tensors).
+class BoxedCall final : public OpCall {
+ public:
+  BoxedCall(const c10::OperatorHandle& op, c10::DispatchKeySet keys, c10::ArrayRef<c10::IValue> arguments,
+            std::size_t returns, std::string name)
+      : op_(op), keys_(keys), arguments_(arguments.begin(), arguments.end()), returns_(returns),
+        name_(std::move(name)) {
+    for (const c10::IValue& value : arguments_) {
+      if (value.isTensor()) {
+        versions_.add(value.toTensor());
+      } else if (value.isList()) {
+        for (const c10::IValue& item : value.toListRef()) {
+          if (item.isTensor()) versions_.add(item.toTensor());
+        }
+      }
+    }
+  }
+  std::vector<c10::Storage> run() override {
+    torch::jit::Stack stack(arguments_.begin(), arguments_.end());
+    run_below(op_, keys_, &stack);
+    std::vector<c10::Storage> results;
+    python::collect_results(torch::jit::last(stack, returns_), results);
+    return results;
+  }
+  void argument_storages(std::vector<c10::StorageImpl*>& out) const override {
+    python::collect_storages(arguments_, out);
+  }
+  std::string changed_argument() const override { return versions_.changed(name_); }
+
+ private:
+  c10::OperatorHandle op_;
+  c10::DispatchKeySet keys_;
+  std::vector<c10::IValue> arguments_;
+  std::size_t returns_;
+  std::string name_;
+  ArgumentVersions versions_;
+};
+
+// The TorchDispatchMode path's recorded call: the OpOverload and its Python
+// arguments. Run inside __torch_dispatch__ (where the mode is off), under the GIL.
+class PyCall final : public OpCall {
+ public:
+  PyCall(py::handle func, py::handle args, py::handle kwargs, std::string name)
+      : func_(py::reinterpret_borrow<py::object>(func)),
+        args_(py::reinterpret_borrow<py::object>(args)),
+        kwargs_(py::reinterpret_borrow<py::object>(kwargs)),
+        name_(std::move(name)) {
+    auto add = [this](PyObject* object) {
+      for_each_tensor_with_storage(object, [this](const at::Tensor& t) { versions_.add(t); });
+    };
+    const Py_ssize_t count = PyTuple_GET_SIZE(args_.ptr());
+    for (Py_ssize_t i = 0; i < count; ++i) add(PyTuple_GET_ITEM(args_.ptr(), i));
+    if (!kwargs_.is_none()) {
+      PyObject* key = nullptr;
+      PyObject* value = nullptr;
+      Py_ssize_t position = 0;
+      while (PyDict_Next(kwargs_.ptr(), &position, &key, &value)) add(value);
+    }
+  }
+  ~PyCall() override {
+    py::gil_scoped_acquire gil;
+    func_ = py::object();
+    args_ = py::object();
+    kwargs_ = py::object();
+  }
+  std::vector<c10::Storage> run() override {
+    py::gil_scoped_acquire gil;
+    PyObject* out = PyObject_Call(func_.ptr(), args_.ptr(), kwargs_.is_none() ? nullptr : kwargs_.ptr());
+    if (out == nullptr) throw py::error_already_set();
+    py::object result = py::reinterpret_steal<py::object>(out);
+    std::vector<c10::Storage> results;
+    collect_py_results(result.ptr(), results);
+    return results;
+  }
+  void argument_storages(std::vector<c10::StorageImpl*>& out) const override {
+    py::gil_scoped_acquire gil;
+    const Py_ssize_t count = PyTuple_GET_SIZE(args_.ptr());
+    for (Py_ssize_t i = 0; i < count; ++i) collect_py_storages(PyTuple_GET_ITEM(args_.ptr(), i), out);
+    if (!kwargs_.is_none()) {
+      PyObject* key = nullptr;
+      PyObject* value = nullptr;
+      Py_ssize_t position = 0;
+      while (PyDict_Next(kwargs_.ptr(), &position, &key, &value)) collect_py_storages(value, out);
+    }
+  }
+  std::string changed_argument() const override { return versions_.changed(name_); }
+
+ private:
+  py::object func_;
+  py::object args_;
+  py::object kwargs_;
+  std::string name_;
+  ArgumentVersions versions_;
+};
+
 py::dict stats_dict(const TorchSession& torch_session) {
   py::dict stats;
   const Session* session = torch_session.session();
@@ -195,6 +313,9 @@ py::dict stats_dict(const TorchSession& torch_session) {
   stats["fault_bytes"] = s.fault_bytes;
   stats["evictions"] = s.evictions;
   stats["end_restores"] = s.end_restores;
+  stats["recompute_count"] = s.recompute_count;
+  stats["recompute_ms"] = s.recompute_ms;
+  stats["recomputed_bytes"] = s.regenerated_bytes;
   stats["step_ms"] = s.step_ms;
   const auto& budget = torch_session.options().budget_bytes;
   stats["budget_bytes"] = budget ? py::object(py::int_(*budget)) : py::object(py::none());
@@ -207,7 +328,7 @@ class Runtime final : public OpHandler {
  public:
   Runtime(std::optional<std::int64_t> budget_bytes, std::optional<std::int64_t> host_capacity_bytes,
           std::string planner, int copy_engines, std::optional<std::string> device, py::object compute_stream,
-          bool rewarm_once, std::int64_t calibration_bytes) {
+          bool rewarm_once, std::int64_t calibration_bytes, std::optional<double> copy_bandwidth_gib_per_s) {
     TorchSessionOptions options;
     options.budget_bytes = budget_bytes;
     if (host_capacity_bytes) options.host_capacity_bytes = *host_capacity_bytes;
@@ -225,6 +346,7 @@ class Runtime final : public OpHandler {
     }
     options.rewarm = rewarm_once ? RewarmPolicy::kOnce : RewarmPolicy::kNever;
     options.calibration_bytes = calibration_bytes;
+    options.copy_bandwidth_gib_per_s = copy_bandwidth_gib_per_s;
     TorchSession::ComputeStreamFn stream_fn;
     if (!compute_stream.is_none()) {
       stream_fn = [compute_stream](c10::Device d) -> Result<std::uintptr_t> {
@@ -278,6 +400,7 @@ class Runtime final : public OpHandler {
     if (TorchStatus begun = session_->begin_op(info.name, inputs_, written_, recomputable(info)); !begun) {
       raise_in_dispatcher(begun.error());
     }
+    if (session_->wants_call()) session_->record_call(std::make_unique<BoxedCall>(op, keys, args, info.returns, info.name));
     try {
       run_below(op, keys, stack);
     } catch (...) {
@@ -351,6 +474,10 @@ class Runtime final : public OpHandler {
     if (!session_->tracking()) return call(func, arg_tuple, kwarg_dict);
     const OpInfo& info = op_info(func);
     begin(info, py::handle(arg_tuple), kwarg_dict != nullptr ? py::handle(kwarg_dict) : py::handle(Py_None));
+    if (session_->wants_call()) {
+      session_->record_call(std::make_unique<PyCall>(
+          func, py::handle(arg_tuple), kwarg_dict != nullptr ? py::handle(kwarg_dict) : py::handle(Py_None), info.name));
+    }
     PyObject* out = PyObject_Call(func.ptr(), arg_tuple, kwarg_dict);
     if (out == nullptr) {
       session_->op_failed();
@@ -420,7 +547,9 @@ class Runtime final : public OpHandler {
     summary["planned_peak_bytes"] = simulated.peak_bytes();
     summary["offloaded_bytes"] = simulated.d2h_bytes;
     summary["offload_count"] = simulated.d2h_count;
-    summary["recomputed_bytes"] = 0;  // offload-only planners
+    summary["recomputed_bytes"] = validate_schedule(trace, schedule).regenerated_bytes;
+    summary["recompute_count"] = simulated.recompute_count;
+    summary["recompute_ms"] = simulated.recompute_ms;
     summary["compute_ms"] = simulated.compute_ms;
     summary["stall_ms"] = simulated.stall_ms;
     summary["overhead_percent"] = simulated.overhead_percent();
@@ -430,6 +559,7 @@ class Runtime final : public OpHandler {
     return summary;
   }
   std::vector<std::string> take_warnings() { return session_->take_warnings(); }
+  void fail_recompute_after(std::int64_t n) { session_->fail_recompute_after(n); }
   std::size_t tracked_storages() const { return session_->tracked_storages(); }
 
  private:
@@ -499,10 +629,10 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Runtime>(m, "Runtime")
       .def(py::init<std::optional<std::int64_t>, std::optional<std::int64_t>, std::string, int,
-                    std::optional<std::string>, py::object, bool, std::int64_t>(),
+                    std::optional<std::string>, py::object, bool, std::int64_t, std::optional<double>>(),
            py::arg("budget_bytes"), py::arg("host_capacity_bytes"), py::arg("planner"), py::arg("copy_engines"),
            py::arg("device"), py::arg("compute_stream"), py::arg("rewarm_once"),
-           py::arg("calibration_bytes"))
+           py::arg("calibration_bytes"), py::arg("copy_bandwidth_gib_per_s") = py::none())
       .def("begin_step", &Runtime::begin_step)
       .def("end_step", &Runtime::end_step)
       .def("abort_step", &Runtime::abort_step)
@@ -526,7 +656,9 @@ PYBIND11_MODULE(_C, m) {
       .def("stats", &Runtime::stats)
       .def("plan_summary", &Runtime::plan_summary)
       .def("take_warnings", &Runtime::take_warnings)
-      .def("tracked_storages", &Runtime::tracked_storages);
+      .def("tracked_storages", &Runtime::tracked_storages)
+      .def("_fail_recompute_after", &Runtime::fail_recompute_after, py::arg("n"),
+           "Tests: the n-th recompute from now throws, as a failing kernel would (0 disarms).");
 
   m.def(
       "intercepting_runtime",

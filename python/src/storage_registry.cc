@@ -126,6 +126,32 @@ Result<AdoptedBuffer> StorageRegistry::rematerialize(StorageId id, std::int64_t 
   return AdoptedBuffer{ptr, make_release(block, tracked.storage)};
 }
 
+Result<AdoptedBuffer> StorageRegistry::install(StorageId id, const c10::Storage& fresh) {
+  if (!live(id)) {
+    return make_error(ErrorCode::kInternal, fmt::format("regenerating storage {}: it is not tracked", id));
+  }
+  Tracked& tracked = tracked_[static_cast<std::size_t>(id)];
+  c10::intrusive_ptr<c10::StorageImpl> impl = tracked.storage.lock();
+  if (!impl) return make_error(ErrorCode::kInternal, fmt::format("regenerating storage {}: it died", id));
+  c10::StorageImpl* source = fresh.unsafeGetStorageImpl();
+  if (source->nbytes() != impl->nbytes()) {
+    return make_error(ErrorCode::kDiverged,
+                      fmt::format("regenerating storage {}: the op re-run made {} bytes where it first made {}", id,
+                                  source->nbytes(), impl->nbytes()));
+  }
+  Installed* current = installed_of(impl->data_ptr());
+  if (current == nullptr || current->block != nullptr) {
+    return make_error(ErrorCode::kInternal,
+                      fmt::format("regenerating storage {}: it still holds memory (only a released one is)", id));
+  }
+  auto block = std::make_shared<MemBlock>();
+  // The fresh storage's memory moves; the result tensors are dropped with none.
+  block->real = source->set_data_ptr(c10::DataPtr(nullptr, source->device()));
+  void* ptr = block->real.get();
+  replace_data_ptr(*impl, make_installed(deaths_, id, block, device_));
+  return AdoptedBuffer{ptr, make_release(block, tracked.storage)};
+}
+
 c10::Allocator* StorageRegistry::allocator_of(const Tracked& tracked) const {
   return tracked.allocator != nullptr ? tracked.allocator : c10::GetAllocator(device_.type());
 }

@@ -30,6 +30,25 @@ bool is_collective(std::string_view name) {
   return name.starts_with("c10d::") || name.starts_with("_c10d_functional::") || name.starts_with("fsdp::");
 }
 
+// Note [Recompute in PyTorch]. A plan may re-run an op (a `recompute`
+// action) only if the warmup marked it recomputable: an aten op that writes
+// no argument, draws no random numbers (ops tagged nondeterministic_seeded,
+// such as dropout, are never recomputed, so the RNG stream is the eager one),
+// cannot vary bit-wise, and returns a fresh tensor (module.cc,
+// recomputable_op). In a replay, when such an op first runs and the plan
+// re-runs it later, the interception layer records its call (the operator,
+// dispatch keys and boxed arguments on the C++ path; the OpOverload and its
+// Python arguments on the TorchDispatchMode path). Its arguments are recorded
+// in the step that runs — the batch changes every step — and hold their
+// tensors until the op's last recompute, which is also how the runtime keeps
+// inputs alive after the user dropped them. A recompute first checks that no
+// argument was written in place since (version counters), runs the call
+// again below the session (autograd does not see it), and moves each needed
+// result's memory into the tracked StorageImpl (StorageRegistry::install), so
+// every tensor and view of it keeps working; results not needed are dropped.
+// A failure (the op throws, an argument changed) fails the step as any
+// runtime error does: every storage is brought back, and the next step runs.
+
 }  // namespace
 
 TorchResult<std::unique_ptr<TorchSession>> TorchSession::create(TorchSessionOptions options,
@@ -106,19 +125,20 @@ TorchStatus TorchSession::make_session() {
   options.planner = options_.planner;
   options.host_capacity_bytes = options_.host_capacity_bytes;
   options.calibration_bytes = options_.calibration_bytes;
+  options.copy_bandwidth_gib_per_s = options_.copy_bandwidth_gib_per_s;
+  options.rewarm = options_.rewarm;
   StorageRegistry* registry = registry_.get();
   options.rematerialize = [registry](StorageId id, std::int64_t size_bytes) {
     return registry->rematerialize(id, size_bytes);
   };
+  options.recompute = [this](RecomputeCall& call) { return recompute(call); };
   Result<std::unique_ptr<Session>> session = Session::create(*backend_, std::move(options));
   if (!session) return std::unexpected(runtime_error(session.error()));
   session_ = std::move(*session);
-  replays_since_warmup_ = 0;
   return {};
 }
 
 TorchStatus TorchSession::start_runtime_step() {
-  step_was_replay_ = session_->next_step_kind() == StepKind::kReplay;
   if (Status begun = session_->begin_step(); !begun) return std::unexpected(runtime_error(begun.error()));
   in_runtime_step_ = true;
   return {};
@@ -174,6 +194,60 @@ TorchStatus TorchSession::begin_op(std::string_view name, std::span<c10::Storage
   }
   if (Status begun = session_->on_op_begin(name, input_ids_, written_ids_); !begun) return hook_failed(begun.error());
   return mark_if_recomputable();
+}
+
+bool TorchSession::wants_call() const {
+  return mode_ == StepMode::kTracking && session_ != nullptr && session_->recomputes_current_op();
+}
+
+void TorchSession::record_call(std::unique_ptr<OpCall> call) { calls_[session_->current_op()] = std::move(call); }
+
+Status TorchSession::recompute(RecomputeCall& call) {
+  auto found = calls_.find(call.source_op());
+  if (found == calls_.end()) {
+    return make_error(ErrorCode::kInternal,
+                      fmt::format("op {} ({}) was not recorded when it ran", call.source_op(), call.op_name()));
+  }
+  OpCall& recorded = *found->second;
+  if (std::string changed = recorded.changed_argument(); !changed.empty()) {
+    return make_error(ErrorCode::kDiverged,
+                      fmt::format("{} since the op ran, so re-running it would compute something else; keep "
+                                  "in-place updates of what the step's ops read (parameters, the batch) out of "
+                                  "the step, or use a planner that does not recompute",
+                                  changed));
+  }
+  recomputed_.clear();
+  try {
+    if (fail_recompute_in_ > 0 && --fail_recompute_in_ == 0) throw std::runtime_error("injected recompute failure");
+    recomputed_ = recorded.run();
+  } catch (const std::exception& error) {
+    return make_error(ErrorCode::kInternal, fmt::format("re-running the op raised: {}", error.what()));
+  }
+  // The op's tracked outputs are its fresh results, in order, once each (as
+  // end_op adopts them).
+  call_arguments_.clear();
+  recorded.argument_storages(call_arguments_);
+  std::vector<const c10::StorageImpl*> fresh;
+  std::size_t j = 0;
+  for (const c10::Storage& storage : recomputed_) {
+    const c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+    if (impl == nullptr || impl->nbytes() == 0 || impl->data_ptr().get() == nullptr) continue;
+    if (std::find(call_arguments_.begin(), call_arguments_.end(), impl) != call_arguments_.end()) continue;
+    if (std::find(fresh.begin(), fresh.end(), impl) != fresh.end()) continue;
+    fresh.push_back(impl);
+    if (j < call.output_count() && call.output_needed(j)) {
+      HO_ASSIGN_OR_RETURN(AdoptedBuffer buffer, registry_->install(call.output_id(j), storage));
+      HO_RETURN_IF_ERROR(call.adopt_output(j, buffer.device_ptr, std::move(buffer.release)));
+    }
+    ++j;
+  }
+  recomputed_.clear();
+  if (j != call.output_count()) {
+    return make_error(ErrorCode::kDiverged, fmt::format("re-running the op gave {} new tensors; it first gave {}", j,
+                                                        call.output_count()));
+  }
+  if (call.last_of_step()) calls_.erase(found);
+  return ok_status();
 }
 
 TorchStatus TorchSession::mark_if_recomputable() {
@@ -277,14 +351,13 @@ void TorchSession::op_failed() {
   in_op_ = false;
 }
 
-bool TorchSession::first_replay() const { return step_was_replay_ && replays_since_warmup_ == 0; }
-
 TorchError TorchSession::divergence_error(const Error& error) const {
   std::string message = error.message;
-  if (first_replay() && rewarm_used_) {
+  const bool first_replay = session_->in_first_replay();
+  if (first_replay && session_->rewarm_used()) {
     message += ". The session already warmed up again once after its first replay diverged, and the step still "
                "differs from the one it traced: whatever changes from step to step belongs in skip_offload";
-  } else if (first_replay()) {
+  } else if (first_replay) {
     message +=
         ". This was the first replay after the warmup step: when a training loop's first step runs other ops than "
         "the later ones (AccumulateGrad creates parameter .grad tensors in the first step and adds into them "
@@ -296,13 +369,9 @@ TorchError TorchSession::divergence_error(const Error& error) const {
 
 TorchStatus TorchSession::hook_failed(const Error& error) {
   const bool diverged = error.code == ErrorCode::kDiverged;
-  const bool rewarm = diverged && options_.rewarm == RewarmPolicy::kOnce && !rewarm_used_ &&
-                      first_replay();
   TorchError reported = diverged ? divergence_error(error) : runtime_error(error);
   stop_tracking();
-  if (rewarm) {
-    rewarm_used_ = true;
-    rewarm_next_ = true;
+  if (session_->forgive_and_rewarm(error)) {  // Note [Re-warmup] in exec/session.h
     warnings_.push_back(fmt::format(
         "hyperoffload: the first replayed step diverged from the warmup step ({}); this step finishes without "
         "offloading and the next one warms up again (once per session; the first step of a training loop often "
@@ -314,6 +383,7 @@ TorchStatus TorchSession::hook_failed(const Error& error) {
 }
 
 void TorchSession::stop_tracking() {
+  calls_.clear();  // their tensors die now: report_deaths is not called again this step
   if (session_ != nullptr && in_runtime_step_) {
     // Every storage comes back before the runtime forgets them, so every
     // tensor keeps its data. One the plan released after its last traced use
@@ -367,6 +437,9 @@ TorchStatus TorchSession::check_lost_at_end() {
 }
 
 TorchStatus TorchSession::finish_runtime_step() {
+  // A step that matched its trace ran every recompute, and each dropped its
+  // call at its last; these were for ops of a step that ended early.
+  calls_.clear();
   if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;
   // A storage the user still holds must end the step on the device. One the
   // traced step had freed before its end was released after its last traced
@@ -395,30 +468,24 @@ TorchStatus TorchSession::finish_runtime_step() {
   // PyTorch gets their memory back.
   (void)session_->forget_held_storages();
   registry_->release_all();
-  if (ended) {
-    replays_since_warmup_ = step_was_replay_ ? replays_since_warmup_ + 1 : 0;
-    return {};
-  }
+  if (ended) return {};
   const Error& error = ended.error();
   if (error.code == ErrorCode::kDiverged) {
-    if (options_.rewarm == RewarmPolicy::kOnce && !rewarm_used_ && first_replay()) {
-      rewarm_used_ = true;
-      rewarm_next_ = true;
+    TorchError reported = divergence_error(error);
+    if (session_->forgive_and_rewarm(error)) {
       warnings_.push_back(fmt::format(
           "hyperoffload: the first replayed step diverged from the warmup step ({}); the next step warms up again "
           "(once per session)",
           error.message));
       return {};
     }
-    return std::unexpected(divergence_error(error));
+    return std::unexpected(std::move(reported));
   }
   const std::optional<std::int64_t>& budget = options_.budget_bytes;
   if (session_->schedule() == nullptr && session_->floor() && budget && session_->floor()->bytes > *budget) {
-    // The session warms up again either way. A first step often holds more
-    // than the later ones (AccumulateGrad creates .grad tensors in it, which
-    // stay on the device to its end), so the first time is a warning.
-    if (options_.rewarm == RewarmPolicy::kOnce && !rewarm_used_) {
-      rewarm_used_ = true;
+    // The session warms up again either way; the first time (Note
+    // [Re-warmup]) is a warning.
+    if (session_->forgive_and_rewarm(error)) {
       warnings_.push_back(fmt::format(
           "hyperoffload: {}. This was the first warmup step; the next step warms up again (once per session; the "
           "first step of a training loop often holds more, e.g. the parameter .grad tensors it creates)",
@@ -441,10 +508,6 @@ TorchStatus TorchSession::end_step() {
   in_op_ = false;
   early_ops_.clear();
   ++steps_;
-  if (rewarm_next_) {
-    rewarm_next_ = false;
-    if (TorchStatus made = make_session(); !made && result) result = std::move(made);
-  }
   return result;
 }
 
@@ -455,10 +518,6 @@ void TorchSession::abort_step() {
   lost_impls_.clear();
   mode_ = StepMode::kIdle;
   early_ops_.clear();
-  if (rewarm_next_) {
-    rewarm_next_ = false;
-    (void)make_session();
-  }
 }
 
 }  // namespace hyperoffload::python

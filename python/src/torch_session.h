@@ -20,7 +20,7 @@
 //    keeps its data; see Note [Lost storages] for the exception), then the
 //    runtime forgets them; the rest of the step runs as plain PyTorch
 //    ("passthrough").
-//  - Re-warmup (RewarmPolicy::kOnce, once per session): the first step of a
+//  - Re-warmup (RewarmPolicy::kOnce, exec/session.h): the first step of a
 //    training loop often differs from the later ones (AccumulateGrad creates
 //    .grad in step 1, keeps it on the device to the end of the step and adds
 //    into it afterwards; optimizers create their state). So when the first
@@ -28,6 +28,10 @@
 //    an error, and when a warmup's plan fails because the budget is below the
 //    floor, that is a warning; either way the next step warms up again. Other
 //    divergences and budget failures are errors.
+//  - Recompute (Note [Recompute in PyTorch] in torch_session.cc): in a replay,
+//    the interception layer records the call of every op the plan re-runs
+//    later (an OpCall) when it first runs; a recompute runs it again and
+//    installs each regenerated result's memory in the tracked StorageImpl.
 //  - At the end of every step (also a failed one) the runtime lets go of the
 //    storages the user still holds and their memory goes back to plain PyTorch
 //    DataPtrs; nothing of the session stays attached to a tensor between steps.
@@ -48,6 +52,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -75,21 +80,36 @@ template <class T>
 using TorchResult = std::expected<T, TorchError>;
 using TorchStatus = TorchResult<void>;
 
-// Whether the session may warm up again once (see above).
-enum class RewarmPolicy : std::uint8_t { kNever, kOnce };
+// A recorded op call that can run again (Note [Recompute in PyTorch]).
+class OpCall {
+ public:
+  virtual ~OpCall() = default;
+  // Runs the op again with the arguments it first ran with; the storages of
+  // its tensor results, in order. Throws on failure (what() explains).
+  virtual std::vector<c10::Storage> run() = 0;
+  // The storages of its tensor arguments (results sharing one are not fresh).
+  virtual void argument_storages(std::vector<c10::StorageImpl*>& out) const = 0;
+  // Empty, or which tensor argument was written in place since the call was
+  // recorded (its version counter moved): re-running would compute something else.
+  virtual std::string changed_argument() const = 0;
+};
+
 
 struct TorchSessionOptions {
   // Limit on resident bytes of tracked (activation) storages; nullopt: none.
   std::optional<std::int64_t> budget_bytes;
   // Pinned host memory for offloaded copies, in bytes.
   std::int64_t host_capacity_bytes = std::numeric_limits<std::int64_t>::max();
-  std::string planner = "peak";
+  std::string planner = "hybrid";
   CopyEngines copy_engines = CopyEngines::kTwo;
   // The session's device; nullopt: the first storage a step produces decides.
   std::optional<c10::Device> device;
   RewarmPolicy rewarm = RewarmPolicy::kOnce;
   // The warmup's bandwidth calibration copy (exec/warmup_executor.h).
   std::int64_t calibration_bytes = std::int64_t{4} << 20;
+  // Plan for this copy bandwidth (GiB/s) instead of the measured one
+  // (exec/warmup_executor.h).
+  std::optional<double> copy_bandwidth_gib_per_s;
 };
 
 // How ops run in the current step.
@@ -118,6 +138,10 @@ class TorchSession {
   // schema); the warmup's trace records it (exec/hooks.h, mark_recomputable).
   TorchStatus begin_op(std::string_view name, std::span<c10::StorageImpl* const> inputs,
                        std::span<c10::StorageImpl* const> written, Recomputable recomputable = Recomputable::kNo);
+  // After begin_op: whether the plan re-runs the current op later in the
+  // step, so the interception layer must record_call() it before it runs.
+  bool wants_call() const;
+  void record_call(std::unique_ptr<OpCall> call);
   // `outputs`: the storages of the op's tensor results, in order.
   TorchStatus end_op(std::span<const c10::Storage> outputs);
   // The op raised: stop offloading for the rest of the step (see above).
@@ -140,6 +164,9 @@ class TorchSession {
   // Whether the last completed step was finished in passthrough.
   bool last_step_passthrough() const { return last_step_passthrough_; }
   std::int64_t steps() const { return steps_; }
+  // Fault injection for tests: the n-th recompute from now (1 = the next)
+  // throws as a failing kernel would; 0 disarms.
+  void fail_recompute_after(std::int64_t n) { fail_recompute_in_ = n; }
 
  private:
   TorchSession(TorchSessionOptions options, ComputeStreamFn stream_fn);
@@ -160,8 +187,9 @@ class TorchSession {
   void stop_tracking();
   TorchStatus check_lost(std::string_view name, std::span<c10::StorageImpl* const> inputs) const;
   TorchStatus check_lost_at_end();
+  // The session's RecomputeFn: runs the recorded call of call.source_op().
+  Status recompute(RecomputeCall& call);
   TorchError divergence_error(const Error& error) const;
-  bool first_replay() const;
 
   TorchSessionOptions options_;
   ComputeStreamFn stream_fn_;
@@ -184,6 +212,12 @@ class TorchSession {
   std::vector<StorageId> written_ids_;
   std::vector<OpOutput> outputs_;
   std::vector<StorageId> dead_;
+  // Recorded calls of the ops the plan re-runs, by traced op index; each is
+  // dropped after its last recompute of the step (or when the step ends).
+  std::unordered_map<OpIndex, std::unique_ptr<OpCall>> calls_;
+  std::vector<c10::StorageImpl*> call_arguments_;
+  std::vector<c10::Storage> recomputed_;
+  std::int64_t fail_recompute_in_ = 0;
 
   // Note [Lost storages]. A replay releases a storage after its last traced
   // use even while Python still holds it (the plan's memory counts on that);
@@ -195,10 +229,6 @@ class TorchSession {
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> lost_;
   std::unordered_set<const c10::StorageImpl*> lost_impls_;
 
-  bool rewarm_used_ = false;
-  bool rewarm_next_ = false;
-  std::int64_t replays_since_warmup_ = 0;
-  bool step_was_replay_ = false;
   bool last_step_passthrough_ = false;
   std::int64_t steps_ = 0;
   std::vector<std::string> warnings_;

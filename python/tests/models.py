@@ -29,11 +29,11 @@ GPT_SHAPE = dict(vocab=256, context=32, width=64, heads=4, layers=2, ffn=256, ba
 class GptDecoder(nn.Module):
     """Token + position embedding, causal TransformerEncoder, LM head."""
 
-    def __init__(self, vocab, context, width, heads, layers, ffn):
+    def __init__(self, vocab, context, width, heads, layers, ffn, dropout=0.0):
         super().__init__()
         self.token = nn.Embedding(vocab, width)
         self.position = nn.Embedding(context, width)
-        layer = nn.TransformerEncoderLayer(width, heads, ffn, dropout=0.0, batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(width, heads, ffn, dropout=dropout, batch_first=True, norm_first=True)
         self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
@@ -47,10 +47,10 @@ class GptDecoder(nn.Module):
         return self.head(self.norm(x))
 
 
-def build_gpt():
+def build_gpt(dropout=0.0):
     s = GPT_SHAPE
     torch.manual_seed(1)
-    model = GptDecoder(s["vocab"], s["context"], s["width"], s["heads"], s["layers"], s["ffn"])
+    model = GptDecoder(s["vocab"], s["context"], s["width"], s["heads"], s["layers"], s["ffn"], dropout)
     tokens = torch.randint(0, s["vocab"], (s["batch"], s["context"] + 1))
     inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
@@ -89,7 +89,7 @@ class BasicBlock(nn.Module):
 class ResNet18(nn.Module):
     """ResNet-18's layout (He et al. 2016): 7x7 stem, max-pool, 4 stages of 2 BasicBlocks, pooled head."""
 
-    def __init__(self, classes, widths=(64, 128, 256, 512)):
+    def __init__(self, classes, widths=(64, 128, 256, 512), dropout=0.0):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 7, 2, 3, bias=False), nn.BatchNorm2d(widths[0]),
                                   nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
@@ -98,17 +98,18 @@ class ResNet18(nn.Module):
             blocks += [BasicBlock(inputs, width, 1 if stage == 0 else 2), BasicBlock(width, width, 1)]
             inputs = width
         self.blocks = nn.Sequential(*blocks)
+        self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(inputs, classes)
 
     def forward(self, images):
         x = self.blocks(self.stem(images))
-        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+        return self.head(self.dropout(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)))
 
 
-def build_resnet18():
+def build_resnet18(dropout=0.0):
     s = RESNET_SHAPE
     torch.manual_seed(2)
-    model = ResNet18(s["classes"])
+    model = ResNet18(s["classes"], dropout=dropout)
     images = torch.randn(s["batch"], s["channels"], s["height"], s["width"])
     labels = torch.randint(0, s["classes"], (s["batch"],))
 
@@ -127,13 +128,13 @@ VIT_SHAPE = dict(batch=4, image=32, patch=8, width=64, heads=4, layers=2, ffn=25
 class VisionTransformer(nn.Module):
     """Patch-embedding conv, class token, position embedding, TransformerEncoder, head."""
 
-    def __init__(self, image, patch, width, heads, layers, ffn, classes):
+    def __init__(self, image, patch, width, heads, layers, ffn, classes, dropout=0.0):
         super().__init__()
         self.patch = nn.Conv2d(3, width, kernel_size=patch, stride=patch)
         patches = (image // patch) ** 2
         self.cls = nn.Parameter(torch.randn(1, 1, width) * 0.02)
         self.position = nn.Parameter(torch.randn(1, patches + 1, width) * 0.02)
-        layer = nn.TransformerEncoderLayer(width, heads, ffn, dropout=0.0, activation="gelu", batch_first=True,
+        layer = nn.TransformerEncoderLayer(width, heads, ffn, dropout=dropout, activation="gelu", batch_first=True,
                                            norm_first=True)
         self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(width)
@@ -146,10 +147,11 @@ class VisionTransformer(nn.Module):
         return self.head(self.norm(x[:, 0]))
 
 
-def build_vit():
+def build_vit(dropout=0.0):
     s = VIT_SHAPE
     torch.manual_seed(3)
-    model = VisionTransformer(s["image"], s["patch"], s["width"], s["heads"], s["layers"], s["ffn"], s["classes"])
+    model = VisionTransformer(s["image"], s["patch"], s["width"], s["heads"], s["layers"], s["ffn"], s["classes"],
+                              dropout)
     images = torch.randn(s["batch"], 3, s["image"], s["image"])
     labels = torch.randint(0, s["classes"], (s["batch"],))
 

@@ -65,6 +65,8 @@ def valid_configs(draw) -> dict:
     kwargs["device"] = draw(st.sampled_from([None, "cpu", torch.device("cpu")]))
     kwargs["rewarm_once"] = draw(st.booleans())
     kwargs["calibration_bytes"] = draw(st.integers(0, 1 << 30))
+    kwargs["copy_bandwidth_gib_per_s"] = draw(
+        st.one_of(st.none(), st.floats(min_value=1e-6, max_value=1e6), st.integers(1, 1000)))
     return kwargs
 
 
@@ -118,6 +120,10 @@ INVALID = [
     ("calibration_bytes", st.integers(max_value=-1), ValueError, "calibration_bytes"),
     ("calibration_bytes", st.integers(min_value=MAX_BYTES + 1), ValueError, "calibration_bytes"),
     ("calibration_bytes", not_int(st.just(None)), TypeError, "calibration_bytes"),
+    ("copy_bandwidth_gib_per_s", st.one_of(st.floats(max_value=0), st.integers(max_value=0),
+                                           st.sampled_from([math.nan, math.inf])), ValueError,
+     "copy_bandwidth_gib_per_s"),
+    ("copy_bandwidth_gib_per_s", st.one_of(st.booleans(), st.text(max_size=3)), TypeError, "copy_bandwidth_gib_per_s"),
 ]
 
 

@@ -376,6 +376,54 @@ TEST_F(SessionTest, AReplayThatDivergesIsAClearErrorAndTheNextStepStillReplays) 
   expect_no_leaks(*session, *backend);
 }
 
+TEST_F(SessionTest, RewarmOnceForgivesTheFirstReplaysDivergenceOnceAndWarmsUpAgain) {
+  const std::int64_t budget = 256 << 10;
+  auto backend = host_backend(budget);
+  SessionOptions options = with_budget(budget);
+  options.rewarm = RewarmPolicy::kOnce;
+  auto session = make_session(*backend, options);
+  MlpModel model = initial_;
+  MlpModel other = model;  // a different program, as in the test above
+  other.config.layers = 5;
+  other.weights.pop_back();
+  other.weights.back().resize(static_cast<std::size_t>(other.config.width * other.config.outputs));
+  ASSERT_EQ(step(*session, model, 1000), "");  // warmup
+  EXPECT_EQ(session->next_step_kind(), StepKind::kReplay);
+  ASSERT_THAT(step(*session, other, 2000), HasSubstr("diverged"));
+  // The first replay after a warmup diverged: forgiven once, the plan dropped.
+  EXPECT_TRUE(session->in_first_replay());
+  EXPECT_TRUE(session->forgive_and_rewarm(Error{ErrorCode::kDiverged, "diverged"}));
+  EXPECT_TRUE(session->rewarm_used());
+  EXPECT_EQ(session->next_step_kind(), StepKind::kWarmup);
+  ASSERT_EQ(step(*session, other, 3000), "");  // warms up on the other program
+  EXPECT_EQ(session->last_step_stats().kind, StepKind::kWarmup);
+  // Once per session: the next first replay's divergence is not forgiven.
+  ASSERT_THAT(step(*session, model, 4000), HasSubstr("diverged"));
+  EXPECT_TRUE(session->in_first_replay());
+  EXPECT_FALSE(session->forgive_and_rewarm(Error{ErrorCode::kDiverged, "diverged"}));
+  EXPECT_EQ(session->next_step_kind(), StepKind::kReplay);
+  ASSERT_EQ(step(*session, other, 5000), "");  // the plan of the second warmup replays
+  EXPECT_EQ(session->last_step_stats().kind, StepKind::kReplay);
+  expect_no_leaks(*session, *backend);
+}
+
+TEST_F(SessionTest, RewarmNeverOrALaterReplayOrAnotherErrorIsNotForgiven) {
+  auto backend = host_backend(std::int64_t{1} << 30);
+  auto session = make_session(*backend, with_budget(256 << 10));  // RewarmPolicy::kNever by default
+  MlpModel model = initial_;
+  ASSERT_EQ(step(*session, model, 1000), "");
+  EXPECT_FALSE(session->forgive_and_rewarm(Error{ErrorCode::kDiverged, "diverged"}));
+  SessionOptions options = with_budget(256 << 10);
+  options.rewarm = RewarmPolicy::kOnce;
+  auto once = make_session(*backend, options);
+  ASSERT_EQ(step(*once, model, 1000), "");
+  ASSERT_EQ(step(*once, model, 2000), "");  // a good first replay
+  EXPECT_FALSE(once->in_first_replay());
+  EXPECT_FALSE(once->forgive_and_rewarm(Error{ErrorCode::kDiverged, "diverged"}));  // not the first replay
+  EXPECT_FALSE(once->forgive_and_rewarm(Error{ErrorCode::kOutOfMemory, "oom"}));
+  EXPECT_FALSE(once->rewarm_used());
+}
+
 TEST_F(SessionTest, FreeingAnUnknownStorageFailsTheStepWithoutLeaks) {
   auto backend = host_backend(std::int64_t{1} << 30);
   auto session = make_session(*backend, {});

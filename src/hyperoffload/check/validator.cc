@@ -128,6 +128,7 @@ class Validation {
         case RecomputeOutput::kRegenerates:
           apply_recompute_output(state.residency);
           device_bytes_ += size_of(output.storage);
+          report_.regenerated_bytes += size_of(output.storage);
           break;
       }
     }

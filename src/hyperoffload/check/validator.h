@@ -69,6 +69,7 @@ struct ValidationReport {
   // peak_op): the op re-run; -1 when an op reaches it.
   OpIndex peak_recompute_source = -1;
   std::int64_t recompute_count = 0;  // recompute actions run (those dropped as invalid excluded)
+  std::int64_t regenerated_bytes = 0;  // bytes of the released storages they regenerated
   std::int64_t d2h_bytes = 0;     // bytes of effective (non-no-op) copies
   std::int64_t h2d_bytes = 0;     // includes faults
   std::int64_t d2h_count = 0;

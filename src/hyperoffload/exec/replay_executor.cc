@@ -7,6 +7,7 @@
 
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/exec/internal/hook_util.h"
+#include "hyperoffload/exec/internal/step_skeleton.h"
 #include "hyperoffload/model/residency_rules.h"
 
 namespace hyperoffload {
@@ -100,10 +101,7 @@ Result<std::unique_ptr<ReplayExecutor>> ReplayExecutor::start(ResidencyManager& 
                                                               std::shared_ptr<const ReplayPlan> plan,
                                                               ReplayOptions options) {
   if (plan == nullptr) return make_error(ErrorCode::kInvalidArgument, "replay: no plan");
-  if (residency.stats().storages != 0) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      "replay: the residency manager still tracks storages from an earlier step");
-  }
+  HO_RETURN_IF_ERROR(internal::check_fresh_residency(residency, "replay"));
   if (plan->recompute_count() > 0 && !options.recompute) {
     return make_error(ErrorCode::kFailedPrecondition,
                       fmt::format("replay: the plan has {} recompute actions but the framework gives no way to "
@@ -288,10 +286,8 @@ Status ReplayExecutor::run_recompute(const Action& action) {
 
 Status ReplayExecutor::on_op_begin(std::string_view name, std::span<const StorageId> inputs,
                                    std::span<const StorageId> written) {
-  if (in_op_) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      fmt::format("on_op_begin(\"{}\") inside {}: the previous op did not end", name, op_label()));
-  }
+  HO_RETURN_IF_ERROR(internal::check_not_in_op(in_op_, name, [this] { return op_label(); }));
+  HO_RETURN_IF_ERROR(internal::check_written(inputs, written, [this] { return op_label(); }));
   const Trace& trace = plan_->trace();
   if (op_ >= trace.op_count()) {
     return std::unexpected(
@@ -313,12 +309,6 @@ Status ReplayExecutor::on_op_begin(std::string_view name, std::span<const Storag
       return std::unexpected(
           diverged(fmt::format("{}: input {} is the storage traced as {}; the traced op read storage {} there",
                                op_label(), i, trace.storage(index).id, trace.storage(expected[i]).id)));
-    }
-  }
-  for (StorageId id : written) {
-    if (!contains(inputs, id)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        fmt::format("{}: written storage {} is not among the op's inputs", op_label(), id));
     }
   }
   HO_RETURN_IF_ERROR(run_actions(plan_->pre(op_)));
@@ -391,14 +381,7 @@ Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("{}: output storage id {} is already in use in this step", op_label(), output.id));
     }
-    HO_ASSIGN_OR_RETURN(const bool allocated, current_allocated_.claim(output, [this] { return op_label(); }));
-    if (!allocated) {
-      if (Status adopted =
-              residency_.adopt(output.id, output.size_bytes, AdoptedBuffer{output.device_ptr, output.release});
-          !adopted) {
-        return std::unexpected(in_context(std::move(adopted.error()), op_label()));
-      }
-    }
+    HO_RETURN_IF_ERROR(internal::take_output(current_allocated_, residency_, output, [this] { return op_label(); }));
     caller_of_[static_cast<std::size_t>(traced)] = output.id;
     traced_of_.emplace(output.id, traced);
   }
@@ -460,8 +443,7 @@ Result<ReplayResult> ReplayExecutor::finish() {
   const Trace& trace = plan_->trace();
   // Storages the caller still holds end the step on the device — also a step
   // that ended early, so the caller keeps their data when it is aborted.
-  std::int64_t restores = 0;
-  std::int64_t restored_bytes = 0;
+  internal::EndRestores restores;
   // In traced order, so memory is laid out the same way every step.
   for (StorageIndex traced = 0; traced < trace.storage_count(); ++traced) {
     StorageId& caller = caller_of_[static_cast<std::size_t>(traced)];
@@ -470,14 +452,7 @@ Result<ReplayResult> ReplayExecutor::finish() {
       caller = kFreed;
     }
     if (caller < 0) continue;  // never produced, or freed
-    if (!residency_.resident(caller)) {
-      if (auto ptr = residency_.device_ptr(caller); !ptr) {
-        return std::unexpected(in_context(std::move(ptr.error()), fmt::format("restoring held storage {}", caller)));
-      }
-      ++restores;
-      restored_bytes += trace.storage(traced).size_bytes;
-    }
-    HO_RETURN_IF_ERROR(residency_.release_host(caller));
+    HO_RETURN_IF_ERROR(internal::restore_held(residency_, caller, trace.storage(traced).size_bytes, restores));
   }
   HO_RETURN_IF_ERROR(residency_.poll());
   if (op_ != trace.op_count()) {
@@ -532,8 +507,8 @@ Result<ReplayResult> ReplayExecutor::finish() {
 
   const double recompute_ms = result.stats.recompute_ms;
   const std::int64_t regenerated_bytes = result.stats.regenerated_bytes;
-  result.stats = internal::step_stats_between(StepKind::kReplay, op_, start_stats_, residency_.stats(), restores,
-                                             restored_bytes, start_time_);
+  result.stats = internal::step_stats_between(StepKind::kReplay, op_, start_stats_, residency_.stats(), restores.count,
+                                             restores.bytes, start_time_);
   result.stats.recompute_count = static_cast<std::int64_t>(recompute_spans_.size());
   result.stats.recompute_ms = recompute_ms;
   result.stats.regenerated_bytes = regenerated_bytes;

@@ -5,9 +5,7 @@
 #include <utility>
 
 #include "hyperoffload/check/validator.h"
-#include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/budget.h"
-#include "hyperoffload/plan/internal/peak_model.h"
 
 namespace hyperoffload {
 
@@ -49,12 +47,14 @@ Status Session::begin_step() {
   if (in_step()) return make_error(ErrorCode::kFailedPrecondition, "begin_step: a step is already running");
   failure_.reset();
   HO_RETURN_IF_ERROR(residency_->reset());  // storages held over from the last step
+  step_kind_ = next_step_kind();
   if (plan_ != nullptr) {
     HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
                                                        ReplayOptions{options_.record_timeline, options_.recompute}));
   } else {
     HO_ASSIGN_OR_RETURN(
-        warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes, options_.calibration_bytes}));
+        warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes, options_.calibration_bytes,
+                                                                  options_.copy_bandwidth_gib_per_s}));
   }
   return ok_status();
 }
@@ -137,6 +137,7 @@ Status Session::finish_warmup() {
   }
   warmup_.reset();
   ++steps_completed_;
+  replays_since_warmup_ = 0;
   last_stats_ = warmed->stats;
   notes_ = std::move(warmed->notes);
 
@@ -152,8 +153,7 @@ Status Session::finish_warmup() {
   if (!floor_ && options_.budget_bytes) {
     // Planners that do not compute the floor (greedy) would replay a schedule
     // that cannot keep to the budget; the peak planner's model says where.
-    const StorageAccesses accesses(warmed->trace);
-    floor_ = internal::build_peak_model(warmed->trace, accesses).floor;
+    floor_ = offload_floor(warmed->trace);
   }
   if (floor_ && options_.budget_bytes && floor_->bytes > *options_.budget_bytes) {
     return make_error(
@@ -216,9 +216,21 @@ Status Session::finish_replay() {
   }
   replay_.reset();
   ++steps_completed_;
+  ++replays_since_warmup_;
   last_stats_ = replayed->stats;
   last_timeline_ = std::move(replayed->timeline);
   return ok_status();
+}
+
+bool Session::forgive_and_rewarm(const Error& error) {
+  if (options_.rewarm != RewarmPolicy::kOnce || rewarm_used_ || in_step()) return false;
+  const bool diverged_first_replay = error.code == ErrorCode::kDiverged && in_first_replay();
+  const bool warmup_below_floor = step_kind_ == StepKind::kWarmup && plan_ == nullptr && floor_ &&
+                                  options_.budget_bytes && floor_->bytes > *options_.budget_bytes;
+  if (!diverged_first_replay && !warmup_below_floor) return false;
+  rewarm_used_ = true;
+  plan_.reset();
+  return true;
 }
 
 Status Session::forget_held_storages() {

@@ -21,6 +21,15 @@
 // below the planner's unavoidable floor, say), end_step() reports it, the step
 // counts as done and the next step warms up again.
 //
+// Re-warmup (RewarmPolicy::kOnce, once per session). The first step of a
+// training loop often differs from the later ones (PyTorch's AccumulateGrad
+// creates .grad in step 1 and adds into it afterwards; optimizers create their
+// state), so its trace does not describe them. forgive_and_rewarm() forgives,
+// once, the two failures that follow from that — the first replay after a
+// warmup diverging, and a warmup whose plan failed because the budget is below
+// the floor (a first step often holds more) — and the next step warms up
+// again. The framework decides what to do with the rest of the failed step.
+//
 // Between steps. Storages the caller still held when a step ended stay tracked
 // and resident until the caller frees them (on_storage_freed) or the next step
 // begins; then runtime-allocated memory is freed and adopted buffers are left
@@ -49,6 +58,8 @@
 
 namespace hyperoffload {
 
+enum class RewarmPolicy : std::uint8_t { kNever, kOnce };
+
 struct SessionOptions {
   // Device budget for tracked storages, in bytes: the warmup's online limit
   // and the planning budget. nullopt: unlimited (nothing is offloaded).
@@ -64,6 +75,8 @@ struct SessionOptions {
   // op of the warmup is recorded recomputable, so no plan recomputes.
   RecomputeFn recompute;
   std::int64_t calibration_bytes = std::int64_t{4} << 20;  // see WarmupOptions
+  std::optional<double> copy_bandwidth_gib_per_s;          // see WarmupOptions
+  RewarmPolicy rewarm = RewarmPolicy::kNever;              // see above
 };
 
 class Session final : public StepHooks {
@@ -103,8 +116,21 @@ class Session final : public StepHooks {
   // In a replay, inside an op: the plan re-runs this op later in the step
   // (ReplayExecutor::recomputes_current_op).
   bool recomputes_current_op() const { return replay_ != nullptr && replay_->recomputes_current_op(); }
+  // In a replay: the traced index of the current op (RecomputeCall::source_op
+  // names ops by it); -1 outside a replay.
+  OpIndex current_op() const { return replay_ != nullptr ? replay_->current_op() : -1; }
   StepKind next_step_kind() const { return plan_ != nullptr ? StepKind::kReplay : StepKind::kWarmup; }
   std::int64_t steps_completed() const { return steps_completed_; }
+
+  // The last step begun is the first replay after a warmup.
+  bool in_first_replay() const { return step_kind_ == StepKind::kReplay && replays_since_warmup_ == 0; }
+  // Whether the policy's one re-warmup was used.
+  bool rewarm_used() const { return rewarm_used_; }
+  // After `error` failed the last step begun (a hook's or end_step()'s): true
+  // when the re-warmup policy forgives it (see above) — the plan, if any, is
+  // dropped and the next step warms up; false otherwise, nothing changed.
+  // Precondition: not inside a step (abort it first).
+  bool forgive_and_rewarm(const Error& error);
 
   // The recorded trace and the plan, once the warmup has ended (else null).
   // plan_result()'s schedule is empty: schedule() holds it.
@@ -117,7 +143,7 @@ class Session final : public StepHooks {
   const PlanResult* plan_result() const { return plan_ ? &plan_result_ : nullptr; }
   // The lowest op-granular peak any schedule reaches on the last warmup's trace,
   // when the session had a budget: the planner's own floor when it computes
-  // one, otherwise the peak planner's model of it (plan/internal/peak_model.h).
+  // one, otherwise the offload-only floor (plan/planner.h, offload_floor).
   // Set also when planning failed because the budget is below it.
   const std::optional<UnavoidableFloor>& floor() const { return floor_; }
   // Notes from the warmup (bandwidth calibration) and the planner.
@@ -170,6 +196,9 @@ class Session final : public StepHooks {
   StepStats last_stats_;
   Timeline last_timeline_;
   std::int64_t steps_completed_ = 0;
+  StepKind step_kind_ = StepKind::kWarmup;  // of the last step begun
+  std::int64_t replays_since_warmup_ = 0;   // completed
+  bool rewarm_used_ = false;
 };
 
 }  // namespace hyperoffload

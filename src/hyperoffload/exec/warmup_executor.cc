@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "hyperoffload/exec/internal/hook_util.h"
+#include "hyperoffload/exec/internal/step_skeleton.h"
 
 namespace hyperoffload {
 namespace {
@@ -26,10 +28,13 @@ Result<std::unique_ptr<WarmupExecutor>> WarmupExecutor::start(ResidencyManager& 
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("warmup budget must be >= 0 bytes, got {}", *options.budget_bytes));
   }
-  if (residency.stats().storages != 0) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      "warmup: the residency manager still tracks storages from an earlier step");
+  if (options.copy_bandwidth_gib_per_s &&
+      !(*options.copy_bandwidth_gib_per_s > 0 && std::isfinite(*options.copy_bandwidth_gib_per_s))) {
+    return make_error(ErrorCode::kInvalidArgument, fmt::format("copy bandwidth must be a finite number of GiB/s > 0, "
+                                                               "got {}",
+                                                               *options.copy_bandwidth_gib_per_s));
   }
+  HO_RETURN_IF_ERROR(internal::check_fresh_residency(residency, "warmup"));
   return std::unique_ptr<WarmupExecutor>(new WarmupExecutor(residency, options));
 }
 
@@ -108,10 +113,7 @@ Result<WarmupExecutor::StorageRecord*> WarmupExecutor::find_alive(StorageId id, 
 
 Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const StorageId> inputs,
                                    std::span<const StorageId> written) {
-  if (in_op_) {
-    return make_error(ErrorCode::kFailedPrecondition,
-                      fmt::format("on_op_begin(\"{}\") inside {}: the previous op did not end", name, op_label()));
-  }
+  HO_RETURN_IF_ERROR(internal::check_not_in_op(in_op_, name, [this] { return op_label(); }));
   current_name_.assign(name);
   current_marked_recomputable_ = false;
   current_used_.assign(inputs.begin(), inputs.end());
@@ -120,12 +122,7 @@ Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const Storag
   for (StorageId id : inputs) {
     HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageRecord * record, find_alive(id, "input"));
   }
-  for (StorageId id : written) {
-    if (!contains(inputs, id)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        fmt::format("{}: written storage {} is not among the op's inputs", op_label(), id));
-    }
-  }
+  HO_RETURN_IF_ERROR(internal::check_written(inputs, written, [this] { return op_label(); }));
   HO_RETURN_IF_ERROR(evict_while_over_budget(0));
   for (StorageId id : inputs) {
     StorageRecord& record = storages_.at(id);
@@ -179,8 +176,7 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
   }
   HO_RETURN_IF_ERROR(evict_while_over_budget(adopted_bytes));
   for (const OpOutput& output : outputs) {
-    HO_ASSIGN_OR_RETURN(const bool allocated, current_allocated_.claim(output, [this] { return op_label(); }));
-    if (!allocated) {
+    if (!current_allocated_.contains(output.id)) {
       if (output.id < 0) {
         return make_error(ErrorCode::kInvalidArgument,
                           fmt::format("{}: output storage id {} is negative", op_label(), output.id));
@@ -189,12 +185,8 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
         return make_error(ErrorCode::kInvalidArgument,
                           fmt::format("{}: output storage id {} was already used in this step", op_label(), output.id));
       }
-      if (Status adopted =
-              residency_.adopt(output.id, output.size_bytes, AdoptedBuffer{output.device_ptr, output.release});
-          !adopted) {
-        return std::unexpected(in_context(std::move(adopted.error()), op_label()));
-      }
     }
+    HO_RETURN_IF_ERROR(internal::take_output(current_allocated_, residency_, output, [this] { return op_label(); }));
     StorageRecord& record = storages_[output.id];
     record = StorageRecord{output.size_bytes, op_index, true, false};
     make_evictable(output.id, record);
@@ -295,19 +287,10 @@ Result<WarmupResult> WarmupExecutor::finish() {
   for (StorageId id : declared_) {
     if (storages_.at(id).alive) current_used_.push_back(id);
   }
-  std::int64_t restores = 0;
-  std::int64_t restored_bytes = 0;
+  internal::EndRestores restores;
   for (StorageId id : declared_) {
-    StorageRecord& record = storages_.at(id);
-    if (!record.alive) continue;
-    if (!residency_.resident(id)) {
-      if (auto ptr = residency_.device_ptr(id); !ptr) {
-        return std::unexpected(in_context(std::move(ptr.error()), fmt::format("restoring held storage {}", id)));
-      }
-      ++restores;
-      restored_bytes += record.size_bytes;
-    }
-    HO_RETURN_IF_ERROR(residency_.release_host(id));
+    const StorageRecord& record = storages_.at(id);
+    if (record.alive) HO_RETURN_IF_ERROR(internal::restore_held(residency_, id, record.size_bytes, restores));
   }
   HO_RETURN_IF_ERROR(residency_.poll());
 
@@ -350,6 +333,7 @@ Result<WarmupResult> WarmupExecutor::finish() {
   }
   const std::int64_t calibration = std::min(options_.calibration_bytes, largest_storage_bytes_);
   auto resolve = [&](std::int64_t bytes, double ms, CopyKind kind, const char* direction) -> double {
+    if (options_.copy_bandwidth_gib_per_s) return *options_.copy_bandwidth_gib_per_s;
     if (bytes > 0 && ms > 0.0) return gib_per_s(bytes, ms);
     if (calibration > 0) {
       Result<double> measured = measure_bandwidth(kind, calibration);
@@ -368,7 +352,7 @@ Result<WarmupResult> WarmupExecutor::finish() {
   HO_ASSIGN_OR_RETURN(result.guide, ReplayGuide::from_trace(result.trace));
 
   result.stats = internal::step_stats_between(StepKind::kWarmup, static_cast<OpIndex>(ops_.size()), start_stats_,
-                                             residency_.stats(), restores, restored_bytes, start_time_);
+                                             residency_.stats(), restores.count, restores.bytes, start_time_);
   result.stats.evictions = evictions_;
   return result;
 }

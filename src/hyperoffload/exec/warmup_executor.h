@@ -55,6 +55,10 @@ struct WarmupOptions {
   // most the largest storage); 0 disables calibration (the default bandwidth
   // is kept and a note says so).
   std::int64_t calibration_bytes = std::int64_t{4} << 20;
+  // The copy bandwidth the trace records for both directions, in GiB/s (> 0),
+  // instead of the one the step's copies measured: to plan for another link
+  // (a GPU's PCIe link while running on the CPU) or conservatively.
+  std::optional<double> copy_bandwidth_gib_per_s;
 };
 
 struct WarmupResult {

@@ -4,9 +4,11 @@
 
 #include <fmt/format.h>
 
+#include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/greedy_planner.h"
 #include "hyperoffload/plan/hybrid_planner.h"
 #include "hyperoffload/plan/optimal_planner.h"
+#include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/peak_planner.h"
 
 namespace hyperoffload {
@@ -54,6 +56,11 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
   return make_error(ErrorCode::kInvalidArgument,
                     fmt::format("unknown planner \"{}\" (available: {}, {})", name, fmt::join(planner_names(), ", "),
                                 kOptimalPlannerName));
+}
+
+UnavoidableFloor offload_floor(const Trace& trace) {
+  const StorageAccesses accesses(trace);
+  return internal::build_peak_model(trace, accesses).floor;
 }
 
 }  // namespace hyperoffload

@@ -110,6 +110,14 @@ struct PlannerOptions {
   std::function<void(const SolverProgress&)> solver_progress;
 };
 
+// The lowest op-granular peak an offload-only schedule can reach on `trace`
+// (every storage an op touches resident while it runs, the rest offloadable
+// wherever its copies allow): the peak planner's model of the floor, for
+// planners that do not report one (greedy). Recompute can lower a floor
+// further, down to what an op itself touches (the hybrid planner reports its
+// own). O(ops + accesses).
+UnavoidableFloor offload_floor(const Trace& trace);
+
 // Names of the heuristic planners, in the order reports list them: fast on any
 // trace, so demo, the default comparison and the tests over every planner run
 // them all. make_planner also accepts kOptimalPlannerName.
