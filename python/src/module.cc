@@ -221,7 +221,7 @@ class BoxedCall final : public OpCall {
     return results;
   }
   void argument_storages(std::vector<c10::StorageImpl*>& out) const override {
-    python::collect_storages(arguments_, out);
+    python::collect_storages(c10::ArrayRef<c10::IValue>(arguments_), out);
   }
   std::string changed_argument() const override { return versions_.changed(name_); }
 

@@ -89,15 +89,16 @@ class BasicBlock(nn.Module):
 class ResNet18(nn.Module):
     """ResNet-18's layout (He et al. 2016): 7x7 stem, max-pool, 4 stages of 2 BasicBlocks, pooled head."""
 
-    def __init__(self, classes, widths=(64, 128, 256, 512), dropout=0.0):
+    def __init__(self, classes, widths=(64, 128, 256, 512), dropout=0.0, blocks=(2, 2, 2, 2)):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 7, 2, 3, bias=False), nn.BatchNorm2d(widths[0]),
                                   nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
-        blocks, inputs = [], widths[0]
+        layers, inputs = [], widths[0]
         for stage, width in enumerate(widths):
-            blocks += [BasicBlock(inputs, width, 1 if stage == 0 else 2), BasicBlock(width, width, 1)]
+            layers += [BasicBlock(inputs, width, 1 if stage == 0 else 2)]
+            layers += [BasicBlock(width, width, 1) for _ in range(blocks[stage] - 1)]
             inputs = width
-        self.blocks = nn.Sequential(*blocks)
+        self.blocks = nn.Sequential(*layers)
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(inputs, classes)
 
@@ -106,10 +107,11 @@ class ResNet18(nn.Module):
         return self.head(self.dropout(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)))
 
 
-def build_resnet18(dropout=0.0):
+def build_resnet18(dropout=0.0, blocks=(2, 2, 2, 2)):
+    """ResNet-18's layout; blocks=(3, 4, 6, 3) gives ResNet-34's."""
     s = RESNET_SHAPE
     torch.manual_seed(2)
-    model = ResNet18(s["classes"], dropout=dropout)
+    model = ResNet18(s["classes"], dropout=dropout, blocks=blocks)
     images = torch.randn(s["batch"], s["channels"], s["height"], s["width"])
     labels = torch.randint(0, s["classes"], (s["batch"],))
 
