@@ -294,7 +294,8 @@ class PyCall final : public OpCall {
 py::dict stats_dict(const TorchSession& torch_session) {
   py::dict stats;
   const Session* session = torch_session.session();
-  const bool ran = session != nullptr && session->steps_completed() > 0;
+  // A step finished without offloading (passthrough) has no runtime stats.
+  const bool ran = session != nullptr && session->steps_completed() > 0 && !torch_session.last_step_passthrough();
   const StepStats empty;
   const StepStats& s = ran ? session->last_step_stats() : empty;
   stats["kind"] = ran ? py::object(py::str(to_string(s.kind))) : py::object(py::none());
