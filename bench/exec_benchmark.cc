@@ -129,7 +129,7 @@ void BM_WarmupOverheadPerOp(benchmark::State& state) {
   std::vector<unsigned char> buffer(64 * kBytes);
   StorageId base = 0;
   for (auto _ : state) {
-    auto warmup = *WarmupExecutor::start(rt.residency, {std::nullopt, 0});
+    auto warmup = *WarmupExecutor::start(rt.residency, {std::nullopt, 0, std::nullopt});
     base += kOps;
     run_chain(*warmup, base, outputs, buffer);
     benchmark::DoNotOptimize(warmup->finish());

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <chrono>
 #include <thread>
 
@@ -317,6 +320,27 @@ TEST(WarmupExecutor, MeasuresCopyBandwidthFromTheStepOrACalibrationCopy) {
     EXPECT_EQ(result->trace.d2h_bandwidth_gib_per_s(), kDefaultBandwidthGiBPerS);
     ASSERT_EQ(result->notes.size(), 2u);
     EXPECT_THAT(result->notes[0], HasSubstr("d2h bandwidth not measured"));
+  }
+}
+
+TEST(WarmupExecutor, RecordsAGivenCopyBandwidthInsteadOfMeasuringOne) {
+  HostRuntime rt;
+  auto warmup = std::move(*WarmupExecutor::start(rt.residency, {1 << 20, 4096, 0.5}));
+  StepDriver step(*warmup);
+  ASSERT_TRUE(step.op("a", {}, {{1, 1 << 20}}));
+  ASSERT_TRUE(step.op("b", {}, {{2, 1 << 20}}));  // copies happen, and are not what the trace records
+  ASSERT_TRUE(step.op("c", {1}, {}));
+  Result<WarmupResult> result = warmup->finish();
+  ASSERT_TRUE(result.has_value());
+  EXPECT_GT(result->stats.d2h_bytes, 0);
+  EXPECT_EQ(result->trace.d2h_bandwidth_gib_per_s(), 0.5);
+  EXPECT_EQ(result->trace.h2d_bandwidth_gib_per_s(), 0.5);
+  EXPECT_THAT(result->notes, ElementsAre());
+  for (double bad : {0.0, -1.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    HostRuntime other;
+    Result<std::unique_ptr<WarmupExecutor>> refused = WarmupExecutor::start(other.residency, {std::nullopt, 0, bad});
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_THAT(refused.error().message, HasSubstr("copy bandwidth must be a finite number of GiB/s > 0"));
   }
 }
 
