@@ -5,7 +5,8 @@
 // most one injected backend failure (an allocation, a copy, an event record or
 // a host function that fails once; tests/testing/failing_backend.h). The step is the checksummed program of the
 // stress tests (tests/exec/checksum_program.h): every storage access checks
-// that the bytes are those last written.
+// that the bytes are those last written, and the program re-runs ops for the
+// schedule's recomputes (checking their inputs, rewriting their outputs).
 //  - No read ever sees wrong bytes.
 //  - A step fails only for a reason: the validator's problems, a capacity that
 //    is too small, or the injected failure. A valid schedule with room enough
@@ -71,8 +72,10 @@ Schedule random_schedule(FuzzedDataProvider& in, const Trace& trace) {
 
 Result<StepStats> replay(ResidencyManager& residency, const std::shared_ptr<const ReplayPlan>& plan,
                          StorageId id_offset) {
-  HO_ASSIGN_OR_RETURN(std::unique_ptr<ReplayExecutor> executor, ReplayExecutor::start(residency, plan));
   testing::ChecksumProgram program(plan->trace());
+  ReplayOptions options;
+  options.recompute = [&program](RecomputeCall& call) { return program.recompute(call); };
+  HO_ASSIGN_OR_RETURN(std::unique_ptr<ReplayExecutor> executor, ReplayExecutor::start(residency, plan, options));
   HO_RETURN_IF_ERROR(program.run(*executor, id_offset));
   HO_ASSIGN_OR_RETURN(ReplayResult result, executor->finish());
   HO_RETURN_IF_ERROR(program.verify_retained(*executor, id_offset));
@@ -144,11 +147,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ResidencyManager residency(backend, pool, events);
 
     Result<std::shared_ptr<const ReplayPlan>> plan = ReplayPlan::create(*trace, schedule);
-    if (schedule.has_recompute()) {
-      // The replay executor does not run recomputes (yet): refused at load, by name.
-      FUZZ_CHECK(!plan && plan.error().message.find("recompute") != std::string::npos,
-                 "a schedule with recomputes was not refused at load");
-    } else if (plan) {
+    if (plan) {
       // Two steps with different caller ids, as a training loop runs them.
       for (StorageId offset : {StorageId{1} << 20, StorageId{3} << 20}) {
         Result<StepStats> stats = replay(residency, *plan, offset);
@@ -190,10 +189,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
       }
     } else {
-      // The replay executor rejects recompute actions at plan load until the
-      // runtime can re-run ops (exec/replay_executor.h), valid or not.
-      FUZZ_CHECK(!report.valid() || schedule.has_recompute(), "ReplayPlan rejected a valid schedule: {}",
-                 plan.error().message);
+      FUZZ_CHECK(!report.valid(), "ReplayPlan rejected a valid schedule: {}", plan.error().message);
     }
     FUZZ_CHECK(residency.stats().storages == 0, "{} storages still tracked", residency.stats().storages);
     Status drained = pool.drain();
