@@ -426,39 +426,36 @@ TEST(ReplayExecutor, RecomputesChainAndKeepAFreedInputUntilTheLastRecomputeReadi
   rt.expect_nothing_held();
 }
 
-TEST(ReplayExecutor, AFailedRecomputeFailsTheStepNamingTheActionAndLeaksNothing) {
+// Runs one_recompute_trace() with `recompute` as the RecomputeFn up to op d,
+// whose pre phase recomputes b; returns the error d's on_op_begin gives.
+std::string recompute_failure(RecomputeFn recompute) {
   HostRuntime rt;
   ReplayOptions options;
-  options.recompute = [](RecomputeCall&) -> Status { return make_error(ErrorCode::kInternal, "kernel failed"); };
-  auto replay = std::move(*ReplayExecutor::start(
-      rt.residency, plan_of(one_recompute_trace(), "post 1 release_device 2; pre 3 recompute 1"), options));
-  StepDriver step(*replay);
-  ASSERT_TRUE(step.op("a", {}, {{101, 100}}));
-  ASSERT_TRUE(step.op("b", {101}, {{102, 50}}));
-  ASSERT_TRUE(step.op("c", {101}, {}));
-  Status failed = replay->on_op_begin("d", std::vector<StorageId>{102}, {});
-  ASSERT_FALSE(failed.has_value());
-  EXPECT_EQ(failed.error().message, "op 3 (d): op 3 pre recompute op 1 (b): kernel failed");
-  replay.reset();
+  options.recompute = std::move(recompute);
+  std::string message;
+  {
+    auto replay = std::move(*ReplayExecutor::start(
+        rt.residency, plan_of(one_recompute_trace(), "post 1 release_device 2; pre 3 recompute 1"), options));
+    StepDriver step(*replay);
+    EXPECT_TRUE(step.op("a", {}, {{101, 100}}));
+    EXPECT_TRUE(step.op("b", {101}, {{102, 50}}));
+    EXPECT_TRUE(step.op("c", {101}, {}));
+    Status failed = replay->on_op_begin("d", std::vector<StorageId>{102}, {});
+    EXPECT_FALSE(failed.has_value());
+    if (!failed) message = failed.error().message;
+  }
   rt.expect_nothing_held();
+  return message;
+}
+
+TEST(ReplayExecutor, AFailedRecomputeFailsTheStepNamingTheActionAndLeaksNothing) {
+  EXPECT_EQ(recompute_failure([](RecomputeCall&) -> Status { return make_error(ErrorCode::kInternal, "kernel failed"); }),
+            "op 3 (d): op 3 pre recompute op 1 (b): kernel failed");
 }
 
 TEST(ReplayExecutor, ARecomputeThatLeavesANeededOutputUnwrittenIsAnError) {
-  HostRuntime rt;
-  ReplayOptions options;
-  options.recompute = [](RecomputeCall&) { return ok_status(); };
-  auto replay = std::move(*ReplayExecutor::start(
-      rt.residency, plan_of(one_recompute_trace(), "post 1 release_device 2; pre 3 recompute 1"), options));
-  StepDriver step(*replay);
-  ASSERT_TRUE(step.op("a", {}, {{101, 100}}));
-  ASSERT_TRUE(step.op("b", {101}, {{102, 50}}));
-  ASSERT_TRUE(step.op("c", {101}, {}));
-  Status failed = replay->on_op_begin("d", std::vector<StorageId>{102}, {});
-  ASSERT_FALSE(failed.has_value());
-  EXPECT_EQ(failed.error().message,
+  EXPECT_EQ(recompute_failure([](RecomputeCall&) { return ok_status(); }),
             "op 3 (d): op 3 pre recompute op 1 (b): the recompute did not regenerate output 0 (storage traced as 2)");
-  replay.reset();
-  rt.expect_nothing_held();
 }
 
 TEST(ReplayPlan, APlanThatRecomputesNeedsTheFrameworksRecomputeHook) {
