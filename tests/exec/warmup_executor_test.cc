@@ -27,7 +27,7 @@ std::vector<std::pair<StorageId, AccessKind>> accesses_of(const Trace& trace, Op
 }
 
 std::unique_ptr<WarmupExecutor> start(HostRuntime& rt, std::optional<std::int64_t> budget) {
-  Result<std::unique_ptr<WarmupExecutor>> warmup = WarmupExecutor::start(rt.residency, {budget});
+  Result<std::unique_ptr<WarmupExecutor>> warmup = WarmupExecutor::start(rt.residency, WarmupOptions{.budget_bytes = budget});
   EXPECT_TRUE(warmup.has_value()) << warmup.error().message;
   return std::move(*warmup);
 }
@@ -312,7 +312,7 @@ TEST(WarmupExecutor, MeasuresCopyBandwidthFromTheStepOrACalibrationCopy) {
   }
   {
     HostRuntime rt;
-    Result<std::unique_ptr<WarmupExecutor>> warmup = WarmupExecutor::start(rt.residency, {std::nullopt, 0});
+    Result<std::unique_ptr<WarmupExecutor>> warmup = WarmupExecutor::start(rt.residency, {std::nullopt, 0, std::nullopt});
     StepDriver step(**warmup);
     ASSERT_TRUE(step.op("a", {}, {{1, 4096}}));
     Result<WarmupResult> result = (*warmup)->finish();
