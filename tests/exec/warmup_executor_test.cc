@@ -27,7 +27,9 @@ std::vector<std::pair<StorageId, AccessKind>> accesses_of(const Trace& trace, Op
 }
 
 std::unique_ptr<WarmupExecutor> start(HostRuntime& rt, std::optional<std::int64_t> budget) {
-  Result<std::unique_ptr<WarmupExecutor>> warmup = WarmupExecutor::start(rt.residency, WarmupOptions{.budget_bytes = budget});
+  WarmupOptions options;
+  options.budget_bytes = budget;
+  Result<std::unique_ptr<WarmupExecutor>> warmup = WarmupExecutor::start(rt.residency, options);
   EXPECT_TRUE(warmup.has_value()) << warmup.error().message;
   return std::move(*warmup);
 }
