@@ -165,3 +165,19 @@ def test_an_exception_inside_a_recompute_aborts_the_step_and_the_next_step_runs(
     assert_same(eager[3], results[3], 3)
     assert results[3][3]["kind"] == "replay"
     assert results[3][3]["recompute_count"] > 0
+
+
+def test_recompute_under_the_sessions_dispatch_mode_is_bit_identical_too():
+    # interception="dispatch_mode": calls are recorded as the OpOverload and its
+    # Python arguments and re-run inside __torch_dispatch__ (PyCall in module.cc).
+    build = with_dropout("gpt_decoder")
+    eager = run(build)
+    budget = int(activation_peak(build) * 0.5)
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="hybrid",
+                                                 copy_bandwidth_gib_per_s=SLOW_LINK_GIB_PER_S,
+                                                 interception="dispatch_mode"))
+    results = run(build, session)
+    for index, (e, r) in enumerate(zip(eager, results)):
+        assert_same(e, r, index)
+    assert results[2][3]["recompute_count"] > 0
+    assert results[2][3]["peak_resident_bytes"] <= budget
