@@ -12,6 +12,7 @@
 #include "hyperoffload/plan/budget.h"
 #include "hyperoffload/plan/internal/augmented_trace.h"
 #include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/internal/peak_run.h"
 #include "hyperoffload/plan/internal/recompute_model.h"
 #include "hyperoffload/plan/internal/recompute_selection.h"
 #include "hyperoffload/plan/internal/stall_estimate.h"
@@ -151,11 +152,15 @@ class HybridPlanning {
            internal::estimate_stall_ms(trace_, accesses_, actions, memory_cap_);
   }
 
-  Result<Candidate> offload_only() const {
+  // The peak planner on the trace itself, on the accesses and model built
+  // here; its own stall estimate is the one estimated_time_ms would compute
+  // (same schedule, trace and device).
+  Candidate offload_only() const {
     Candidate candidate;
     candidate.label = "offload-only";
-    HO_ASSIGN_OR_RETURN(PlanResult plan, peak_plan(trace_));
-    candidate.time_ms = estimated_time_ms(plan.schedule.actions, 0.0);
+    internal::PeakRun run = internal::run_peak_planner(trace_, accesses_, peak_model_, options_.peak, budget_);
+    PlanResult& plan = run.result;
+    candidate.time_ms = trace_.total_compute_ms() + run.stall_ms;
     candidate.peak_bytes = plan.planned_peak_bytes;
     candidate.floor = plan.floor;
     candidate.actions = std::move(plan.schedule.actions);
@@ -268,16 +273,15 @@ class HybridPlanning {
 
   Result<Candidate> hybrid(std::optional<UnavoidableFloor>* floor) const {
     // The offload-only plan, on a second thread: it is the largest single job.
-    Result<Candidate> offload = make_error(ErrorCode::kInternal, "offload-only plan not made");
+    Candidate offload;
     std::jthread offload_worker([&] { offload = offload_only(); });
 
     *floor = peak_model_.floor;
     std::vector<std::int32_t> preselected;  // candidates every decision set starts from
     if (model_.candidates.empty()) {
       offload_worker.join();
-      if (!offload) return std::unexpected(offload.error());
-      offload->label = "offload-only (nothing recomputable)";
-      return finish(std::move(*offload), {}, floor);
+      offload.label = "offload-only (nothing recomputable)";
+      return finish(std::move(offload), {}, floor);
     }
     std::vector<Candidate> candidates;
     // Below the peak planner's floor, gaps only recompute frees can lower the
@@ -287,9 +291,8 @@ class HybridPlanning {
     if (std::optional<Candidate> recompute = recompute_only_candidate()) candidates.push_back(std::move(*recompute));
     HO_RETURN_IF_ERROR(search_decision_sets(preselected, candidates));
     offload_worker.join();
-    if (!offload) return std::unexpected(offload.error());
     const std::size_t evaluated = candidates.size() + 1;
-    return finish(std::move(*offload), std::move(candidates), floor, evaluated);
+    return finish(std::move(offload), std::move(candidates), floor, evaluated);
   }
 
   // The plan that recomputes the gaps offloading cannot free (taken as
