@@ -234,9 +234,10 @@ class HybridPlanning {
     Candidate offload;
     std::jthread offload_worker([&] { offload = offload_only(); });
 
-    // The peak planner's floor is what the ops themselves touch (every gap is
-    // an offload candidate): no plan goes below it; the floor reported is the
-    // lowest among the plans made.
+    // Every gap is an offload candidate, so the peak planner's floor is what
+    // the ops touch plus the retained storages past their last access; a
+    // plan's re-runs can lower it only there, and finish() reports the lowest
+    // floor among the plans made.
     *floor = peak_model_.floor;
     if (model_.candidates.empty()) {
       offload_worker.join();
