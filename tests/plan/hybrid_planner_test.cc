@@ -126,12 +126,14 @@ TEST(HybridPlanner, RecomputesThroughADeadInputAsAChainOfTwoOps) {
   EXPECT_NEAR(simulated_ms(trace, plan, 2 * kMiB, DeviceMemory::kUnlimited), 1.4, 1e-9);
 }
 
-TEST(HybridPlanner, RecomputeLowersTheFloorWhereOffloadingCannot) {
-  // f writes s1 at op 1 and op 3 overwrites it before any read: one version,
-  // copied to host only after op 3, so no offload frees op 2 and the peak
-  // planner's floor is 2 MiB there (s1 + s2). Re-running f before op 3 frees
-  // it: the hybrid floor is 1 MiB (first reached at op 1), and at a budget of
-  // 1 MiB the plan drops s1 after op 1 and regenerates it for op 3.
+TEST(HybridPlanner, RecomputesAGapBetweenTwoWritesWhereItsOffloadWouldStall) {
+  // f writes s1 at op 1 and op 3 overwrites it before any read. The gap (1, 3)
+  // is what f wrote, copied after op 1 (plan/internal/peak_model.h,
+  // starts_version), so the peak planner frees op 2 too: both floors are 1 MiB,
+  // first reached at op 1. Its round trip (1 ms each way at 1 MiB/ms) has only
+  // op 2's 1 ms to hide behind: the copy to host ends at 1.1 ms, the copy back
+  // at 2.1 ms, so op 3 waits 1.0 ms and the step (1.1 ms of compute) takes
+  // 2.1 ms. Re-running f (0.1 ms) before op 3 instead takes 1.2 ms.
   const Trace trace = TraceDsl()
                           .storage(1, kMiB)
                           .storage(2, kMiB)
@@ -146,7 +148,11 @@ TEST(HybridPlanner, RecomputeLowersTheFloorWhereOffloadingCannot) {
                           .build();
   const PlanResult peak = plan_with("peak", trace, kMiB);
   ASSERT_TRUE(peak.floor.has_value());
-  EXPECT_EQ(peak.floor->bytes, 2 * kMiB);
+  EXPECT_EQ(peak.floor->bytes, kMiB);
+  EXPECT_EQ(peak.planned_peak_bytes, kMiB);
+  EXPECT_EQ(peak.schedule.actions, actions("post 1 copy_d2h 1; post 1 release_device 1; post 2 release_device 2; "
+                                           "pre 3 copy_h2d 1; pre 3 release_host 1; post 5 release_device 1"));
+  EXPECT_NEAR(simulated_ms(trace, peak, kMiB, DeviceMemory::kUnlimited), 2.1, 1e-9);
   const PlanResult plan = plan_with("hybrid", trace, kMiB);
   ASSERT_TRUE(plan.floor.has_value());
   EXPECT_EQ(plan.floor->bytes, kMiB);
@@ -154,6 +160,7 @@ TEST(HybridPlanner, RecomputeLowersTheFloorWhereOffloadingCannot) {
   EXPECT_EQ(plan.schedule.actions, actions("post 1 release_device 1; post 2 release_device 2; pre 3 recompute 1; "
                                            "post 5 release_device 1"));
   EXPECT_EQ(plan.planned_peak_bytes, kMiB);
+  EXPECT_NEAR(simulated_ms(trace, plan, kMiB, DeviceMemory::kUnlimited), 1.2, 1e-9);
 }
 
 TEST(HybridPlanner, WithNothingRecomputableIsThePeakPlanner) {

@@ -163,12 +163,15 @@ TEST(PeakPlannerVersions, ReleasesTheStaleHostCopyBeforeTheRewriteAndCopiesTheNe
   EXPECT_EQ(validate_schedule(trace, plan.schedule).d2h_count, 2);
 }
 
-TEST(PeakPlannerVersions, DoesNotEvictInsideALeadingRunOfWrites) {
-  // s1 100: W@0 W@2 R@4 is one version whose last write is at op 2; evicting
-  // over op 1 would need a second copy of the same version, so gap (0,2) is no
-  // candidate and op 1 keeps s1. s2 100 at op 1.
+TEST(PeakPlannerVersions, EvictsBetweenTwoWritesFromTheFirstWritesCopy) {
+  // s1 100: W@0 W@2 R@4 is two versions, what op 0 wrote (copy op 0) and what
+  // op 2 wrote (copy op 2): gap (0, 2) is a candidate whose data comes back
+  // before op 2 (a write may be partial), gap (2, 4) another. s2 100 at op 1.
   //   op:    0    1    2    3    4
-  //   res:  100  200  100  100  100      floor: op 1 = 200 (nothing can leave)
+  //   res:  100  200  100  100  100
+  //   floor 100  100  100    0  100   (s1 can leave over ops 1 and 3)
+  // At a budget of 100 only op 1 is over: the plan copies op 0's version,
+  // drops it over op 1 and brings it back for op 2.
   const Trace trace = TraceDsl()
                           .storage(1, 100)
                           .storage(2, 100)
@@ -179,11 +182,19 @@ TEST(PeakPlannerVersions, DoesNotEvictInsideALeadingRunOfWrites) {
                           .op("e", "R1")
                           .build();
   const internal::PeakModel model = model_of(trace);
-  ASSERT_EQ(model.interior.size(), 1U);
-  EXPECT_EQ(model.interior[0].start_op, 2);
-  EXPECT_EQ(model.interior[0].end_op, 4);
-  EXPECT_EQ(model.floor.op, 1);
-  EXPECT_EQ(model.floor.bytes, 200);
+  ASSERT_EQ(model.versions.size(), 3U);  // s1: op 0's, op 2's; s2: op 1's
+  ASSERT_EQ(model.interior.size(), 2U);
+  EXPECT_EQ(model.interior[0].start_op, 0);
+  EXPECT_EQ(model.interior[0].end_op, 2);
+  EXPECT_TRUE(model.interior[0].end_op_writes);
+  EXPECT_EQ(model.interior[1].start_op, 2);
+  EXPECT_EQ(model.interior[1].end_op, 4);
+  EXPECT_EQ(model.floor.op, 0);
+  EXPECT_EQ(model.floor.bytes, 100);
+  const PlanResult plan = plan_peak(trace, 100);
+  EXPECT_EQ(plan.planned_peak_bytes, 100);
+  EXPECT_EQ(plan.schedule.actions, actions("post 0 copy_d2h 1; post 0 release_device 1; post 1 release_device 2;"
+                                           "pre 2 copy_h2d 1; pre 2 release_host 1; post 4 release_device 1"));
 }
 
 // ---- 3. Candidates ------------------------------------------------------------

@@ -67,7 +67,7 @@ TEST(RecomputeModel, CandidatesAreGapsOfStoragesARecomputableOpCreatedWithTheirC
   EXPECT_EQ(s1.end_op, 5);
   EXPECT_EQ(s1.source_op, 1);
   EXPECT_DOUBLE_EQ(s1.cost_ms, 0.5);
-  EXPECT_TRUE(s1.offloadable);
+  EXPECT_EQ(s1.copy_op, 1);  // f wrote it: an offload copies it after op 1
   const RecomputeCandidate& s2 = model.candidates[1];
   EXPECT_EQ(s2.start_op, 3);
   EXPECT_EQ(s2.end_op, 6);
@@ -114,11 +114,12 @@ TEST(RecomputeModel, ADeadInputWithoutARecomputableProducerLeavesNoChain) {
   EXPECT_TRUE(model_of(trace).candidates.empty());
 }
 
-TEST(RecomputeModel, AGapInsideALeadingRunOfWritesIsRecomputableButNotOffloadable) {
-  // s1: written by f (op 1, rec), overwritten by op 3 without a read between:
-  // one version, copied to host after op 3, so the gap (1, 3) is no offload
-  // candidate; a re-run of f before op 3 is not stale (op 3 writes after it).
-  // The gap (3, 5) has a producer whose output was overwritten at op 3: stale.
+TEST(RecomputeModel, AGapBetweenTwoWritesIsRecomputableAndOffloadable) {
+  // s1: written by f (op 1, rec), overwritten by op 3 without a read between.
+  // The gap (1, 3) belongs to f's version (peak_model.h, starts_version): an
+  // offload copies it after op 1; a re-run of f before op 3 is not stale (op 3
+  // writes after it). The gap (3, 5) has a producer whose output was
+  // overwritten at op 3: stale, no candidate.
   const Trace trace = TraceDsl()
                           .storage(1, 100)
                           .storage(9, 0)
@@ -133,7 +134,7 @@ TEST(RecomputeModel, AGapInsideALeadingRunOfWritesIsRecomputableButNotOffloadabl
   ASSERT_EQ(model.candidates.size(), 1u);
   EXPECT_EQ(model.candidates[0].start_op, 1);
   EXPECT_EQ(model.candidates[0].end_op, 3);
-  EXPECT_FALSE(model.candidates[0].offloadable);
+  EXPECT_EQ(model.candidates[0].copy_op, 1);
 }
 
 // s1 100 (f, 1 ms) and s2 300 (g, 2 ms) are both off the device at op 3, where

@@ -12,6 +12,7 @@
 #include "hyperoffload/plan/budget.h"
 #include "hyperoffload/plan/internal/augmented_trace.h"
 #include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/internal/peak_run.h"
 #include "hyperoffload/plan/internal/recompute_model.h"
 #include "hyperoffload/plan/internal/recompute_selection.h"
 #include "hyperoffload/plan/internal/stall_estimate.h"
@@ -151,11 +152,15 @@ class HybridPlanning {
            internal::estimate_stall_ms(trace_, accesses_, actions, memory_cap_);
   }
 
-  Result<Candidate> offload_only() const {
+  // The peak planner on the trace itself, on the accesses and model built
+  // here; its own stall estimate is the one estimated_time_ms would compute
+  // (same schedule, trace and device).
+  Candidate offload_only() const {
     Candidate candidate;
     candidate.label = "offload-only";
-    HO_ASSIGN_OR_RETURN(PlanResult plan, peak_plan(trace_));
-    candidate.time_ms = estimated_time_ms(plan.schedule.actions, 0.0);
+    internal::PeakRun run = internal::run_peak_planner(trace_, accesses_, peak_model_, options_.peak, budget_);
+    PlanResult& plan = run.result;
+    candidate.time_ms = trace_.total_compute_ms() + run.stall_ms;
     candidate.peak_bytes = plan.planned_peak_bytes;
     candidate.floor = plan.floor;
     candidate.actions = std::move(plan.schedule.actions);
@@ -224,107 +229,38 @@ class HybridPlanning {
     return full;
   }
 
-  // Recompute gaps that offloading cannot free (inside a leading run of
-  // writes): they lower the floor.
-  std::vector<std::int32_t> floor_candidates() const {
-    std::vector<std::int32_t> gaps;
-    for (std::size_t g = 0; g < model_.candidates.size(); ++g) {
-      if (!model_.candidates[g].offloadable) gaps.push_back(static_cast<std::int32_t>(g));
-    }
-    return gaps;
-  }
-
-  // The peak model of the augmented trace of `floor_set` when its floor is
-  // below the peak planner's. Its real ops keep every offload candidate the
-  // original has (a re-run splits its inputs' gaps around it, each part still
-  // covering the same real ops) and lose the gaps of floor_set, and its re-runs
-  // only add ops; so when the original's per-op floor less those gaps does not
-  // go below the peak planner's floor, neither does the augmented trace's, and
-  // nothing needs building.
-  std::optional<std::pair<PeakModel, AugmentedTrace>> lowered_floor_model(
-      std::span<const RecomputeDecision> floor_set) const {
-    const auto ops = static_cast<std::size_t>(trace_.op_count());
-    std::vector<std::int64_t> reducible_delta(ops + 1, 0);
-    for (const internal::PeakCandidate& c : peak_model_.interior) {
-      reducible_delta[static_cast<std::size_t>(c.interior_first())] += c.size_bytes;
-      reducible_delta[static_cast<std::size_t>(c.end_op)] -= c.size_bytes;
-    }
-    for (const RecomputeDecision& d : floor_set) {
-      const internal::RecomputeCandidate& c = model_.candidates[static_cast<std::size_t>(d.candidate)];
-      reducible_delta[static_cast<std::size_t>(c.interior_first())] += c.size_bytes;
-      reducible_delta[static_cast<std::size_t>(d.regenerate_before)] -= c.size_bytes;
-    }
-    std::int64_t reducible = 0, highest = 0;
-    for (std::size_t op = 0; op < ops; ++op) {
-      reducible += reducible_delta[op];
-      highest = std::max(highest, peak_model_.resident_bytes[op] - reducible);
-    }
-    if (highest >= peak_model_.floor.bytes) return std::nullopt;
-    AugmentedTrace augmented = internal::build_augmented_trace(trace_, model_, floor_set);
-    PeakModel model = internal::build_peak_model(augmented.trace, StorageAccesses(augmented.trace));
-    if (model.floor.bytes >= peak_model_.floor.bytes) return std::nullopt;
-    return std::pair<PeakModel, AugmentedTrace>{std::move(model), std::move(augmented)};
-  }
-
   Result<Candidate> hybrid(std::optional<UnavoidableFloor>* floor) const {
     // The offload-only plan, on a second thread: it is the largest single job.
-    Result<Candidate> offload = make_error(ErrorCode::kInternal, "offload-only plan not made");
+    Candidate offload;
     std::jthread offload_worker([&] { offload = offload_only(); });
 
+    // Every gap is an offload candidate, so the peak planner's floor is what
+    // the ops touch plus the retained storages past their last access; a
+    // plan's re-runs can lower it only there, and finish() reports the lowest
+    // floor among the plans made.
     *floor = peak_model_.floor;
-    std::vector<std::int32_t> preselected;  // candidates every decision set starts from
     if (model_.candidates.empty()) {
       offload_worker.join();
-      if (!offload) return std::unexpected(offload.error());
-      offload->label = "offload-only (nothing recomputable)";
-      return finish(std::move(*offload), {}, floor);
+      offload.label = "offload-only (nothing recomputable)";
+      return finish(std::move(offload), {}, floor);
     }
     std::vector<Candidate> candidates;
-    // Below the peak planner's floor, gaps only recompute frees can lower the
-    // floor; every decision set then starts from them. (At or above it, the
-    // floor reported is the lowest among the plans made.)
-    if (budget_ < peak_model_.floor.bytes) HO_RETURN_IF_ERROR(add_floor_plan(floor, preselected, candidates));
     if (std::optional<Candidate> recompute = recompute_only_candidate()) candidates.push_back(std::move(*recompute));
-    HO_RETURN_IF_ERROR(search_decision_sets(preselected, candidates));
+    HO_RETURN_IF_ERROR(search_decision_sets(candidates));
     offload_worker.join();
-    if (!offload) return std::unexpected(offload.error());
     const std::size_t evaluated = candidates.size() + 1;
-    return finish(std::move(*offload), std::move(candidates), floor, evaluated);
-  }
-
-  // The plan that recomputes the gaps offloading cannot free (taken as
-  // decisions, so that they agree with each other) and offloads the rest, when
-  // that lowers the floor: sets `floor` to it and `preselected` to those gaps.
-  Status add_floor_plan(std::optional<UnavoidableFloor>* floor, std::vector<std::int32_t>& preselected,
-                        std::vector<Candidate>& candidates) const {
-    const std::vector<std::int32_t> floor_gaps = floor_candidates();
-    if (floor_gaps.empty()) return ok_status();
-    const std::vector<RecomputeDecision> floor_set =
-        internal::select_recomputes(trace_, peak_model_.resident_bytes, model_,
-                                    {0.0, std::numeric_limits<std::int64_t>::max()}, floor_gaps)
-            .decisions;
-    const std::optional<std::pair<PeakModel, AugmentedTrace>> floor_model = lowered_floor_model(floor_set);
-    if (!floor_model) return ok_status();
-    const AugmentedTrace& augmented = floor_model->second;
-    *floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(floor_model->first.floor.op)],
-                              floor_model->first.floor.bytes};
-    preselected = floor_gaps;
-    HO_ASSIGN_OR_RETURN(Candidate floor_plan,
-                        with_offloads(floor_set, "recompute where offloading cannot, offload the rest"));
-    candidates.push_back(std::move(floor_plan));
-    return ok_status();
+    return finish(std::move(offload), std::move(candidates), floor, evaluated);
   }
 
   // Plans decision sets (hybrid_planner.h, step 4): the grid in order, then the
   // neighbours of the best while that improves it, within the evaluations the
   // trace's size allows.
-  Status search_decision_sets(std::span<const std::int32_t> preselected, std::vector<Candidate>& candidates) const {
+  Status search_decision_sets(std::vector<Candidate>& candidates) const {
     const double work = static_cast<double>(trace_.op_count()) + static_cast<double>(trace_.access_count());
     const auto sets = static_cast<std::size_t>(
         std::clamp(std::floor(options_.evaluation_budget / std::max(work, 1.0)), 1.0,
                    static_cast<double>(std::max(1, options_.max_decision_sets))));
     DecisionSearch search;
-    search.preselected.assign(preselected.begin(), preselected.end());
     search.budget = budget_;
     search.scarce = sets < kScarceDecisionSets;
     // Selections are cheap next to plans, but not free on a large trace:
@@ -363,7 +299,6 @@ class HybridPlanning {
   // Decision sets tried so far, the decisions already planned (different
   // parameters can give the same decisions) and the plans made.
   struct DecisionSearch {
-    std::vector<std::int32_t> preselected;
     std::vector<DecisionParams> tried;
     std::vector<std::vector<std::pair<std::int32_t, OpIndex>>> seen;
     std::vector<std::pair<DecisionParams, Candidate>> plans;
@@ -412,7 +347,7 @@ class HybridPlanning {
     const std::int64_t target =
         budget_ + static_cast<std::int64_t>(params.offload_share * static_cast<double>(offloadable_at_peak_));
     const RecomputeSelection selection = internal::select_recomputes(
-        trace_, peak_model_.resident_bytes, model_, {params.max_ratio, target}, search.preselected, reserved);
+        trace_, peak_model_.resident_bytes, model_, {params.max_ratio, target}, reserved);
     const std::vector<RecomputeDecision>& chosen = selection.decisions;
     if (search.scarce && !selection.peak_after.empty()) {
       const std::int64_t unplanned = peak_model_.resident_bytes[static_cast<std::size_t>(peak_op_)];

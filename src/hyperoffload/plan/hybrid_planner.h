@@ -44,11 +44,12 @@
 //
 // Floor (PlanResult::floor): the lowest op-granular peak the planner
 // guarantees for the budget given. Hybrid: the lowest floor among the plans it
-// made (each the peak planner's floor on the trace it planned), or, below the
-// peak planner's floor, that of recomputing the gaps offloading cannot free
-// when that is lower. Recompute-only: the peak of its longest decision
-// sequence. What an op or a re-run itself touches bounds it either way. Below
-// the floor the planner plans as close to it as it can and says so in notes.
+// made (each the peak planner's floor on the trace it planned); every gap is an
+// offload candidate (plan/internal/peak_model.h), so the offload-only plan's
+// floor is already what the ops touch plus the retained storages past their
+// last access (a re-run can give one of those a later access, hence a gap).
+// Recompute-only: the peak of its longest decision sequence. Below the floor
+// the planner plans as close to it as it can and says so in notes.
 //
 // Guarantees: the schedule is valid (trace and schedule format v2: recompute
 // actions); its op-granular peak is within the budget whenever the budget is

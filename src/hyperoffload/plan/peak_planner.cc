@@ -13,6 +13,7 @@
 #include "hyperoffload/plan/internal/peak_actions.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/internal/peak_placement.h"
+#include "hyperoffload/plan/internal/peak_run.h"
 #include "hyperoffload/plan/internal/peak_selection.h"
 #include "hyperoffload/plan/internal/profile_tree.h"
 #include "hyperoffload/plan/internal/stall_estimate.h"
@@ -67,13 +68,23 @@ using internal::ProfileTree;
 using internal::select_boundaries;
 
 Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const {
-  PlanResult result;
-  result.schedule.planner = std::string(name());
-  if (trace.op_count() == 0 || !budget_bytes) return result;
-  const std::int64_t limit = *budget_bytes;
-
+  if (trace.op_count() == 0 || !budget_bytes) {
+    PlanResult result;
+    result.schedule.planner = std::string(name());
+    return result;
+  }
   const StorageAccesses accesses(trace);
   const PeakModel model = internal::build_peak_model(trace, accesses);
+  return internal::run_peak_planner(trace, accesses, model, options_, *budget_bytes).result;
+}
+
+namespace internal {
+
+PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, const PeakModel& model,
+                         const PeakPlannerOptions& options, std::int64_t budget_bytes) {
+  PlanResult result;
+  result.schedule.planner = "peak";
+  const std::int64_t limit = budget_bytes;
   result.floor = model.floor;
   ProfileTree profile(model.resident_bytes, limit);
   result.initial_peak_bytes = profile.max();
@@ -86,7 +97,7 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   }
 
   const std::vector<std::int32_t> selected =
-      internal::select_peak_candidates(trace, model, options_.weights, limit, profile);
+      internal::select_peak_candidates(trace, model, options.weights, limit, profile);
   // Below the floor the selection stops at the floor; placement then keeps to
   // what was reached instead of the unreachable budget.
   const std::int64_t placement_limit = std::max(limit, profile.max());
@@ -96,7 +107,7 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   const std::vector<double> copy_op_ready = copy_op_ready_ms(trace, model, selected, start_ms);
   // The stall estimate models the device the schedule is tuned for.
   const std::optional<std::int64_t> memory_cap =
-      options_.device_memory == DeviceMemory::kBudget ? std::optional<std::int64_t>(limit) : std::nullopt;
+      options.device_memory == DeviceMemory::kBudget ? std::optional<std::int64_t>(limit) : std::nullopt;
   struct Variant {
     std::vector<Action> actions;
     std::size_t boundary_picks = 0;
@@ -112,12 +123,12 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   auto first_placement = [&] {
     ProfileTree first = profile;
     const std::vector<Placement> placements = place(trace, model, selected, start_ms, copy_op_ready, placement_limit,
-                                                    first, EngineRule::kFillIdleEngine, options_.device_memory);
-    return order_host_copies(trace, model, placements, start_ms, options_.device_memory);
+                                                    first, EngineRule::kFillIdleEngine, options.device_memory);
+    return order_host_copies(trace, model, placements, start_ms, options.device_memory);
   };
   auto build = [&](EngineRule rule, ProfileTree& tree, const HostCopyOrder& host_order) {
     const std::vector<Placement> placements =
-        place(trace, model, selected, start_ms, host_order.ready_ms, placement_limit, tree, rule, options_.device_memory);
+        place(trace, model, selected, start_ms, host_order.ready_ms, placement_limit, tree, rule, options.device_memory);
     const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit, by_edge);
     const std::vector<HostCopy> host_copies =
         issue_host_copies(model, host_order.versions, first_releases(model, placements, boundary_picks));
@@ -154,7 +165,8 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   }
   result.planned_peak_bytes = chosen.peak_bytes;
   result.schedule.actions = std::move(chosen.actions);
-  return result;
+  return PeakRun{std::move(result), chosen.stall_ms};
 }
 
+}  // namespace internal
 }  // namespace hyperoffload

@@ -14,6 +14,11 @@ bool is_alias_forward(const Trace& trace, OpIndex op, StorageIndex storage) {
   return reads && writes;
 }
 
+bool starts_version(std::span<const StorageAccess> list, std::size_t j) {
+  return j > 0 && list[j].kind == AccessKind::kWrite &&
+         (list[j - 1].kind == AccessKind::kRead || list[j - 1].op < list[j].op);
+}
+
 namespace {
 
 // The last alias-forward op of every storage (-1 when it has none), in one pass
@@ -40,23 +45,22 @@ void add_versions_and_candidates(StorageIndex storage, std::int64_t size_bytes, 
   model.versions.push_back(PeakVersion{storage, list.front().op});
   for (std::size_t j = 0; j < list.size(); ++j) {
     const bool write = list[j].kind == AccessKind::kWrite;
-    if (j > 0 && write && list[j - 1].kind == AccessKind::kRead) {
+    if (starts_version(list, j)) {
       model.versions.push_back(PeakVersion{storage, list[j].op});
       ++version;
     }
     if (write) model.versions[static_cast<std::size_t>(version)].copy_op = list[j].op;
   }
 
-  // Pass 2: gaps. The gap after access j belongs to access j's version; it is a
-  // candidate only when that version's copy op is not after the gap's start
-  // (a gap inside a leading run of writes would need a second copy).
+  // Pass 2: gaps. The gap after access j belongs to access j's version, whose
+  // copy op (the op that wrote it) is at or before the gap's start: every gap
+  // is a candidate.
   version = first_version;
   for (std::size_t j = 0; j + 1 < list.size(); ++j) {
-    if (j > 0 && list[j].kind == AccessKind::kWrite && list[j - 1].kind == AccessKind::kRead) ++version;
+    if (starts_version(list, j)) ++version;
     const OpIndex start = list[j].op;
     const OpIndex end = list[j + 1].op;
     if (end == start) continue;
-    if (model.versions[static_cast<std::size_t>(version)].copy_op > start) continue;
     bool end_writes = false;
     for (std::size_t k = j + 1; k < list.size() && list[k].op == end; ++k) {
       end_writes = end_writes || list[k].kind == AccessKind::kWrite;

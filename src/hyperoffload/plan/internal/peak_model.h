@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "hyperoffload/ir/storage_accesses.h"
@@ -62,6 +63,15 @@ struct PeakModel {
   std::vector<PeakCandidate> boundary;
   UnavoidableFloor floor;  // op -1 for an empty trace
 };
+
+// Whether access j of a storage's accesses `list` (ordered by op, then by
+// order within the op) starts a new version: it is a write, and the access
+// before it is a read or belongs to an earlier op. So a version holds what one
+// op wrote (its copy op) and the reads of it until the next write, and any
+// gap can be offloaded from that one host copy — including a gap between two
+// writes, whose data a partial write at the gap's end still needs. (The
+// recompute model splits versions by the same rule.)
+bool starts_version(std::span<const StorageAccess> list, std::size_t j);
 
 // Whether `op` is alias-forward for `storage`: every access of the op is to
 // that storage, and it both reads and writes it.

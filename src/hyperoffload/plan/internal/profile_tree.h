@@ -30,11 +30,7 @@ class ProfileTree {
     // Node ids of a mid-split tree over n positions stay below twice the next
     // power of two.
     const std::size_t nodes = 2 * std::bit_ceil(std::max<std::size_t>(size_, 1));
-    max_.assign(nodes, kLow);
-    add_.assign(nodes, 0);
-    min_over_.assign(nodes, kHigh);
-    max_under_.assign(nodes, kLow);
-    count_over_.assign(nodes, 0);
+    nodes_.assign(nodes, Node{});
     build(1, 0, size_ - 1, values);
   }
 
@@ -46,7 +42,7 @@ class ProfileTree {
     if (delta != 0) add(1, 0, size_ - 1, first, last, delta, 0);
   }
 
-  std::int64_t max() const { return max_[1]; }
+  std::int64_t max() const { return nodes_[1].max; }
   std::int64_t max(std::size_t first, std::size_t last) const { return max(1, 0, size_ - 1, first, last); }
   std::int64_t at(std::size_t position) const { return max(position, position); }
 
@@ -54,11 +50,11 @@ class ProfileTree {
   std::size_t argmax() const {
     std::size_t node = 1, lo = 0, hi = size_ - 1;
     std::int64_t pending = 0;
-    const std::int64_t target = max_[1];
+    const std::int64_t target = nodes_[1].max;
     while (lo < hi) {
-      pending += add_[node];
+      pending += nodes_[node].add;
       const std::size_t mid = lo + (hi - lo) / 2;
-      if (max_[2 * node] + pending == target) {
+      if (nodes_[2 * node].max + pending == target) {
         node = 2 * node;
         hi = mid;
       } else {
@@ -71,7 +67,7 @@ class ProfileTree {
 
   // Positions in [first, last] whose value is above limit().
   std::size_t count_over(std::size_t first, std::size_t last) const { return count(1, 0, size_ - 1, first, last); }
-  std::size_t count_over() const { return static_cast<std::size_t>(count_over_[1]); }
+  std::size_t count_over() const { return static_cast<std::size_t>(nodes_[1].count_over); }
 
   // First (last) position in [first, last] whose value is above `threshold`, or
   // kNotFound.
@@ -88,22 +84,22 @@ class ProfileTree {
   static constexpr std::int64_t kLow = std::numeric_limits<std::int64_t>::min() / 4;
 
   void set_leaf(std::size_t node, std::int64_t value) {
-    max_[node] = value;
+    nodes_[node].max = value;
     const bool over = value > limit_;
-    min_over_[node] = over ? value : kHigh;
-    max_under_[node] = over ? kLow : value;
-    count_over_[node] = over ? 1 : 0;
+    nodes_[node].min_over = over ? value : kHigh;
+    nodes_[node].max_under = over ? kLow : value;
+    nodes_[node].count_over = over ? 1 : 0;
   }
 
   void pull(std::size_t node) {
     const std::size_t l = 2 * node, r = 2 * node + 1;
-    const std::int64_t a = add_[node];
-    max_[node] = std::max(max_[l], max_[r]) + a;
-    const std::int64_t min_over = std::min(min_over_[l], min_over_[r]);
-    min_over_[node] = min_over >= kHigh / 2 ? kHigh : min_over + a;
-    const std::int64_t max_under = std::max(max_under_[l], max_under_[r]);
-    max_under_[node] = max_under <= kLow / 2 ? kLow : max_under + a;
-    count_over_[node] = count_over_[l] + count_over_[r];
+    const std::int64_t a = nodes_[node].add;
+    nodes_[node].max = std::max(nodes_[l].max, nodes_[r].max) + a;
+    const std::int64_t min_over = std::min(nodes_[l].min_over, nodes_[r].min_over);
+    nodes_[node].min_over = min_over >= kHigh / 2 ? kHigh : min_over + a;
+    const std::int64_t max_under = std::max(nodes_[l].max_under, nodes_[r].max_under);
+    nodes_[node].max_under = max_under <= kLow / 2 ? kLow : max_under + a;
+    nodes_[node].count_over = nodes_[l].count_over + nodes_[r].count_over;
   }
 
   void build(std::size_t node, std::size_t lo, std::size_t hi, std::span<const std::int64_t> values) {
@@ -120,8 +116,8 @@ class ProfileTree {
   // Whether some position below `node` is on the wrong side of the limit, given
   // the adds of its strict ancestors.
   bool needs_fix(std::size_t node, std::int64_t pending) const {
-    return (min_over_[node] < kHigh / 2 && min_over_[node] + pending <= limit_) ||
-           (max_under_[node] > kLow / 2 && max_under_[node] + pending > limit_);
+    return (nodes_[node].min_over < kHigh / 2 && nodes_[node].min_over + pending <= limit_) ||
+           (nodes_[node].max_under > kLow / 2 && nodes_[node].max_under + pending > limit_);
   }
 
   void fix(std::size_t node, std::size_t lo, std::size_t hi, std::int64_t pending) {
@@ -129,7 +125,7 @@ class ProfileTree {
       set_leaf_shifted(node, 0, pending);
       return;
     }
-    const std::int64_t below = pending + add_[node];
+    const std::int64_t below = pending + nodes_[node].add;
     const std::size_t mid = lo + (hi - lo) / 2;
     if (needs_fix(2 * node, below)) fix(2 * node, lo, mid, below);
     if (needs_fix(2 * node + 1, below)) fix(2 * node + 1, mid + 1, hi, below);
@@ -145,14 +141,14 @@ class ProfileTree {
         set_leaf_shifted(node, delta, pending);
         return;
       }
-      add_[node] += delta;
-      max_[node] += delta;
-      if (min_over_[node] < kHigh / 2) min_over_[node] += delta;
-      if (max_under_[node] > kLow / 2) max_under_[node] += delta;
+      nodes_[node].add += delta;
+      nodes_[node].max += delta;
+      if (nodes_[node].min_over < kHigh / 2) nodes_[node].min_over += delta;
+      if (nodes_[node].max_under > kLow / 2) nodes_[node].max_under += delta;
       if (needs_fix(node, pending)) fix(node, lo, hi, pending);
       return;
     }
-    const std::int64_t below = pending + add_[node];
+    const std::int64_t below = pending + nodes_[node].add;
     const std::size_t mid = lo + (hi - lo) / 2;
     if (first <= mid) add(2 * node, lo, mid, first, last, delta, below);
     if (last > mid) add(2 * node + 1, mid + 1, hi, first, last, delta, below);
@@ -160,25 +156,25 @@ class ProfileTree {
   }
 
   void set_leaf_shifted(std::size_t node, std::int64_t delta, std::int64_t pending) {
-    const std::int64_t stored = max_[node] + delta;
-    max_[node] = stored;
+    const std::int64_t stored = nodes_[node].max + delta;
+    nodes_[node].max = stored;
     const bool over = stored + pending > limit_;
-    min_over_[node] = over ? stored : kHigh;
-    max_under_[node] = over ? kLow : stored;
-    count_over_[node] = over ? 1 : 0;
+    nodes_[node].min_over = over ? stored : kHigh;
+    nodes_[node].max_under = over ? kLow : stored;
+    nodes_[node].count_over = over ? 1 : 0;
   }
 
   std::int64_t max(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last) const {
-    if (first <= lo && hi <= last) return max_[node];
+    if (first <= lo && hi <= last) return nodes_[node].max;
     const std::size_t mid = lo + (hi - lo) / 2;
     std::int64_t best = kLow;
     if (first <= mid) best = std::max(best, max(2 * node, lo, mid, first, last));
     if (last > mid) best = std::max(best, max(2 * node + 1, mid + 1, hi, first, last));
-    return best + add_[node];
+    return best + nodes_[node].add;
   }
 
   std::size_t count(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last) const {
-    if (first <= lo && hi <= last) return static_cast<std::size_t>(count_over_[node]);
+    if (first <= lo && hi <= last) return static_cast<std::size_t>(nodes_[node].count_over);
     const std::size_t mid = lo + (hi - lo) / 2;
     std::size_t total = 0;
     if (first <= mid) total += count(2 * node, lo, mid, first, last);
@@ -188,9 +184,9 @@ class ProfileTree {
 
   std::size_t find_first(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
                          std::int64_t threshold, std::int64_t pending) const {
-    if (hi < first || last < lo || max_[node] + pending <= threshold) return kNotFound;
+    if (hi < first || last < lo || nodes_[node].max + pending <= threshold) return kNotFound;
     if (lo == hi) return lo;
-    const std::int64_t below = pending + add_[node];
+    const std::int64_t below = pending + nodes_[node].add;
     const std::size_t mid = lo + (hi - lo) / 2;
     const std::size_t left = find_first(2 * node, lo, mid, first, last, threshold, below);
     if (left != kNotFound) return left;
@@ -199,22 +195,29 @@ class ProfileTree {
 
   std::size_t find_last(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
                         std::int64_t threshold, std::int64_t pending) const {
-    if (hi < first || last < lo || max_[node] + pending <= threshold) return kNotFound;
+    if (hi < first || last < lo || nodes_[node].max + pending <= threshold) return kNotFound;
     if (lo == hi) return lo;
-    const std::int64_t below = pending + add_[node];
+    const std::int64_t below = pending + nodes_[node].add;
     const std::size_t mid = lo + (hi - lo) / 2;
     const std::size_t right = find_last(2 * node + 1, mid + 1, hi, first, last, threshold, below);
     if (right != kNotFound) return right;
     return find_last(2 * node, lo, mid, first, last, threshold, below);
   }
 
+  // One node's aggregates side by side: an update or search reads and writes
+  // several of them per node, and on a large trace the deep nodes are cache
+  // misses, one per node instead of one per field.
+  struct Node {
+    std::int64_t max = kLow;        // range maximum (own add included)
+    std::int64_t add = 0;           // lazy add of internal nodes; leaves keep 0
+    std::int64_t min_over = kHigh;  // minimum over positions above the limit (kHigh: none)
+    std::int64_t max_under = kLow;  // maximum over positions at or below it (kLow: none)
+    std::int64_t count_over = 0;    // positions above the limit
+  };
+
   std::size_t size_ = 0;
   std::int64_t limit_ = 0;
-  std::vector<std::int64_t> max_;        // range maximum (own add included)
-  std::vector<std::int64_t> add_;        // lazy add of internal nodes; leaves keep 0
-  std::vector<std::int64_t> min_over_;   // minimum over positions above the limit (kHigh: none)
-  std::vector<std::int64_t> max_under_;  // maximum over positions at or below it (kLow: none)
-  std::vector<std::int32_t> count_over_;
+  std::vector<Node> nodes_;
 };
 
 }  // namespace hyperoffload::internal

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "hyperoffload/plan/internal/peak_model.h"
+
 namespace hyperoffload::internal {
 namespace {
 
@@ -43,27 +45,13 @@ double chain_cost(const Trace& trace, const RecomputeModel& model, OpIndex sourc
   return cost;
 }
 
-// Whether each gap of a storage (the gap after access j) is one the peak
-// planner can offload follows the peak model's rule: a new version starts at a
-// write that follows a read, and a gap is offloadable when its version's last
-// write (its copy op) is at or before the gap's start.
-// Per access: the copy op of its version (offloadable when at or before the
-// access's op).
+// Per access of a storage: the copy op of its version, by the peak model's
+// rule (peak_model.h, starts_version) — the op of the version's first access,
+// which is the only op that writes it.
 std::vector<OpIndex> version_copy_ops(std::span<const StorageAccess> list) {
   std::vector<OpIndex> copy_ops(list.size(), 0);
-  std::size_t version_begin = 0;
-  while (version_begin < list.size()) {
-    std::size_t version_end = version_begin + 1;
-    while (version_end < list.size() &&
-           !(list[version_end].kind == AccessKind::kWrite && list[version_end - 1].kind == AccessKind::kRead)) {
-      ++version_end;
-    }
-    OpIndex copy_op = list[version_begin].op;
-    for (std::size_t j = version_begin; j < version_end; ++j) {
-      if (list[j].kind == AccessKind::kWrite) copy_op = list[j].op;
-    }
-    for (std::size_t j = version_begin; j < version_end; ++j) copy_ops[j] = copy_op;
-    version_begin = version_end;
+  for (std::size_t j = 0; j < list.size(); ++j) {
+    copy_ops[j] = j == 0 || starts_version(list, j) ? list[j].op : copy_ops[j - 1];
   }
   return copy_ops;
 }
@@ -110,7 +98,7 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
       if (end - start < 2) continue;
       const double cost = chain_cost_ms(trace, model, producer, end);
       if (cost < 0.0) continue;
-      model.candidates.push_back({s, info.size_bytes, start, end, producer, cost, copy_ops[j] <= start, copy_ops[j]});
+      model.candidates.push_back({s, info.size_bytes, start, end, producer, cost, copy_ops[j]});
     }
   }
   return model;

@@ -52,12 +52,10 @@ struct RecomputeCandidate {
   OpIndex end_op = 0;     // access after the gap: regenerated before it
   OpIndex source_op = 0;  // the storage's producer
   double cost_ms = 0.0;   // compute time of the chain
-  // Whether the peak planner also has this gap as an interior candidate (its
-  // version's copy op is at or before start_op); false inside a leading run of
-  // writes, which only recompute can free.
-  bool offloadable = false;
-  // The op after which an offload of this gap could copy it to host: its
-  // version's last write (meaningful when offloadable).
+  // The op after which an offload of this gap could copy it to host: the op
+  // that wrote its version (peak_model.h, starts_version), or the storage's
+  // first access when no op wrote it. The peak planner has every such gap as
+  // an interior candidate too.
   OpIndex copy_op = 0;
 
   OpIndex interior_first() const { return start_op + 1; }

@@ -23,18 +23,13 @@ class Selector {
         decisions_of_(static_cast<std::size_t>(trace.storage_count())),
         locks_(static_cast<std::size_t>(trace.storage_count())) {}
 
-  RecomputeSelection run(double max_ratio, std::span<const std::int32_t> preselected,
-                         std::span<const std::int32_t> excluded) {
+  RecomputeSelection run(double max_ratio, std::span<const std::int32_t> excluded) {
     const std::vector<RecomputeCandidate>& candidates = model_.candidates;
     std::vector<bool> eligible(candidates.size(), false);
     for (std::size_t g = 0; g < candidates.size(); ++g) {
       eligible[g] = cost_of(static_cast<std::int32_t>(g)) <= max_ratio * trace_.h2d_ms(candidates[g].size_bytes);
     }
     for (const std::int32_t g : excluded) eligible[static_cast<std::size_t>(g)] = false;
-    for (const std::int32_t g : preselected) {
-      eligible[static_cast<std::size_t>(g)] = false;
-      try_take(g, -1);
-    }
     std::vector<OpInterval> intervals;
     intervals.reserve(candidates.size());
     for (const RecomputeCandidate& c : candidates) intervals.push_back({c.interior_first(), c.interior_last()});
@@ -137,8 +132,8 @@ class Selector {
     return gain;
   }
 
-  // Takes candidate g when the decisions agree (see the header) and, with
-  // peak_op >= 0, it lowers that op.
+  // Takes candidate g when the decisions agree (see the header) and it lowers
+  // op peak_op.
   void try_take(std::int32_t g, OpIndex peak_op) {
     const RecomputeCandidate& c = candidate(g);
     Effect effect;
@@ -151,7 +146,7 @@ class Selector {
     }
     if (effect.regenerate_before - c.start_op < 2) return;  // frees no op
     if (!plan_rerun(c.source_op, effect.regenerate_before, effect)) return;
-    if (peak_op >= 0 && gain_at(c, effect, peak_op) <= 0) return;
+    if (gain_at(c, effect, peak_op) <= 0) return;
 
     const std::size_t step = result_.decisions.size();
     profile_.add(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(effect.regenerate_before) - 1,
@@ -195,10 +190,9 @@ std::vector<RecomputeDecision> RecomputeSelection::prefix(std::size_t length) co
 
 RecomputeSelection select_recomputes(const Trace& trace, std::span<const std::int64_t> resident_bytes,
                                      const RecomputeModel& model, const RecomputeSelectionParams& params,
-                                     std::span<const std::int32_t> preselected,
                                      std::span<const std::int32_t> excluded) {
   if (trace.op_count() == 0) return {};
-  return Selector(trace, resident_bytes, model, params.stop_bytes).run(params.max_ratio, preselected, excluded);
+  return Selector(trace, resident_bytes, model, params.stop_bytes).run(params.max_ratio, excluded);
 }
 
 std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const RecomputeModel& model, OpIndex peak_op,
@@ -206,7 +200,7 @@ std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const Recomput
   std::vector<std::int32_t> order;
   for (std::size_t g = 0; g < model.candidates.size(); ++g) {
     const RecomputeCandidate& c = model.candidates[g];
-    if (c.offloadable && c.interior_first() <= peak_op && peak_op <= c.interior_last() && c.size_bytes > 0) {
+    if (c.interior_first() <= peak_op && peak_op <= c.interior_last() && c.size_bytes > 0) {
       order.push_back(static_cast<std::int32_t>(g));
     }
   }

@@ -66,16 +66,14 @@ struct RecomputeSelection {
 };
 
 // `resident_bytes` is the per-op profile before any decision (the peak
-// model's). `preselected` candidates are taken first, in order, without the
-// ratio limit; `excluded` ones are never taken. O((candidates + decisions *
+// model's). `excluded` candidates are never taken. O((candidates + decisions *
 // chain) log ops).
 RecomputeSelection select_recomputes(const Trace& trace, std::span<const std::int64_t> resident_bytes,
                                      const RecomputeModel& model, const RecomputeSelectionParams& params,
-                                     std::span<const std::int32_t> preselected = {},
                                      std::span<const std::int32_t> excluded = {});
 
 // Candidates to leave to the offloads rather than recompute: of the
-// offloadable candidates covering `peak_op`, the most expensive to recompute
+// candidates covering `peak_op`, the most expensive to recompute
 // per byte first, each taken while the D2H engine — running the copies of the
 // taken ones in the order their data is ready (after their copy op, in a run
 // without stalls), one after the other — still finishes them all by
