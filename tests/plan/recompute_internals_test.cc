@@ -292,12 +292,13 @@ TEST(ReserveForOffload, LeavesTheCostliestDataTheCopyEngineCanMoveInTimeToOffloa
   EXPECT_EQ(reserve_for_offload(trace, model, 3, 0.5), (std::vector<std::int32_t>{}));
 }
 
-// Found by fuzzing (fuzz/planners_fuzzer.cc): a step of 1.4e13 ms — within the
-// trace limits' 1e15 ms — was counted in ns, beyond int64 (9.2e18 ns): the
-// conversion was undefined, and in practice gave a negative deadline that took
-// nothing. The trace above with every time 1e13 times longer (durations 1e13
-// and 2e13 ms, 1 MiB copied in 1e13 ms) takes the same candidates at 1e13 times
-// the deadlines: 2.5e13 ms s1 only, 6.5e13 ms both (s2 ends at 6e13), 0.5e13 ms
+// Found by fuzzing (fuzz/planners_fuzzer.cc): a step of 5e12 ms of compute —
+// within the trace limits' 1e15 ms — and a deadline of 1.4e13 ms were counted
+// in ns, beyond int64 (9.2e18 ns): the conversion was undefined (on x86 every
+// such time became INT64_MIN, so a deadline met no copy or every one). The
+// trace above with every time 1e13 times longer (durations 1e13 and 2e13 ms,
+// 1 MiB copied in 1e13 ms) takes the same candidates at 1e13 times the
+// deadlines: 2.5e13 ms s1 only, 6.5e13 ms both (s2 ends at 6e13), 0.5e13 ms
 // none. Compute 3e13 ms and copies 4e13 ms are 7e19 ns, so ticks are 7e13 ms /
 // 2^62 ≈ 15 ns.
 TEST(ReserveForOffload, CountsTheTimesOfAStepLongerThanInt64NanosecondsInCoarserTicks) {
