@@ -135,11 +135,13 @@ def debian_closure(roots: list[str]) -> set[str]:
 def dpkg_owners(paths: list[str]) -> dict[str, str]:
     """file -> Debian package, for the files dpkg knows (also through /usr-merge symlinks)."""
     owners: dict[str, str] = {}
-    variants: dict[str, str] = {}
+    # candidate name -> the paths it stands for: several paths can be one file
+    # (llvm-ranlib is a link to llvm-ar, and both are on the fuzz build's lines).
+    variants: dict[str, list[str]] = {}
     for path in paths:
         real = os.path.realpath(path)
         for candidate in {path, real, re.sub(r"^/usr(/lib|/bin|/sbin)", r"\1", real)}:
-            variants[candidate] = path
+            variants.setdefault(candidate, []).append(path)
     names = sorted(variants)
     for start in range(0, len(names), 500):
         result = subprocess.run(["dpkg", "-S", *names[start:start + 500]], capture_output=True, text=True)
@@ -147,8 +149,8 @@ def dpkg_owners(paths: list[str]) -> dict[str, str]:
             if ": " not in line:
                 continue
             packages, file = line.rsplit(": ", 1)
-            if file in variants and variants[file] not in owners:
-                owners[variants[file]] = packages.split(",")[0].strip().split(":")[0]
+            for path in variants.get(file, []):
+                owners.setdefault(path, packages.split(",")[0].strip().split(":")[0])
     return owners
 
 

@@ -1,6 +1,8 @@
 // Trace file format: parsing, defaults, round trips and every input error.
 #include "hyperoffload/io/trace_json.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@ namespace hyperoffload {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr const char* kExample = R"({"format": "hyperoffload.trace", "version": 1,
  "memory_limit_bytes": 1048576, "d2h_bandwidth_gbps": 12.5, "h2d_bandwidth_gbps": 8,
@@ -210,6 +213,19 @@ TEST(TraceJson, RejectsSizesWhoseTotalOverflowsByteCounts) {
 TEST(TraceJson, RejectsANegativeDuration) {
   EXPECT_EQ(parse_error(with_ops(R"([{"name": "a"}, {"name": "b", "duration_ms": -0.5}])")),
             "ops[1].duration_ms: must be a non-negative finite number, got -0.5");
+}
+
+// Found by fuzzing (fuzz/trace_json_fuzzer.cc): "-0e3" is -0, which the
+// non-negative check lets through; kept as -0 it was written as "-0", read back
+// as 0 and written as "0". Now a zero duration is +0 however it is spelled.
+TEST(TraceJson, ReadsANegativeZeroDurationAsZero) {
+  Result<Trace> trace = parse_trace_json(with_ops(R"([{"duration_ms": -0e3}, {"duration_ms": -0.0}])"));
+  ASSERT_TRUE(trace) << trace.error().message;
+  EXPECT_FALSE(std::signbit(trace->op_duration_ms(0)));
+  EXPECT_FALSE(std::signbit(trace->op_duration_ms(1)));
+  const std::string written = trace_to_json(*trace);
+  EXPECT_THAT(written, Not(HasSubstr("-0")));
+  EXPECT_EQ(trace_to_json(*parse_trace_json(written)), written);
 }
 
 TEST(TraceJson, RejectsAnAccessToAnUndeclaredStorage) {

@@ -293,6 +293,39 @@ TEST(ReserveForOffload, LeavesTheCostliestDataTheCopyEngineCanMoveInTimeToOffloa
   EXPECT_EQ(reserve_for_offload(trace, model, 3, 0.5), (std::vector<std::int32_t>{}));
 }
 
+// Found by fuzzing (fuzz/planners_fuzzer.cc): a step of 5e12 ms of compute —
+// within the trace limits' 1e15 ms — and a deadline of 1.4e13 ms were counted
+// in ns, beyond int64 (9.2e18 ns): the conversion was undefined (on x86 every
+// such time became INT64_MIN, so a deadline met no copy or every one). The
+// trace above with every time 1e13 times longer (durations 1e13 and 2e13 ms,
+// 1 MiB copied in 1e13 ms) takes the same candidates at 1e13 times the
+// deadlines: 2.5e13 ms s1 only, 6.5e13 ms both (s2 ends at 6e13), 0.5e13 ms
+// none. Compute 3e13 ms and copies 4e13 ms are 7e19 ns, so ticks are 7e13 ms /
+// 2^62 ≈ 15 ns.
+TEST(ReserveForOffload, CountsTheTimesOfAStepLongerThanInt64NanosecondsInCoarserTicks) {
+  constexpr std::int64_t kMiB = 1 << 20;
+  constexpr double kScale = 1e13;
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, 3 * kMiB)
+                          .storage(3, 4 * kMiB)
+                          .storage(9, 0)
+                          .bandwidth(1000.0 / 1024.0 / kScale)
+                          .op("load", "W9")
+                          .op("f", "R9 W1", 1.0 * kScale, kRec)
+                          .op("g", "R9 W2", 2.0 * kScale, kRec)
+                          .op("peak", "W3")
+                          .op("mid", "R9")
+                          .op("use", "R1 R2")
+                          .build();
+  const RecomputeModel model = model_of(trace);
+  EXPECT_EQ(reserve_for_offload(trace, model, 3, 2.5 * kScale), (std::vector<std::int32_t>{0}));
+  EXPECT_EQ(reserve_for_offload(trace, model, 3, 6.5 * kScale), (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(reserve_for_offload(trace, model, 3, 0.5 * kScale), (std::vector<std::int32_t>{}));
+  // A deadline beyond every finish, beyond int64 even in ticks: everything.
+  EXPECT_EQ(reserve_for_offload(trace, model, 3, 1e300), (std::vector<std::int32_t>{0, 1}));
+}
+
 TEST(AugmentedTrace, EachReRunIsAnOpBeforeItsUseWritingFreshStoragesThatLaterAccessesRead) {
   // chain_trace with s2 regenerated before op 6: g re-runs there and needs s1,
   // dead by then (last read at op 5), so f re-runs first into a short-lived

@@ -105,6 +105,10 @@ Status TraceBuilder::add_op(std::string_view name, double duration_ms, Recomputa
   if (index >= static_cast<std::size_t>(std::numeric_limits<OpIndex>::max())) {
     return make_error(ErrorCode::kInvalidInput, "ops: too many ops");
   }
+  // -0 passes the check above. Stored as +0: the writer would print "-0",
+  // which reads back as the integer 0, so a written trace would not read back
+  // as itself (found by fuzz/trace_json_fuzzer.cc).
+  if (duration_ms == 0.0) duration_ms = 0.0;
   total_duration_ms_ += duration_ms;
   std::uint32_t name_index;
   auto it = name_to_index_.find(name);

@@ -1,6 +1,7 @@
 #include "hyperoffload/plan/internal/recompute_selection.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "hyperoffload/plan/internal/covering_index.h"
 #include "hyperoffload/plan/internal/profile_tree.h"
@@ -215,28 +216,43 @@ std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const Recomput
   // position x (ready at position copy_op + 1: when that op starts without
   // stalls). The FIFO engine finishes the copies in ready order at the maximum
   // of finish over the positions up to the last one holding a copy: a position
-  // without one is dominated by the next that has one. Times in ns (integers).
+  // without one is dominated by the next that has one.
+  //
+  // Times are integer ticks, so that taking a copy back restores finish
+  // exactly. A tick is 1 ns unless the step's compute and every candidate's
+  // copy together take more than 2^62 ns (146 years): the trace limits allow
+  // 1e15 ms of compute and as much again of copies (docs/FORMATS.md,
+  // "Limits"), which in ns overflow int64 (found by fuzz/planners_fuzzer.cc).
+  // Then a tick is that total / 2^62, and no finish, a start plus copies,
+  // exceeds 2^62 ticks.
   const auto ops = static_cast<std::size_t>(trace.op_count());
-  std::vector<std::int64_t> finish_ns(ops + 1, 0);
+  double longest_ms = trace.total_compute_ms();
+  for (const std::int32_t g : order) longest_ms += trace.d2h_ms(model.candidates[static_cast<std::size_t>(g)].size_bytes);
+  constexpr double kMaxTicks = 0x1p62;
+  const double ticks_per_ms = longest_ms * 1e6 <= kMaxTicks ? 1e6 : kMaxTicks / longest_ms;
+  auto ticks = [&](double ms) { return static_cast<std::int64_t>(ms * ticks_per_ms); };
+  std::vector<std::int64_t> finish_ticks(ops + 1, 0);
   double start_ms = 0.0;
   for (std::size_t x = 0; x <= ops; ++x) {
-    finish_ns[x] = static_cast<std::int64_t>(start_ms * 1e6);
+    finish_ticks[x] = ticks(start_ms);
     if (x < ops) start_ms += trace.op_duration_ms(static_cast<OpIndex>(x));
   }
-  RangeMaxTree finish(finish_ns);
-  const auto deadline_ns = static_cast<std::int64_t>(deadline_ms * 1e6);
+  RangeMaxTree finish(finish_ticks);
+  // A deadline beyond every finish takes every candidate.
+  const std::int64_t deadline_ticks =
+      deadline_ms * ticks_per_ms < kMaxTicks ? ticks(deadline_ms) : std::numeric_limits<std::int64_t>::max();
   std::size_t last = 0;
   std::vector<std::int32_t> reserved;
   for (const std::int32_t g : order) {
     const RecomputeCandidate& c = model.candidates[static_cast<std::size_t>(g)];
     const auto ready = static_cast<std::size_t>(c.copy_op) + 1;
-    const auto copy_ns = static_cast<std::int64_t>(trace.d2h_ms(c.size_bytes) * 1e6);
-    finish.add(0, ready, copy_ns);
-    if (finish.max(0, std::max(last, ready)) <= deadline_ns) {
+    const std::int64_t copy_ticks = ticks(trace.d2h_ms(c.size_bytes));
+    finish.add(0, ready, copy_ticks);
+    if (finish.max(0, std::max(last, ready)) <= deadline_ticks) {
       last = std::max(last, ready);
       reserved.push_back(g);
     } else {
-      finish.add(0, ready, -copy_ns);
+      finish.add(0, ready, -copy_ticks);
     }
   }
   return reserved;
