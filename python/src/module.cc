@@ -243,17 +243,9 @@ class PyCall final : public OpCall {
         args_(py::reinterpret_borrow<py::object>(args)),
         kwargs_(py::reinterpret_borrow<py::object>(kwargs)),
         name_(std::move(name)) {
-    auto add = [this](PyObject* object) {
+    for_each_argument([this](PyObject* object) {
       for_each_tensor_with_storage(object, [this](const at::Tensor& t) { versions_.add(t); });
-    };
-    const Py_ssize_t count = PyTuple_GET_SIZE(args_.ptr());
-    for (Py_ssize_t i = 0; i < count; ++i) add(PyTuple_GET_ITEM(args_.ptr(), i));
-    if (!kwargs_.is_none()) {
-      PyObject* key = nullptr;
-      PyObject* value = nullptr;
-      Py_ssize_t position = 0;
-      while (PyDict_Next(kwargs_.ptr(), &position, &key, &value)) add(value);
-    }
+    });
   }
   ~PyCall() override {
     py::gil_scoped_acquire gil;
@@ -272,18 +264,24 @@ class PyCall final : public OpCall {
   }
   void argument_storages(std::vector<c10::StorageImpl*>& out) const override {
     py::gil_scoped_acquire gil;
-    const Py_ssize_t count = PyTuple_GET_SIZE(args_.ptr());
-    for (Py_ssize_t i = 0; i < count; ++i) collect_py_storages(PyTuple_GET_ITEM(args_.ptr(), i), out);
-    if (!kwargs_.is_none()) {
-      PyObject* key = nullptr;
-      PyObject* value = nullptr;
-      Py_ssize_t position = 0;
-      while (PyDict_Next(kwargs_.ptr(), &position, &key, &value)) collect_py_storages(value, out);
-    }
+    for_each_argument([&out](PyObject* object) { collect_py_storages(object, out); });
   }
   std::string changed_argument() const override { return versions_.changed(name_); }
 
  private:
+  // Calls visit(object) for each positional argument, then each keyword
+  // argument's value. Precondition: the GIL is held.
+  template <class Visit>
+  void for_each_argument(Visit visit) const {
+    const Py_ssize_t count = PyTuple_GET_SIZE(args_.ptr());
+    for (Py_ssize_t i = 0; i < count; ++i) visit(PyTuple_GET_ITEM(args_.ptr(), i));
+    if (kwargs_.is_none()) return;
+    PyObject* key = nullptr;
+    PyObject* value = nullptr;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(kwargs_.ptr(), &position, &key, &value)) visit(value);
+  }
+
   py::object func_;
   py::object args_;
   py::object kwargs_;
