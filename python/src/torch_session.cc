@@ -216,10 +216,10 @@ Status TorchSession::recompute(RecomputeCall& call) {
                                   "the step, or use a planner that does not recompute",
                                   changed));
   }
-  recomputed_.clear();
+  std::vector<c10::Storage> results;
   try {
     if (fail_recompute_in_ > 0 && --fail_recompute_in_ == 0) throw std::runtime_error("injected recompute failure");
-    recomputed_ = recorded.run();
+    results = recorded.run();
   } catch (const std::exception& error) {
     return make_error(ErrorCode::kInternal, fmt::format("re-running the op raised: {}", error.what()));
   }
@@ -229,7 +229,7 @@ Status TorchSession::recompute(RecomputeCall& call) {
   recorded.argument_storages(call_arguments_);
   std::vector<const c10::StorageImpl*> fresh;
   std::size_t j = 0;
-  for (const c10::Storage& storage : recomputed_) {
+  for (const c10::Storage& storage : results) {
     const c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
     if (impl == nullptr || impl->nbytes() == 0 || impl->data_ptr().get() == nullptr) continue;
     if (std::find(call_arguments_.begin(), call_arguments_.end(), impl) != call_arguments_.end()) continue;
@@ -241,7 +241,7 @@ Status TorchSession::recompute(RecomputeCall& call) {
     }
     ++j;
   }
-  recomputed_.clear();
+  results.clear();  // results not installed go back to PyTorch now
   if (j != call.output_count()) {
     return make_error(ErrorCode::kDiverged, fmt::format("re-running the op gave {} new tensors; it first gave {}", j,
                                                         call.output_count()));

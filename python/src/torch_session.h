@@ -216,7 +216,6 @@ class TorchSession {
   // dropped after its last recompute of the step (or when the step ends).
   std::unordered_map<OpIndex, std::unique_ptr<OpCall>> calls_;
   std::vector<c10::StorageImpl*> call_arguments_;
-  std::vector<c10::Storage> recomputed_;
   std::int64_t fail_recompute_in_ = 0;
 
   // Note [Lost storages]. A replay releases a storage after its last traced
