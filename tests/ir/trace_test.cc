@@ -21,6 +21,27 @@ TEST(TraceBuilder, InternsOpNames) {
   EXPECT_EQ(trace.op_name(2), "mm");
 }
 
+TEST(TraceBuilder, NamesOpsByTheIndexOfNamesItWasGiven) {
+  const Trace source = TraceDsl().op("mm", "").op("add", "").build();
+  TraceBuilder builder;
+  builder.use_op_names(source.op_names());
+  ASSERT_TRUE(builder.add_named_op(source.op_name_index(1), 1.5).has_value());
+  ASSERT_TRUE(builder.add_named_op(source.op_name_index(0)).has_value());
+  // Names given this way are not interned: "mm" gets a second index, the
+  // names list grows by one, and every op still reads its own name.
+  ASSERT_TRUE(builder.add_op("mm").has_value());
+  // The checks of add_op apply, naming the op's position.
+  const Status bad = builder.add_named_op(0, -1.0);
+  EXPECT_EQ(bad.error().message, "ops[3].duration_ms: must be a non-negative finite number, got -1");
+  const Trace trace = value_or_throw(std::move(builder).build());
+  ASSERT_EQ(trace.op_count(), 3);
+  EXPECT_EQ(trace.op_name(0), "add");
+  EXPECT_EQ(trace.op_name(1), "mm");
+  EXPECT_EQ(trace.op_name(2), "mm");
+  EXPECT_EQ(trace.op_names().size(), 3u);
+  EXPECT_EQ(trace.op_duration_ms(0), 1.5);
+}
+
 TEST(TraceBuilder, ResolvesSparseAndDenseStorageIds) {
   // Sparse ids (far beyond 4x the count) use the hash map; both paths agree.
   const Trace sparse = TraceDsl().storage(1'000'000'000'000, 8).storage(5, 8).op("a", "W5 W1000000000000").build();

@@ -90,6 +90,25 @@ Status TraceBuilder::add_storage(StorageId id, std::int64_t size_bytes, Retentio
 }
 
 Status TraceBuilder::add_op(std::string_view name, double duration_ms, Recomputable recomputable) {
+  std::uint32_t name_index;
+  auto it = name_to_index_.find(name);
+  if (it != name_to_index_.end()) {
+    name_index = it->second;
+  } else {
+    name_index = static_cast<std::uint32_t>(trace_.names_.size());
+    trace_.names_.emplace_back(name);
+    name_to_index_.emplace(std::string(name), name_index);
+  }
+  return add_named_op(name_index, duration_ms, recomputable);
+}
+
+void TraceBuilder::use_op_names(std::span<const std::string> names) {
+  // Not entered into name_to_index_: a later add_op of one of these names
+  // interns it a second time, which costs a string and changes nothing else.
+  trace_.names_.assign(names.begin(), names.end());
+}
+
+Status TraceBuilder::add_named_op(std::uint32_t name_index, double duration_ms, Recomputable recomputable) {
   const std::size_t index = trace_.ops_.size();
   if (!(duration_ms >= 0.0) || !std::isfinite(duration_ms)) {
     return make_error(ErrorCode::kInvalidInput,
@@ -110,15 +129,6 @@ Status TraceBuilder::add_op(std::string_view name, double duration_ms, Recomputa
   // as itself (found by fuzz/trace_json_fuzzer.cc).
   if (duration_ms == 0.0) duration_ms = 0.0;
   total_duration_ms_ += duration_ms;
-  std::uint32_t name_index;
-  auto it = name_to_index_.find(name);
-  if (it != name_to_index_.end()) {
-    name_index = it->second;
-  } else {
-    name_index = static_cast<std::uint32_t>(trace_.names_.size());
-    trace_.names_.emplace_back(name);
-    name_to_index_.emplace(std::string(name), name_index);
-  }
   const auto access_at = static_cast<std::uint32_t>(trace_.accesses_.size());
   trace_.ops_.push_back(Trace::OpRecord{name_index, access_at, access_at, recomputable, duration_ms});
   if (recomputable == Recomputable::kYes) ++trace_.recomputable_count_;

@@ -175,6 +175,18 @@ class TraceBuilder {
   Status add_op(std::string_view name, double duration_ms = 0.0,
                 Recomputable recomputable = Recomputable::kNo);
 
+  // Gives the trace these op names (another trace's op_names()) for
+  // add_named_op, which then skips interning: a trace derived from another
+  // (the hybrid planner's augmented trace) keeps its names without hashing
+  // every one again. Precondition: no op has been added yet. A later add_op
+  // of one of these names interns it again under a new index.
+  void use_op_names(std::span<const std::string> names);
+
+  // add_op with the name op_names()[name_index]. Precondition: name_index <
+  // the number of names given to use_op_names or interned by add_op.
+  Status add_named_op(std::uint32_t name_index, double duration_ms = 0.0,
+                      Recomputable recomputable = Recomputable::kNo);
+
   // Adds an access by the most recently added op (precondition: an op exists).
   void add_access(StorageId storage, AccessKind kind);
 

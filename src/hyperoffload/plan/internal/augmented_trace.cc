@@ -67,6 +67,7 @@ class Builder {
     builder_.set_d2h_bandwidth_gib_per_s(trace_.d2h_bandwidth_gib_per_s());
     builder_.set_h2d_bandwidth_gib_per_s(trace_.h2d_bandwidth_gib_per_s());
     builder_.set_memory_limit_bytes(trace_.memory_limit_bytes());
+    builder_.use_op_names(trace_.op_names());
     out_.original_id.reserve(static_cast<std::size_t>(trace_.storage_count()) + decisions_.size());
     for (StorageIndex s = 0; s < trace_.storage_count(); ++s) {
       const StorageInfo& info = trace_.storage(s);
@@ -75,7 +76,7 @@ class Builder {
     }
     for (OpIndex op = 0; op < trace_.op_count(); ++op) {
       if (!ends.at(op).empty()) regenerate_before(op, ends.at(op));
-      (void)builder_.add_op(trace_.op_name(op), trace_.op_duration_ms(op));
+      (void)builder_.add_named_op(trace_.op_name_index(op), trace_.op_duration_ms(op));
       for (const Access& access : trace_.accesses(op)) {
         builder_.add_access(current_[static_cast<std::size_t>(access.storage)], access.kind);
       }
@@ -143,7 +144,7 @@ class Builder {
     }
     std::map<StorageIndex, StorageId> transient_instance;
     for (auto& [k, rerun] : reruns) {
-      (void)builder_.add_op(trace_.op_name(k), trace_.op_duration_ms(k));
+      (void)builder_.add_named_op(trace_.op_name_index(k), trace_.op_duration_ms(k));
       // One instance per output however many writes of it the op lists: a
       // second instance would leave the first unread, and the planner would
       // release the storage right after regenerating it (found by
