@@ -109,9 +109,14 @@ class HybridPlanning {
         budget_(budget),
         accesses_(trace),
         peak_model_(internal::build_peak_model(trace, accesses_)),
-        model_(internal::build_recompute_model(trace, accesses_)),
         memory_cap_(options.peak.device_memory == DeviceMemory::kBudget ? std::optional<std::int64_t>(budget)
-                                                                        : std::nullopt) {}
+                                                                        : std::nullopt),
+        // The offload-only plan, on a second thread from here on: it is the
+        // largest single job and needs nothing built below.
+        offload_worker_(options.offload == OffloadUse::kRecomputeOnly
+                            ? std::jthread()
+                            : std::jthread([this] { offload_ = offload_only(); })),
+        model_(internal::build_recompute_model(trace, accesses_)) {}
 
   Result<PlanResult> run(std::string_view planner_name) {
     PlanResult result;
@@ -123,7 +128,7 @@ class HybridPlanning {
       chosen.notes.push_back(fmt::format("recompute: {} recompute(s) ({:.3f} ms); estimated step {:.3f} ms",
                                          chosen.recompute_count, chosen.recompute_ms, chosen.time_ms));
     } else {
-      HO_ASSIGN_OR_RETURN(chosen, hybrid(&result.floor));
+      chosen = hybrid(&result.floor);
     }
     if (budget_ < result.floor->bytes) {
       result.notes.push_back(fmt::format(
@@ -139,11 +144,6 @@ class HybridPlanning {
   }
 
  private:
-  // The peak planner on `trace` (the original or an augmented one).
-  Result<PlanResult> peak_plan(const Trace& trace) const {
-    return PeakPlanner(options_.peak).plan(trace, budget_);
-  }
-
   // The step's time for a plan of the original trace: compute, the re-runs
   // and the stall, played with the simulator's rules (the estimate is exact
   // for valid, fault-free schedules, which every plan here is).
@@ -170,10 +170,22 @@ class HybridPlanning {
     return candidate;
   }
 
-  // Offloads planned around the recomputes of `chosen`.
-  Result<Candidate> with_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
+  // Offloads planned around the recomputes of `chosen`: the peak planner on
+  // the augmented trace, each of its schedules mapped back to the original
+  // trace and timed there (so it picks its prefetch order by the schedule
+  // that is used).
+  Candidate with_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
     const AugmentedTrace augmented = internal::build_augmented_trace(trace_, model_, chosen);
-    HO_ASSIGN_OR_RETURN(PlanResult plan, peak_plan(augmented.trace));
+    const StorageAccesses accesses(augmented.trace);
+    const PeakModel model = internal::build_peak_model(augmented.trace, accesses);
+    const internal::ScheduleTimer timer = [&](std::vector<Action> actions) {
+      internal::TimedSchedule timed{internal::map_back(augmented, actions), 0.0};
+      timed.stall_ms = internal::estimate_stall_ms(trace_, accesses_, timed.actions, memory_cap_);
+      return timed;
+    };
+    internal::PeakRun run =
+        internal::run_peak_planner(augmented.trace, accesses, model, options_.peak, budget_, timer);
+    const PlanResult& plan = run.result;
     Candidate candidate;
     candidate.label = std::move(label);
     candidate.peak_bytes = plan.planned_peak_bytes;
@@ -183,8 +195,8 @@ class HybridPlanning {
     }
     candidate.recompute_count = augmented.recompute_count;
     candidate.recompute_ms = augmented.recompute_ms;
-    candidate.actions = internal::map_back(augmented, plan.schedule.actions);
-    candidate.time_ms = estimated_time_ms(candidate.actions, candidate.recompute_ms);
+    candidate.actions = std::move(run.result.schedule.actions);
+    candidate.time_ms = trace_.total_compute_ms() + candidate.recompute_ms + run.stall_ms;
     return candidate;
   }
 
@@ -229,33 +241,29 @@ class HybridPlanning {
     return full;
   }
 
-  Result<Candidate> hybrid(std::optional<UnavoidableFloor>* floor) const {
-    // The offload-only plan, on a second thread: it is the largest single job.
-    Candidate offload;
-    std::jthread offload_worker([&] { offload = offload_only(); });
-
+  Candidate hybrid(std::optional<UnavoidableFloor>* floor) {
     // Every gap is an offload candidate, so the peak planner's floor is what
     // the ops touch plus the retained storages past their last access; a
     // plan's re-runs can lower it only there, and finish() reports the lowest
     // floor among the plans made.
     *floor = peak_model_.floor;
     if (model_.candidates.empty()) {
-      offload_worker.join();
-      offload.label = "offload-only (nothing recomputable)";
-      return finish(std::move(offload), {}, floor);
+      offload_worker_.join();
+      offload_.label = "offload-only (nothing recomputable)";
+      return finish(std::move(offload_), {}, floor);
     }
     std::vector<Candidate> candidates;
     if (std::optional<Candidate> recompute = recompute_only_candidate()) candidates.push_back(std::move(*recompute));
-    HO_RETURN_IF_ERROR(search_decision_sets(candidates));
-    offload_worker.join();
+    search_decision_sets(candidates);
+    offload_worker_.join();
     const std::size_t evaluated = candidates.size() + 1;
-    return finish(std::move(offload), std::move(candidates), floor, evaluated);
+    return finish(std::move(offload_), std::move(candidates), floor, evaluated);
   }
 
   // Plans decision sets (hybrid_planner.h, step 4): the grid in order, then the
   // neighbours of the best while that improves it, within the evaluations the
   // trace's size allows.
-  Status search_decision_sets(std::vector<Candidate>& candidates) const {
+  void search_decision_sets(std::vector<Candidate>& candidates) const {
     const double work = static_cast<double>(trace_.op_count()) + static_cast<double>(trace_.access_count());
     const auto sets = static_cast<std::size_t>(
         std::clamp(std::floor(options_.evaluation_budget / std::max(work, 1.0)), 1.0,
@@ -268,7 +276,7 @@ class HybridPlanning {
     const std::size_t tries = 3 * sets;
     for (const DecisionParams& params : kDecisionGrid) {
       if (search.plans.size() >= sets || search.tried.size() >= tries) break;
-      HO_RETURN_IF_ERROR(evaluate(params, search));
+      evaluate(params, search);
     }
     // Refine around the best: half and double its ratio, a quarter more or
     // less of its share, a tenth more or less of its deadline.
@@ -288,12 +296,11 @@ class HybridPlanning {
       const std::size_t best_before = search.best();
       for (const DecisionParams& params : neighbours) {
         if (search.plans.size() >= sets || search.tried.size() >= tries) break;
-        HO_RETURN_IF_ERROR(evaluate(params, search));
+        evaluate(params, search);
       }
       if (search.best() == best_before) break;
     }
     for (auto& [params, candidate] : search.plans) candidates.push_back(std::move(candidate));
-    return ok_status();
   }
 
   // Decision sets tried so far, the decisions already planned (different
@@ -337,8 +344,8 @@ class HybridPlanning {
 
   // Plans the decision set of `params` unless it was tried or gives decisions
   // already planned.
-  Status evaluate(const DecisionParams& params, DecisionSearch& search) const {
-    if (std::find(search.tried.begin(), search.tried.end(), params) != search.tried.end()) return ok_status();
+  void evaluate(const DecisionParams& params, DecisionSearch& search) const {
+    if (std::find(search.tried.begin(), search.tried.end(), params) != search.tried.end()) return;
     search.tried.push_back(params);
     const std::vector<std::int32_t> reserved =
         params.offload_deadline > 0.0
@@ -352,17 +359,15 @@ class HybridPlanning {
     if (search.scarce && !selection.peak_after.empty()) {
       const std::int64_t unplanned = peak_model_.resident_bytes[static_cast<std::size_t>(peak_op_)];
       const double lowered = static_cast<double>(unplanned - selection.peak_after.back());
-      if (lowered < kNegligibleShare * static_cast<double>(unplanned - budget_)) return ok_status();
+      if (lowered < kNegligibleShare * static_cast<double>(unplanned - budget_)) return;
     }
     std::vector<std::pair<std::int32_t, OpIndex>> key;
     key.reserve(chosen.size());
     for (const RecomputeDecision& d : chosen) key.push_back({d.candidate, d.regenerate_before});
     std::sort(key.begin(), key.end());
-    if (key.empty() || std::find(search.seen.begin(), search.seen.end(), key) != search.seen.end()) return ok_status();
+    if (key.empty() || std::find(search.seen.begin(), search.seen.end(), key) != search.seen.end()) return;
     search.seen.push_back(std::move(key));
-    HO_ASSIGN_OR_RETURN(Candidate plan, with_offloads(chosen, decision_label(params)));
-    search.plans.push_back({params, std::move(plan)});
-    return ok_status();
+    search.plans.push_back({params, with_offloads(chosen, decision_label(params))});
   }
 
   static std::string decision_label(const DecisionParams& params) {
@@ -444,8 +449,10 @@ class HybridPlanning {
   std::int64_t budget_;
   const StorageAccesses accesses_;
   const PeakModel peak_model_;
-  const RecomputeModel model_;
   std::optional<std::int64_t> memory_cap_;
+  Candidate offload_;  // written by offload_worker_, read after joining it
+  std::jthread offload_worker_;
+  const RecomputeModel model_;
   OpIndex peak_op_ = peak_op();
   double compute_before_peak_ms_ = compute_before_peak_ms();
   std::int64_t offloadable_at_peak_ = offloadable_at_peak();

@@ -81,7 +81,7 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
 namespace internal {
 
 PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, const PeakModel& model,
-                         const PeakPlannerOptions& options, std::int64_t budget_bytes) {
+                         const PeakPlannerOptions& options, std::int64_t budget_bytes, const ScheduleTimer& timer) {
   PlanResult result;
   result.schedule.planner = "peak";
   const std::int64_t limit = budget_bytes;
@@ -132,10 +132,15 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
     const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit, by_edge);
     const std::vector<HostCopy> host_copies =
         issue_host_copies(model, host_order.versions, first_releases(model, placements, boundary_picks));
-    Variant variant{emit_actions(trace, model, placements, boundary_picks, host_copies), boundary_picks.size(),
-                    tree.max(), 0.0};
-    variant.stall_ms = internal::estimate_stall_ms(trace, accesses, variant.actions, memory_cap);
-    return variant;
+    std::vector<Action> actions = emit_actions(trace, model, placements, boundary_picks, host_copies);
+    TimedSchedule timed;
+    if (timer) {
+      timed = timer(std::move(actions));
+    } else {
+      timed.stall_ms = internal::estimate_stall_ms(trace, accesses, actions, memory_cap);
+      timed.actions = std::move(actions);
+    }
+    return Variant{std::move(timed.actions), boundary_picks.size(), tree.max(), timed.stall_ms};
   };
   Variant chosen;
   if (selected.empty()) {

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/ir/trace.h"
@@ -21,14 +23,32 @@ namespace hyperoffload::internal {
 
 struct PeakRun {
   PlanResult result;
-  // estimate_stall_ms of result.schedule on `trace`, on the device of
-  // options.device_memory (memory cap = the budget for DeviceMemory::kBudget).
+  // The stall of result.schedule as the run's timer measured it; by default
+  // estimate_stall_ms on `trace`, on the device of options.device_memory
+  // (memory cap = the budget for DeviceMemory::kBudget).
   double stall_ms = 0.0;
 };
 
+// A schedule as a run keeps it and its stall, for choosing between the
+// schedules a run makes (one per prefetch order).
+struct TimedSchedule {
+  std::vector<Action> actions;
+  double stall_ms = 0.0;
+};
+
+// Turns a schedule of the planned trace into the one the run returns, timed.
+// The hybrid planner plans an augmented trace: its timer maps each schedule
+// back to the original trace and times it there, so the run chooses by the
+// stall of the schedule that is used, and each mapping and timing runs on the
+// thread that made the schedule. Called once per schedule, from two threads at
+// once: it must be safe to call concurrently.
+using ScheduleTimer = std::function<TimedSchedule(std::vector<Action> actions)>;
+
 // Preconditions: trace.op_count() > 0; `accesses` is of `trace` and `model`
-// is build_peak_model(trace, accesses).
+// is build_peak_model(trace, accesses). Without a timer, schedules are timed
+// with estimate_stall_ms on `trace` and returned as made.
 PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, const PeakModel& model,
-                         const PeakPlannerOptions& options, std::int64_t budget_bytes);
+                         const PeakPlannerOptions& options, std::int64_t budget_bytes,
+                         const ScheduleTimer& timer = {});
 
 }  // namespace hyperoffload::internal

@@ -67,7 +67,7 @@ class Selection {
       // bound uses the initial count, which can only shrink.
       const auto first = static_cast<std::size_t>(c.interior_first());
       const auto end = static_cast<std::size_t>(c.end_op);
-      factor_[k] = combine(hiding(k), coverage_fraction(over_before[end] - over_before[first]), 0.0);
+      factor_[k] = combine(hiding(k, /*queued_ms=*/0.0), coverage_fraction(over_before[end] - over_before[first]), 0.0);
     }
     std::vector<double> keys(count);
     for (std::size_t k = 0; k < count; ++k) keys[k] = key(k, IndexGroup::kSmall);
@@ -129,13 +129,14 @@ class Selection {
   // queue is estimated as busy from time 0); the fraction of the copy back that
   // fits before the end op starts is clamped to [0, 1]. With nothing selected
   // this is (window - D2H) / H2D: 1 when the compute from the copy op to the
-  // use covers both transfers.
-  double hiding(std::size_t k) const {
+  // use covers both transfers. `queued_ms` is queued_d2h_ms of the version's
+  // copy op (0 with nothing selected, as when the bounds are first made).
+  double hiding(std::size_t k, double queued_ms) const {
     const PeakCandidate& c = model_.interior[k];
     const OpIndex copy_op = model_.versions[static_cast<std::size_t>(c.version)].copy_op;
     const double own_ms = version_queued_[static_cast<std::size_t>(c.version)] ? 0.0 : d2h_ms_[k];
     const double on_host_ms =
-        std::max(compute_before_[static_cast<std::size_t>(copy_op) + 1] + d2h_ms_[k], queued_d2h_ms(copy_op) + own_ms);
+        std::max(compute_before_[static_cast<std::size_t>(copy_op) + 1] + d2h_ms_[k], queued_ms + own_ms);
     const double slack_ms = compute_before_[static_cast<std::size_t>(c.end_op)] - on_host_ms;
     if (h2d_ms_[k] <= 0.0) return slack_ms >= 0.0 ? 1.0 : 0.0;
     return std::clamp(slack_ms / h2d_ms_[k], 0.0, 1.0);
@@ -229,7 +230,8 @@ class Selection {
     const double window_ms = compute_before_[last + 1] - compute_before_[first];
     const double neighbor =
         window_ms > 0.0 ? std::min(kMaxNeighbor, committed_ms / window_ms) : (committed_ms > 0.0 ? kMaxNeighbor : 0.0);
-    const double hiding = this->hiding(index);
+    const double hiding =
+        this->hiding(index, queued_d2h_ms(model_.versions[static_cast<std::size_t>(c.version)].copy_op));
     factor_[index] = combine(hiding, coverage_fraction(over_inside), neighbor);
     const IndexGroup group = index_.group(k);
     index_.set(k, group, key(index, group));

@@ -26,9 +26,11 @@ class Estimate {
         accesses_(accesses),
         actions_(actions),
         clock_(CopyEngines::kTwo, memory_cap_bytes, trace.storage_count()),
-        timing_(static_cast<std::size_t>(trace.storage_count())),
         wait_until_ms_(static_cast<std::size_t>(trace.op_count()), 0.0),
-        residency_(static_cast<std::size_t>(trace.storage_count())) {
+        storages_(static_cast<std::size_t>(trace.storage_count())) {
+    for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+      storages_[static_cast<std::size_t>(s)].size_bytes = trace.storage(s).size_bytes;
+    }
     if (clock_.capped()) {
       first_access_bytes_.assign(static_cast<std::size_t>(trace.op_count()), 0);
       for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
@@ -65,7 +67,7 @@ class Estimate {
   void run_op(OpIndex op, double host_ms) {
     std::size_t position = trace_.access_offset(op);
     for (const Access& access : trace_.accesses(op)) {
-      ResidencyState& state = residency_[static_cast<std::size_t>(access.storage)];
+      ResidencyState& state = storages_[static_cast<std::size_t>(access.storage)].state;
       apply_access(state, access.kind);
       versions_.record(position++, state.version);
     }
@@ -85,18 +87,18 @@ class Estimate {
     if (action.kind == ActionKind::kRecompute) return recompute(action, issue_ms);
     const std::optional<StorageIndex> storage = trace_.find_storage(action.storage);
     if (!storage) return issue_ms;
-    const auto s = static_cast<std::size_t>(*storage);
-    const std::int64_t bytes = trace_.storage(*storage).size_bytes;
+    PerStorage& at = storages_[static_cast<std::size_t>(*storage)];
+    const std::int64_t bytes = at.size_bytes;
     switch (action.kind) {
       case ActionKind::kCopyD2H:
-        if (classify_d2h(residency_[s]) != CopyOutcome::kCopies) return issue_ms;
-        apply_d2h(residency_[s]);
-        clock_.copy_to_host(*storage, timing_[s], issue_ms, trace_.d2h_ms(bytes));
+        if (classify_d2h(at.state) != CopyOutcome::kCopies) return issue_ms;
+        apply_d2h(at.state);
+        clock_.copy_to_host(*storage, at.timing, issue_ms, trace_.d2h_ms(bytes));
         return issue_ms;
       case ActionKind::kCopyH2D: {
-        if (classify_h2d(residency_[s]) != CopyOutcome::kCopies) return issue_ms;
-        apply_h2d(residency_[s]);
-        const StepClock::ToDevice copy = clock_.copy_to_device(timing_[s], issue_ms, bytes, trace_.h2d_ms(bytes));
+        if (classify_h2d(at.state) != CopyOutcome::kCopies) return issue_ms;
+        apply_h2d(at.state);
+        const StepClock::ToDevice copy = clock_.copy_to_device(at.timing, issue_ms, bytes, trace_.h2d_ms(bytes));
         // A copy waits for nothing but is waited for by the first op at or
         // after the one it is issued for that accesses its storage.
         const std::span<const StorageAccess> list = accesses_.of(*storage);
@@ -110,11 +112,11 @@ class Estimate {
         return copy.host_ms;
       }
       case ActionKind::kReleaseDevice:
-        if (!apply_release_device(residency_[s])) return issue_ms;
-        clock_.release(*storage, timing_[s], issue_ms, bytes);
+        if (!apply_release_device(at.state)) return issue_ms;
+        clock_.release(*storage, at.timing, issue_ms, bytes);
         return issue_ms;
       case ActionKind::kReleaseHost:
-        apply_release_host(residency_[s]);
+        apply_release_host(at.state);
         return issue_ms;
       case ActionKind::kRecompute:  // handled above
         return issue_ms;
@@ -127,11 +129,12 @@ class Estimate {
   double recompute(const Action& action, double issue_ms) {
     recompute_accesses(trace_, versions_, action.source_op, scratch_);
     const std::int64_t regenerated_bytes = regenerate_outputs(
-        scratch_, [this](StorageIndex s) -> ResidencyState& { return residency_[static_cast<std::size_t>(s)]; },
-        [this](StorageIndex s) { return trace_.storage(s).size_bytes; });
+        scratch_, [this](StorageIndex s) -> ResidencyState& { return storages_[static_cast<std::size_t>(s)].state; },
+        [this](StorageIndex s) { return storages_[static_cast<std::size_t>(s)].size_bytes; });
     double inputs_ready_ms = 0.0;
     for (const RecomputeAccess& input : scratch_.inputs) {
-      inputs_ready_ms = std::max(inputs_ready_ms, timing_[static_cast<std::size_t>(input.storage)].ready_ms());
+      inputs_ready_ms =
+          std::max(inputs_ready_ms, storages_[static_cast<std::size_t>(input.storage)].timing.ready_ms());
     }
     const double free_ms = clock_.stream_free_ms();
     const StepClock::Recompute run = clock_.recompute(scratch_, issue_ms, regenerated_bytes, inputs_ready_ms,
@@ -144,12 +147,18 @@ class Estimate {
   const StorageAccesses& accesses_;
   std::span<const Action> actions_;
   StepClock clock_;
-  std::vector<StorageTiming> timing_;
   // Per op: when the last copy to device that it waits for ends.
   std::vector<double> wait_until_ms_;
   // Bytes each op allocates on a capped device: the storages it accesses first.
   std::vector<std::int64_t> first_access_bytes_;
-  std::vector<ResidencyState> residency_;
+  // What the estimate keeps per storage, side by side: on a large trace each
+  // action's storage is a cache miss, one instead of three.
+  struct PerStorage {
+    ResidencyState state;
+    std::int64_t size_bytes = 0;
+    StorageTiming timing;
+  };
+  std::vector<PerStorage> storages_;
   AccessVersions versions_;  // enabled when the schedule recomputes
   RecomputeAccesses scratch_;
   double op_end_ms_ = 0.0;
