@@ -33,6 +33,17 @@ constexpr double kNoRatioLimit = std::numeric_limits<double>::infinity();
 constexpr std::size_t kScarceDecisionSets = 4;
 constexpr double kNegligibleShare = 0.01;
 
+// The peak planner's weights for a second try at the offloads, made when the
+// trace is small enough for four plans or more: credit for hiding outweighs
+// credit for size, so several small copies that hide beat one large copy that
+// resolves the peak but cannot hide. (In a small MLP whose last activations
+// are read right after the peak, the default weights offload one of those and
+// stall on its copy back; the MILP offloads weights and early activations
+// instead and hides every copy.) The plan it gives is one more candidate: the
+// quicker plan wins, so it never makes a plan worse.
+constexpr PeakScoreWeights kHidingFirstWeights{
+    .peak_reduction = 0.1, .hiding = 4.0, .coverage = 1.0, .neighbor_impact = 1.0};
+
 // One decision set (hybrid_planner.h, step 2). Recompute candidates whose
 // cost is at most `max_ratio` times the H2D time of their bytes, down to the
 // budget plus `offload_share` of the bytes the copy engine can take off the
@@ -115,7 +126,7 @@ class HybridPlanning {
         // largest single job and needs nothing built below.
         offload_worker_(options.offload == OffloadUse::kRecomputeOnly
                             ? std::jthread()
-                            : std::jthread([this] { offload_ = offload_only(); })),
+                            : std::jthread([this] { offload_ = offload_only(options_.peak, "offload-only"); })),
         model_(internal::build_recompute_model(trace, accesses_)) {}
 
   Result<PlanResult> run(std::string_view planner_name) {
@@ -155,10 +166,10 @@ class HybridPlanning {
   // The peak planner on the trace itself, on the accesses and model built
   // here; its own stall estimate is the one estimated_time_ms would compute
   // (same schedule, trace and device).
-  Candidate offload_only() const {
+  Candidate offload_only(const PeakPlannerOptions& options, std::string label) const {
     Candidate candidate;
-    candidate.label = "offload-only";
-    internal::PeakRun run = internal::run_peak_planner(trace_, accesses_, peak_model_, options_.peak, budget_);
+    candidate.label = std::move(label);
+    internal::PeakRun run = internal::run_peak_planner(trace_, accesses_, peak_model_, options, budget_);
     PlanResult& plan = run.result;
     candidate.time_ms = trace_.total_compute_ms() + run.stall_ms;
     candidate.peak_bytes = plan.planned_peak_bytes;
@@ -174,7 +185,8 @@ class HybridPlanning {
   // the augmented trace, each of its schedules mapped back to the original
   // trace and timed there (so it picks its prefetch order by the schedule
   // that is used).
-  Candidate with_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
+  Candidate with_offloads(std::span<const RecomputeDecision> chosen, std::string label,
+                          const PeakPlannerOptions& options) const {
     const AugmentedTrace augmented = internal::build_augmented_trace(trace_, model_, chosen);
     const StorageAccesses accesses(augmented.trace);
     const PeakModel model = internal::build_peak_model(augmented.trace, accesses);
@@ -184,7 +196,7 @@ class HybridPlanning {
       return timed;
     };
     internal::PeakRun run =
-        internal::run_peak_planner(augmented.trace, accesses, model, options_.peak, budget_, timer);
+        internal::run_peak_planner(augmented.trace, accesses, model, options, budget_, timer);
     const PlanResult& plan = run.result;
     Candidate candidate;
     candidate.label = std::move(label);
@@ -300,6 +312,18 @@ class HybridPlanning {
       }
       if (search.best() == best_before) break;
     }
+    // With room for more plans, the offloads again with the hiding-first
+    // weights: alone, and around the best decision set's recomputes.
+    if (!search.scarce) {
+      PeakPlannerOptions hiding_first = options_.peak;
+      hiding_first.weights = kHidingFirstWeights;
+      candidates.push_back(offload_only(hiding_first, "offload-only, hidden copies first"));
+      if (!search.plans.empty()) {
+        const DecisionParams best = search.plans[search.best()].first;
+        candidates.push_back(
+            with_offloads(select(best).decisions, decision_label(best) + ", hidden copies first", hiding_first));
+      }
+    }
     for (auto& [params, candidate] : search.plans) candidates.push_back(std::move(candidate));
   }
 
@@ -342,19 +366,24 @@ class HybridPlanning {
     return static_cast<std::int64_t>(std::min(bytes, static_cast<double>(std::max<std::int64_t>(0, excess))));
   }
 
-  // Plans the decision set of `params` unless it was tried or gives decisions
-  // already planned.
-  void evaluate(const DecisionParams& params, DecisionSearch& search) const {
-    if (std::find(search.tried.begin(), search.tried.end(), params) != search.tried.end()) return;
-    search.tried.push_back(params);
+  // The recompute decisions of `params` (DecisionParams).
+  RecomputeSelection select(const DecisionParams& params) const {
     const std::vector<std::int32_t> reserved =
         params.offload_deadline > 0.0
             ? internal::reserve_for_offload(trace_, model_, peak_op_, params.offload_deadline * compute_before_peak_ms_)
             : std::vector<std::int32_t>{};
     const std::int64_t target =
         budget_ + static_cast<std::int64_t>(params.offload_share * static_cast<double>(offloadable_at_peak_));
-    const RecomputeSelection selection = internal::select_recomputes(
-        trace_, peak_model_.resident_bytes, model_, {params.max_ratio, target}, reserved);
+    return internal::select_recomputes(trace_, peak_model_.resident_bytes, model_, {params.max_ratio, target},
+                                       reserved);
+  }
+
+  // Plans the decision set of `params` unless it was tried or gives decisions
+  // already planned.
+  void evaluate(const DecisionParams& params, DecisionSearch& search) const {
+    if (std::find(search.tried.begin(), search.tried.end(), params) != search.tried.end()) return;
+    search.tried.push_back(params);
+    const RecomputeSelection selection = select(params);
     const std::vector<RecomputeDecision>& chosen = selection.decisions;
     if (search.scarce && !selection.peak_after.empty()) {
       const std::int64_t unplanned = peak_model_.resident_bytes[static_cast<std::size_t>(peak_op_)];
@@ -367,7 +396,7 @@ class HybridPlanning {
     std::sort(key.begin(), key.end());
     if (key.empty() || std::find(search.seen.begin(), search.seen.end(), key) != search.seen.end()) return;
     search.seen.push_back(std::move(key));
-    search.plans.push_back({params, with_offloads(chosen, decision_label(params))});
+    search.plans.push_back({params, with_offloads(chosen, decision_label(params), options_.peak)});
   }
 
   static std::string decision_label(const DecisionParams& params) {

@@ -47,6 +47,7 @@ class Selection {
     factor_.resize(count);
     d2h_ms_.resize(count);
     h2d_ms_.resize(count);
+    prefetch_from_ms_.resize(count);
     fresh_at_.assign(count, -1);
     version_queued_.assign(model.versions.size(), false);
 
@@ -57,10 +58,23 @@ class Selection {
     for (std::size_t op = 0; op < ops; ++op) {
       over_before[op + 1] = over_before[op] + (model.resident_bytes[op] > limit ? 1 : 0);
     }
+    // last_over[x]: the last op at or before x above the limit, -1 when none.
+    std::vector<OpIndex> last_over(ops, -1);
+    for (std::size_t op = 0; op < ops; ++op) {
+      last_over[op] = model.resident_bytes[op] > limit ? static_cast<OpIndex>(op) : (op > 0 ? last_over[op - 1] : -1);
+    }
     initial_over_ = over_before[ops];
     for (std::size_t k = 0; k < count; ++k) {
       const PeakCandidate& c = model.interior[k];
       d2h_ms_[k] = trace.d2h_ms(c.size_bytes);
+      // The copy back cannot start before the last op of the gap that is over
+      // the limit before anything is selected has ended: the candidate must be
+      // off the device there. Selections can only move that op earlier, so
+      // this keeps hiding an upper bound.
+      const OpIndex last_over_in_gap = last_over[static_cast<std::size_t>(c.interior_last())];
+      prefetch_from_ms_[k] = last_over_in_gap >= c.interior_first()
+                                 ? compute_before_[static_cast<std::size_t>(last_over_in_gap) + 1]
+                                 : 0.0;
       h2d_ms_[k] = trace.h2d_ms(c.size_bytes);
       // Nothing is selected yet: no queue, no contention. The peak op is always
       // among the covered over-budget ops, hence the -1 in the coverage; the
@@ -123,21 +137,25 @@ class Selection {
             static_cast<std::size_t>(c.interior_last())};
   }
 
-  // Hiding: how much of the copy back fits between the data reaching the host
-  // and its use. The copy to host starts after the version's copy op, behind
-  // the copies of selected candidates issued no later (the engine is FIFO; the
-  // queue is estimated as busy from time 0); the fraction of the copy back that
-  // fits before the end op starts is clamped to [0, 1]. With nothing selected
-  // this is (window - D2H) / H2D: 1 when the compute from the copy op to the
-  // use covers both transfers. `queued_ms` is queued_d2h_ms of the version's
-  // copy op (0 with nothing selected, as when the bounds are first made).
+  // Hiding: how much of the copy back fits between the moment it can start
+  // and the data's use. It starts once the data is on the host and the gap's
+  // last op over the limit has ended (prefetch_from_ms_). The copy to host
+  // starts after the version's copy op, behind the copies of selected
+  // candidates issued no later (the engine is FIFO; the queue is estimated as
+  // busy from time 0); the fraction of the copy back that fits before the end
+  // op starts is clamped to [0, 1]. With nothing selected and no op over the
+  // limit late in the gap this is (window - D2H) / H2D: 1 when the compute
+  // from the copy op to the use covers both transfers. `queued_ms` is
+  // queued_d2h_ms of the version's copy op (0 with nothing selected, as when
+  // the bounds are first made).
   double hiding(std::size_t k, double queued_ms) const {
     const PeakCandidate& c = model_.interior[k];
     const OpIndex copy_op = model_.versions[static_cast<std::size_t>(c.version)].copy_op;
     const double own_ms = version_queued_[static_cast<std::size_t>(c.version)] ? 0.0 : d2h_ms_[k];
     const double on_host_ms =
         std::max(compute_before_[static_cast<std::size_t>(copy_op) + 1] + d2h_ms_[k], queued_ms + own_ms);
-    const double slack_ms = compute_before_[static_cast<std::size_t>(c.end_op)] - on_host_ms;
+    const double slack_ms =
+        compute_before_[static_cast<std::size_t>(c.end_op)] - std::max(on_host_ms, prefetch_from_ms_[k]);
     if (h2d_ms_[k] <= 0.0) return slack_ms >= 0.0 ? 1.0 : 0.0;
     return std::clamp(slack_ms / h2d_ms_[k], 0.0, 1.0);
   }
@@ -248,6 +266,7 @@ class Selection {
   std::vector<double> factor_;  // cached F: an upper bound of the current one
   std::vector<double> d2h_ms_;  // per candidate
   std::vector<double> h2d_ms_;
+  std::vector<double> prefetch_from_ms_;  // per candidate: earliest start of its copy back, see the constructor
   std::vector<bool> version_queued_;    // a selected candidate already copies this version
   std::vector<double> d2h_queue_;       // Fenwick tree over copy ops, see queued_d2h_ms
   std::vector<std::int32_t> fresh_at_;  // step at which factor_ was last made exact
