@@ -7,6 +7,8 @@
 // released.
 #include "hyperoffload/plan/hybrid_planner.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "hyperoffload/check/validator.h"
@@ -182,6 +184,50 @@ TEST(HybridPlanner, WithNothingRecomputableIsThePeakPlanner) {
   EXPECT_EQ(hybrid.schedule.planner, "hybrid");
   ASSERT_TRUE(hybrid.floor.has_value());
   EXPECT_EQ(hybrid.floor->bytes, peak.floor->bytes);
+}
+
+TEST(HybridPlanner, AlsoPlansTheOffloadsHidingFirstWhenOneLargeCopyCannotHide) {
+  // Nothing recomputable. s1 4 MiB: W@0 R@3; s2, s3, s4 0.75 MiB: W@0 R@5; s6
+  // 2 MiB at op 2.
+  //   op:   0     1      2     3     4      5
+  //   ms:   0     10     0     0     10     0
+  //   res:  6.25  6.25   8.25  6.25  2.25   2.25 MiB    budget 6.25 MiB: peak op 2, E = 2 MiB
+  // s1's copy back cannot start before op 2 ends and op 3 reads it then: H = 0.
+  // s2..s4 have op 4's 10 ms for theirs: H = 1. No coverage term (one
+  // over-budget op), no contention at first.
+  // - Default weights: s1 removes all of E with factor 1 (value 2), s2 0.75
+  //   with factor 2 (1.5) → s1. Its copy back starts when op 2 ends (10 ms)
+  //   and takes 4 ms: op 3 stalls 4 ms, makespan 24 ms (the peak plan).
+  // - Hiding first (peak_reduction 0.1, hiding 4): s1 0.2 against s2 3.075 →
+  //   s2, s3, s4 (0.75 each, 2.25 ≥ E); their copies to host take 2.25 ms of
+  //   op 1 and their copies back 2.25 ms of op 4: makespan 20 ms, the compute.
+  const Trace trace = TraceDsl()
+                          .storage(1, 4 * kMiB)
+                          .storage(2, 3 * kMiB / 4)
+                          .storage(3, 3 * kMiB / 4)
+                          .storage(4, 3 * kMiB / 4)
+                          .storage(6, 2 * kMiB)
+                          .bandwidth(kMiBPerMs)
+                          .op("a", "W1 W2 W3 W4")
+                          .op("b", "", 10.0)
+                          .op("c", "W6")
+                          .op("d", "R1")
+                          .op("e", "", 10.0)
+                          .op("f", "R2 R3 R4")
+                          .build();
+  const std::int64_t budget = 25 * kMiB / 4;
+  const PlanResult peak = plan_with("peak", trace, budget);
+  EXPECT_DOUBLE_EQ(simulated_ms(trace, peak, budget, DeviceMemory::kUnlimited), 24.0);
+  const PlanResult hybrid = plan_with("hybrid", trace, budget);
+  EXPECT_DOUBLE_EQ(simulated_ms(trace, hybrid, budget, DeviceMemory::kUnlimited), 20.0);
+  std::vector<StorageId> copied;
+  for (const Action& action : hybrid.schedule.actions) {
+    if (action.kind == ActionKind::kCopyD2H) copied.push_back(action.storage);
+  }
+  std::sort(copied.begin(), copied.end());
+  EXPECT_EQ(copied, (std::vector<StorageId>{2, 3, 4}));
+  ASSERT_FALSE(hybrid.notes.empty());
+  EXPECT_NE(hybrid.notes.back().find("offload-only, hidden copies first"), std::string::npos) << hybrid.notes.back();
 }
 
 TEST(RecomputePlanner, RecomputesWithoutCopiesAndReportsItsFloor) {

@@ -492,6 +492,62 @@ TEST(PeakPlannerSelection, IgnoresCopyEngineContentionWhenNeighbourImpactHasNoWe
                     "post 7 release_host 2"));
 }
 
+// Storages copied to host by a schedule, in schedule order.
+std::vector<StorageId> copied_to_host(const PlanResult& plan) {
+  std::vector<StorageId> out;
+  for (const Action& action : plan.schedule.actions) {
+    if (action.kind == ActionKind::kCopyD2H) out.push_back(action.storage);
+  }
+  return out;
+}
+
+TEST(PeakPlannerSelection, CannotHideACopyBackAcrossTheGapsLastOverBudgetOp) {
+  // 1 MiB per ms each way. s1, s2 2 MiB: W@0, s1 R@3, s2 R@5; s3 1 MiB at op 2.
+  //   op:    0    1      2    3    4      5
+  //   ms:    0    10     0    0    10     0
+  //   res:   4    4      5    4    2      2  MiB     budget 4 MiB: peak op 2, E = 1 MiB
+  // Both gaps cover op 2, both remove E and reach the host by 2 ms. s1's copy
+  // back cannot start before op 2, the last over-budget op of its gap, ends
+  // (10 ms), and op 3 starts then: H = 0, factor 1. s2's has op 4 (10 ms) for
+  // its 2 ms: H = 1, factor 2 → s2, and nothing stalls. (Timing the copy back
+  // from the data reaching the host instead gave both H = 1; the tie went to
+  // s1, whose copy back stalled op 3 for 2 ms.)
+  constexpr std::int64_t kMiB = 1 << 20;
+  const Trace trace = TraceDsl()
+                          .storage(1, 2 * kMiB)
+                          .storage(2, 2 * kMiB)
+                          .storage(3, kMiB)
+                          .bandwidth(1000.0 / 1024.0)
+                          .op("a", "W1 W2")
+                          .op("b", "", 10.0)
+                          .op("c", "W3")
+                          .op("d", "R1")
+                          .op("e", "", 10.0)
+                          .op("f", "R2")
+                          .build();
+  const PlanResult plan = plan_peak(trace, 4 * kMiB);
+  EXPECT_EQ(copied_to_host(plan), std::vector<StorageId>{2});
+  EXPECT_DOUBLE_EQ(simulate(trace, plan.schedule).stall_ms, 0.0);
+}
+
+TEST(PeakPlannerSelection, BreaksTiesTowardsTheSmallestWhenAsked) {
+  // s1 200, s2 100: W@0 R@2; s3 100 at op 1.
+  //   op:   0    1    2
+  //   res:  300  400  300     budget 300: peak op 1, E = 100
+  // No compute (H = 0), one over-budget op (C = 0), nothing selected (N = 0):
+  // both factors are 1 and both remove E. The tie goes to s1, generated first,
+  // or with SelectionTies::kSmallestFirst to s2.
+  const Trace trace =
+      TraceDsl().storage(1, 200).storage(2, 100).storage(3, 100).op("a", "W1 W2").op("b", "W3").op("c", "R1 R2").build();
+  EXPECT_EQ(copied_to_host(plan_peak(trace, 300)), std::vector<StorageId>{1});
+  PeakPlannerOptions smallest;
+  smallest.ties = SelectionTies::kSmallestFirst;
+  Result<PlanResult> plan = PeakPlanner(smallest).plan(trace, 300);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_TRUE(validate_schedule(trace, plan->schedule).valid());
+  EXPECT_EQ(copied_to_host(*plan), std::vector<StorageId>{2});
+}
+
 TEST(PeakPlannerSelection, StopsWhenNothingCoversThePeak) {
   // Both storages are accessed at op 1, the only op: nothing can move.
   const Trace trace = TraceDsl().storage(1, 100).storage(2, 100).op("a", "W1 W2").build();

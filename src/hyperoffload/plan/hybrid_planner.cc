@@ -39,10 +39,12 @@ constexpr double kNegligibleShare = 0.01;
 // resolves the peak but cannot hide. (In a small MLP whose last activations
 // are read right after the peak, the default weights offload one of those and
 // stall on its copy back; the MILP offloads weights and early activations
-// instead and hides every copy.) The plan it gives is one more candidate: the
-// quicker plan wins, so it never makes a plan worse.
+// instead and hides every copy.) Its ties go to the smallest candidate. The
+// plan it gives is one more candidate: the quicker plan wins, so it never
+// makes a plan worse.
 constexpr PeakScoreWeights kHidingFirstWeights{
     .peak_reduction = 0.1, .hiding = 4.0, .coverage = 1.0, .neighbor_impact = 1.0};
+constexpr std::string_view kHidingFirstLabel = "offload-only, hidden copies first";
 
 // One decision set (hybrid_planner.h, step 2). Recompute candidates whose
 // cost is at most `max_ratio` times the H2D time of their bytes, down to the
@@ -260,9 +262,15 @@ class HybridPlanning {
     // floor among the plans made.
     *floor = peak_model_.floor;
     if (model_.candidates.empty()) {
+      // Small enough for several plans: the hiding-first offloads too.
+      std::vector<Candidate> others;
+      if (plans_allowed() >= kScarceDecisionSets) {
+        others.push_back(offload_only(hiding_first(), std::string(kHidingFirstLabel)));
+      }
       offload_worker_.join();
       offload_.label = "offload-only (nothing recomputable)";
-      return finish(std::move(offload_), {}, floor);
+      const std::size_t evaluated = others.size() + 1;
+      return finish(std::move(offload_), std::move(others), floor, evaluated);
     }
     std::vector<Candidate> candidates;
     if (std::optional<Candidate> recompute = recompute_only_candidate()) candidates.push_back(std::move(*recompute));
@@ -272,14 +280,26 @@ class HybridPlanning {
     return finish(std::move(offload_), std::move(candidates), floor, evaluated);
   }
 
+  // How many decision-set plans the trace's size allows.
+  std::size_t plans_allowed() const {
+    const double work = static_cast<double>(trace_.op_count()) + static_cast<double>(trace_.access_count());
+    return static_cast<std::size_t>(std::clamp(std::floor(options_.evaluation_budget / std::max(work, 1.0)), 1.0,
+                                               static_cast<double>(std::max(1, options_.max_decision_sets))));
+  }
+
+  // The peak planner's options for the hiding-first plans (kHidingFirstWeights).
+  PeakPlannerOptions hiding_first() const {
+    PeakPlannerOptions options = options_.peak;
+    options.weights = kHidingFirstWeights;
+    options.ties = SelectionTies::kSmallestFirst;
+    return options;
+  }
+
   // Plans decision sets (hybrid_planner.h, step 4): the grid in order, then the
   // neighbours of the best while that improves it, within the evaluations the
   // trace's size allows.
   void search_decision_sets(std::vector<Candidate>& candidates) const {
-    const double work = static_cast<double>(trace_.op_count()) + static_cast<double>(trace_.access_count());
-    const auto sets = static_cast<std::size_t>(
-        std::clamp(std::floor(options_.evaluation_budget / std::max(work, 1.0)), 1.0,
-                   static_cast<double>(std::max(1, options_.max_decision_sets))));
+    const std::size_t sets = plans_allowed();
     DecisionSearch search;
     search.budget = budget_;
     search.scarce = sets < kScarceDecisionSets;
@@ -315,13 +335,11 @@ class HybridPlanning {
     // With room for more plans, the offloads again with the hiding-first
     // weights: alone, and around the best decision set's recomputes.
     if (!search.scarce) {
-      PeakPlannerOptions hiding_first = options_.peak;
-      hiding_first.weights = kHidingFirstWeights;
-      candidates.push_back(offload_only(hiding_first, "offload-only, hidden copies first"));
+      candidates.push_back(offload_only(hiding_first(), std::string(kHidingFirstLabel)));
       if (!search.plans.empty()) {
         const DecisionParams best = search.plans[search.best()].first;
         candidates.push_back(
-            with_offloads(select(best).decisions, decision_label(best) + ", hidden copies first", hiding_first));
+            with_offloads(select(best).decisions, decision_label(best) + ", hidden copies first", hiding_first()));
       }
     }
     for (auto& [params, candidate] : search.plans) candidates.push_back(std::move(candidate));

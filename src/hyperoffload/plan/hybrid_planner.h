@@ -24,11 +24,15 @@
 //     writes fresh storages, which later accesses read — that the peak planner
 //     plans as any trace; its schedule maps back to the original trace, each
 //     inserted op becoming a recompute action in the pre phase of the op it
-//     precedes.
+//     precedes. The peak planner times each schedule it makes there mapped
+//     back, on the original trace.
 //  4. Choice: the offload-only plan (the peak planner on the trace itself, on
 //     a second thread), the recompute-only plan (below) and the plans of
 //     decision sets — a fixed list, then the neighbours of the best, as many as
-//     the trace's size allows (HybridPlannerOptions) — are timed on the
+//     the trace's size allows (HybridPlannerOptions) — plus, on a trace small
+//     enough for four of those, the offloads planned again with weights that
+//     favour hiding over size (alone and around the best decision set) are
+//     timed on the
 //     original trace with the simulator's rules on the device of
 //     PeakPlannerOptions::device_memory (plan/internal/stall_estimate.h, exact
 //     for these schedules: compute, recomputes and stall); the quickest within

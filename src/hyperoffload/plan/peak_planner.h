@@ -85,8 +85,18 @@ struct PeakScoreWeights {
 };
 
 
+// How selection breaks a tie between candidates that all remove the excess at
+// the peak and score alike (docs/PEAK_PLANNER.md, "Selection").
+enum class SelectionTies : std::uint8_t {
+  kFirstGenerated,  // the candidate generated first (storage first appearance, then gap position)
+  kSmallestFirst,   // the smallest: fewest bytes to copy back when none of them hides
+};
+
 struct PeakPlannerOptions {
   PeakScoreWeights weights;
+  // Neither choice is better on every trace; the hybrid planner makes plans
+  // with both (docs/HYBRID_PLANNER.md).
+  SelectionTies ties = SelectionTies::kFirstGenerated;
   // The device to tune for (planner.h): it changes the order of the copies to
   // host and the stall estimate that picks between prefetch orders, never the
   // guarantees.

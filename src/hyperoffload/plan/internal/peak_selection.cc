@@ -17,6 +17,8 @@ constexpr std::int32_t kNone = CoveringIndex::kNoEntry;
 // layers (a 560k-op step took 165 s, 47 refreshes per step at 56k ops); within
 // 1% they stay at about six per step at any depth.
 constexpr double kNearBest = 0.01;
+// See Selection::key.
+constexpr double kSizeTieBreak = 1e-9;
 
 // Peak-driven selection (docs/PEAK_PLANNER.md, "Selection"). Candidates sit in
 // a CoveringIndex keyed by an upper bound of their score. Every selection only
@@ -33,10 +35,11 @@ constexpr double kNearBest = 0.01;
 // leads a query; E only decreases, so it moves at most once.
 class Selection {
  public:
-  Selection(const Trace& trace, const PeakModel& model, const PeakScoreWeights& weights, std::int64_t limit,
-            ProfileTree& profile)
+  Selection(const Trace& trace, const PeakModel& model, const PeakScoreWeights& weights, SelectionTies ties,
+            std::int64_t limit, ProfileTree& profile)
       : model_(model),
         weights_(weights),
+        ties_(ties),
         limit_(limit),
         profile_(profile),
         index_(trace.op_count(), intervals(model)),
@@ -82,6 +85,9 @@ class Selection {
       const auto first = static_cast<std::size_t>(c.interior_first());
       const auto end = static_cast<std::size_t>(c.end_op);
       factor_[k] = combine(hiding(k, /*queued_ms=*/0.0), coverage_fraction(over_before[end] - over_before[first]), 0.0);
+    }
+    for (const PeakCandidate& c : model.interior) {
+      largest_bytes_ = std::max(largest_bytes_, static_cast<double>(c.size_bytes));
     }
     std::vector<double> keys(count);
     for (std::size_t k = 0; k < count; ++k) keys[k] = key(k, IndexGroup::kSmall);
@@ -181,8 +187,18 @@ class Selection {
                              weights_.neighbor_impact * neighbor);
   }
 
+  // A large candidate's key is its factor; with SelectionTies::kSmallestFirst
+  // plus a tie-break below any real difference of factors, so that among
+  // candidates that all remove the excess and score alike the smaller wins.
+  // (When none of them can hide its copy back, their factors are all the base
+  // credit or all clamped to 0, and the smallest copy back is usually, not
+  // always, the shortest stall.) A constant per candidate, so the key stays an
+  // upper bound of its value.
   double key(std::size_t k, IndexGroup group) const {
-    return group == IndexGroup::kLarge ? factor_[k] : static_cast<double>(model_.interior[k].size_bytes) * factor_[k];
+    const auto size = static_cast<double>(model_.interior[k].size_bytes);
+    if (group != IndexGroup::kLarge) return size * factor_[k];
+    return ties_ == SelectionTies::kSmallestFirst ? factor_[k] + kSizeTieBreak * (1.0 - size / largest_bytes_)
+                                                  : factor_[k];
   }
 
   // The value a candidate's key stands for at excess E: what it removes times
@@ -190,6 +206,18 @@ class Selection {
   double value(std::int32_t k, std::int64_t excess) const {
     const double key = index_.key(k);
     return index_.group(k) == IndexGroup::kLarge ? static_cast<double>(excess) * key : key;
+  }
+
+  // Between the two groups' leaders at equal value: the one generated first,
+  // or with SelectionTies::kSmallestFirst the smaller, which moves fewer bytes
+  // for the same score.
+  bool large_wins_tie(std::int32_t large, std::int32_t small) const {
+    if (ties_ == SelectionTies::kSmallestFirst) {
+      const std::int64_t large_bytes = model_.interior[static_cast<std::size_t>(large)].size_bytes;
+      const std::int64_t small_bytes = model_.interior[static_cast<std::size_t>(small)].size_bytes;
+      if (large_bytes != small_bytes) return large_bytes < small_bytes;
+    }
+    return large < small;
   }
 
   std::int32_t best_at(OpIndex peak_op, std::int64_t excess, std::int32_t step) {
@@ -205,7 +233,7 @@ class Selection {
         } else {
           const double small_value = value(best.small, excess);
           const double large_value = value(best.large, excess);
-          if (large_value > small_value || (large_value == small_value && best.large < best.small)) {
+          if (large_value > small_value || (large_value == small_value && large_wins_tie(best.large, best.small))) {
             pick = best.large;
           }
         }
@@ -257,6 +285,7 @@ class Selection {
 
   const PeakModel& model_;
   const PeakScoreWeights& weights_;
+  SelectionTies ties_;
   std::int64_t limit_;
   ProfileTree& profile_;
   CoveringIndex index_;
@@ -267,6 +296,7 @@ class Selection {
   std::vector<double> d2h_ms_;  // per candidate
   std::vector<double> h2d_ms_;
   std::vector<double> prefetch_from_ms_;  // per candidate: earliest start of its copy back, see the constructor
+  double largest_bytes_ = 1.0;            // the largest candidate's size (at least 1), for key()
   std::vector<bool> version_queued_;    // a selected candidate already copies this version
   std::vector<double> d2h_queue_;       // Fenwick tree over copy ops, see queued_d2h_ms
   std::vector<std::int32_t> fresh_at_;  // step at which factor_ was last made exact
@@ -275,9 +305,9 @@ class Selection {
 }  // namespace
 
 std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
-                                                 const PeakScoreWeights& weights, std::int64_t limit_bytes,
-                                                 ProfileTree& profile) {
-  return Selection(trace, model, weights, limit_bytes, profile).run();
+                                                 const PeakScoreWeights& weights, SelectionTies ties,
+                                                 std::int64_t limit_bytes, ProfileTree& profile) {
+  return Selection(trace, model, weights, ties, limit_bytes, profile).run();
 }
 
 }  // namespace hyperoffload::internal

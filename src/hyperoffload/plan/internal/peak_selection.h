@@ -21,7 +21,7 @@ namespace hyperoffload::internal {
 // the order they were picked. Stops when the peak is within `limit_bytes` or
 // nothing covers the peak op (the floor).
 std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
-                                                 const PeakScoreWeights& weights, std::int64_t limit_bytes,
-                                                 ProfileTree& profile);
+                                                 const PeakScoreWeights& weights, SelectionTies ties,
+                                                 std::int64_t limit_bytes, ProfileTree& profile);
 
 }  // namespace hyperoffload::internal
