@@ -132,20 +132,18 @@ HYPEROFFLOAD_SIZES(BM_PeakPlannerSameTraces);
 HYPEROFFLOAD_SIZES(BM_RecomputePlanner);
 #undef HYPEROFFLOAD_SIZES
 BENCHMARK(BM_HybridPlannerGpt3XlDemo)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
-BENCHMARK(BM_PeakPlannerDeepTransformer)
-    ->Arg(2'000)
-    ->Arg(6'000)
-    ->Arg(20'000)
-    ->Unit(benchmark::kMillisecond)
-    ->MeasureProcessCPUTime()
-    ->UseRealTime();
-BENCHMARK(BM_HybridPlannerDeepTransformer)
-    ->Arg(2'000)
-    ->Arg(6'000)
-    ->Arg(20'000)
-    ->Unit(benchmark::kMillisecond)
-    ->MeasureProcessCPUTime()
-    ->UseRealTime();
+// Argument: transformer blocks.
+#define HYPEROFFLOAD_DEPTHS(benchmark_name) \
+  BENCHMARK(benchmark_name)                 \
+      ->Arg(2'000)                          \
+      ->Arg(6'000)                          \
+      ->Arg(20'000)                         \
+      ->Unit(benchmark::kMillisecond)       \
+      ->MeasureProcessCPUTime()             \
+      ->UseRealTime()
+HYPEROFFLOAD_DEPTHS(BM_PeakPlannerDeepTransformer);
+HYPEROFFLOAD_DEPTHS(BM_HybridPlannerDeepTransformer);
+#undef HYPEROFFLOAD_DEPTHS
 
 }  // namespace
 }  // namespace hyperoffload

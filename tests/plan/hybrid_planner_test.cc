@@ -19,6 +19,7 @@ namespace hyperoffload {
 namespace {
 
 using ::hyperoffload::testing::actions;
+using ::hyperoffload::testing::copied_to_host;
 using ::hyperoffload::testing::TraceDsl;
 constexpr Recomputable kRec = Recomputable::kYes;
 constexpr std::int64_t kMiB = 1 << 20;
@@ -220,10 +221,7 @@ TEST(HybridPlanner, AlsoPlansTheOffloadsHidingFirstWhenOneLargeCopyCannotHide) {
   EXPECT_DOUBLE_EQ(simulated_ms(trace, peak, budget, DeviceMemory::kUnlimited), 24.0);
   const PlanResult hybrid = plan_with("hybrid", trace, budget);
   EXPECT_DOUBLE_EQ(simulated_ms(trace, hybrid, budget, DeviceMemory::kUnlimited), 20.0);
-  std::vector<StorageId> copied;
-  for (const Action& action : hybrid.schedule.actions) {
-    if (action.kind == ActionKind::kCopyD2H) copied.push_back(action.storage);
-  }
+  std::vector<StorageId> copied = copied_to_host(hybrid.schedule.actions);
   std::sort(copied.begin(), copied.end());
   EXPECT_EQ(copied, (std::vector<StorageId>{2, 3, 4}));
   ASSERT_FALSE(hybrid.notes.empty());

@@ -19,6 +19,7 @@ namespace hyperoffload {
 namespace {
 
 using ::hyperoffload::testing::actions;
+using ::hyperoffload::testing::copied_to_host;
 using ::hyperoffload::testing::TraceDsl;
 
 PlanResult plan_peak(const Trace& trace, std::int64_t budget, PeakScoreWeights weights = {}) {
@@ -492,15 +493,6 @@ TEST(PeakPlannerSelection, IgnoresCopyEngineContentionWhenNeighbourImpactHasNoWe
                     "post 7 release_host 2"));
 }
 
-// Storages copied to host by a schedule, in schedule order.
-std::vector<StorageId> copied_to_host(const PlanResult& plan) {
-  std::vector<StorageId> out;
-  for (const Action& action : plan.schedule.actions) {
-    if (action.kind == ActionKind::kCopyD2H) out.push_back(action.storage);
-  }
-  return out;
-}
-
 TEST(PeakPlannerSelection, CannotHideACopyBackAcrossTheGapsLastOverBudgetOp) {
   // 1 MiB per ms each way. s1, s2 2 MiB: W@0, s1 R@3, s2 R@5; s3 1 MiB at op 2.
   //   op:    0    1      2    3    4      5
@@ -526,7 +518,7 @@ TEST(PeakPlannerSelection, CannotHideACopyBackAcrossTheGapsLastOverBudgetOp) {
                           .op("f", "R2")
                           .build();
   const PlanResult plan = plan_peak(trace, 4 * kMiB);
-  EXPECT_EQ(copied_to_host(plan), std::vector<StorageId>{2});
+  EXPECT_EQ(copied_to_host(plan.schedule.actions), std::vector<StorageId>{2});
   EXPECT_DOUBLE_EQ(simulate(trace, plan.schedule).stall_ms, 0.0);
 }
 
@@ -539,13 +531,13 @@ TEST(PeakPlannerSelection, BreaksTiesTowardsTheSmallestWhenAsked) {
   // or with SelectionTies::kSmallestFirst to s2.
   const Trace trace =
       TraceDsl().storage(1, 200).storage(2, 100).storage(3, 100).op("a", "W1 W2").op("b", "W3").op("c", "R1 R2").build();
-  EXPECT_EQ(copied_to_host(plan_peak(trace, 300)), std::vector<StorageId>{1});
+  EXPECT_EQ(copied_to_host(plan_peak(trace, 300).schedule.actions), std::vector<StorageId>{1});
   PeakPlannerOptions smallest;
   smallest.ties = SelectionTies::kSmallestFirst;
   Result<PlanResult> plan = PeakPlanner(smallest).plan(trace, 300);
   ASSERT_TRUE(plan.has_value());
   EXPECT_TRUE(validate_schedule(trace, plan->schedule).valid());
-  EXPECT_EQ(copied_to_host(*plan), std::vector<StorageId>{2});
+  EXPECT_EQ(copied_to_host(plan->schedule.actions), std::vector<StorageId>{2});
 }
 
 TEST(PeakPlannerSelection, StopsWhenNothingCoversThePeak) {

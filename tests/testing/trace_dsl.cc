@@ -56,6 +56,14 @@ Trace TraceDsl::build() const {
   return std::move(*trace);
 }
 
+std::vector<StorageId> copied_to_host(std::span<const Action> actions) {
+  std::vector<StorageId> out;
+  for (const Action& action : actions) {
+    if (action.kind == ActionKind::kCopyD2H) out.push_back(action.storage);
+  }
+  return out;
+}
+
 std::vector<Action> actions(std::string_view text) {
   std::vector<Action> result;
   std::istringstream items{std::string(text)};

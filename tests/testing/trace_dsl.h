@@ -15,6 +15,7 @@
 
 #include <optional>
 #include <ostream>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,9 @@ class TraceDsl {
 // Parses "post 0 copy_d2h 1; pre 3 copy_h2d 1" into actions (phase op kind
 // storage); for a recompute the last number is the source op: "pre 3 recompute 1".
 std::vector<Action> actions(std::string_view text);
+
+// The storages a schedule copies to host, in schedule order.
+std::vector<StorageId> copied_to_host(std::span<const Action> actions);
 
 }  // namespace hyperoffload::testing
 
