@@ -493,7 +493,7 @@ TEST(PeakPlannerSelection, IgnoresCopyEngineContentionWhenNeighbourImpactHasNoWe
                     "post 7 release_host 2"));
 }
 
-TEST(PeakPlannerSelection, CannotHideACopyBackAcrossTheGapsLastOverBudgetOp) {
+TEST(PeakPlannerSelection, WithCopyBackWindowsCannotHideACopyBackAcrossTheGapsLastOverBudgetOp) {
   // 1 MiB per ms each way. s1, s2 2 MiB: W@0, s1 R@3, s2 R@5; s3 1 MiB at op 2.
   //   op:    0    1      2    3    4      5
   //   ms:    0    10     0    0    10     0
@@ -501,9 +501,10 @@ TEST(PeakPlannerSelection, CannotHideACopyBackAcrossTheGapsLastOverBudgetOp) {
   // Both gaps cover op 2, both remove E and reach the host by 2 ms. s1's copy
   // back cannot start before op 2, the last over-budget op of its gap, ends
   // (10 ms), and op 3 starts then: H = 0, factor 1. s2's has op 4 (10 ms) for
-  // its 2 ms: H = 1, factor 2 → s2, and nothing stalls. (Timing the copy back
-  // from the data reaching the host instead gave both H = 1; the tie went to
-  // s1, whose copy back stalled op 3 for 2 ms.)
+  // its 2 ms: H = 1, factor 2 → s2, and nothing stalls. Without the windows
+  // (the default, CopyBackWindows::kNone) the copy back is timed from the data
+  // reaching the host: both H = 1, the tie goes to s1, and its copy back,
+  // which cannot start before op 2 ends, stalls op 3 for 2 ms.
   constexpr std::int64_t kMiB = 1 << 20;
   const Trace trace = TraceDsl()
                           .storage(1, 2 * kMiB)
@@ -517,9 +518,16 @@ TEST(PeakPlannerSelection, CannotHideACopyBackAcrossTheGapsLastOverBudgetOp) {
                           .op("e", "", 10.0)
                           .op("f", "R2")
                           .build();
-  const PlanResult plan = plan_peak(trace, 4 * kMiB);
-  EXPECT_EQ(copied_to_host(plan.schedule.actions), std::vector<StorageId>{2});
-  EXPECT_DOUBLE_EQ(simulate(trace, plan.schedule).stall_ms, 0.0);
+  const PlanResult plain = plan_peak(trace, 4 * kMiB);
+  EXPECT_EQ(copied_to_host(plain.schedule.actions), std::vector<StorageId>{1});
+  EXPECT_DOUBLE_EQ(simulate(trace, plain.schedule).stall_ms, 2.0);
+  PeakPlannerOptions windows;
+  windows.windows = CopyBackWindows::kBeforePlanning;
+  Result<PlanResult> plan = PeakPlanner(windows).plan(trace, 4 * kMiB);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_TRUE(validate_schedule(trace, plan->schedule).valid());
+  EXPECT_EQ(copied_to_host(plan->schedule.actions), std::vector<StorageId>{2});
+  EXPECT_DOUBLE_EQ(simulate(trace, plan->schedule).stall_ms, 0.0);
 }
 
 TEST(PeakPlannerSelection, BreaksTiesTowardsTheSmallestWhenAsked) {
@@ -538,6 +546,70 @@ TEST(PeakPlannerSelection, BreaksTiesTowardsTheSmallestWhenAsked) {
   ASSERT_TRUE(plan.has_value());
   EXPECT_TRUE(validate_schedule(trace, plan->schedule).valid());
   EXPECT_EQ(copied_to_host(plan->schedule.actions), std::vector<StorageId>{2});
+}
+
+TEST(PeakPlannerSelection, TakesCopyBackWindowsFromAFirstPassWhenAsked) {
+  // A 6-layer MLP step (scripts/optimal-gap-benchmarks.sh, mlp-6-s3): sN is
+  // storage N in MiB, weights (1, 3, 5, 7, 9, 11) and their gradients retained;
+  // 16 GiB/s, so a copy of 16 MiB takes 1/1024 s = 0.9765625 ms. Unplanned, the
+  // peak is 85 MiB at bwd5 (op 8); bwd4 (op 9) holds 70 MiB and bwd3 (op 10)
+  // 66 MiB. Budget 61.6 MiB: E = 23.4 MiB at op 8, and ops 9 and 10 are over too.
+  // Hiding-first weights (no neighbour term), ties to the smallest.
+  // - Windows before planning: ops 9 and 10 are over the budget, so every gap
+  //   ending at op 10 or 11 (s4, s5, s6, s7: read by bwd3 and bwd2) cannot start
+  //   its copy back before op 9 or 10 ends: H = 0, as for s8 (16 MiB, read by
+  //   bwd4). After s0, s2, s3 and s1 (11 MiB, all hidden: read by bwd1 and bwd0,
+  //   with bwd3's 4 ms before them), E = 12.4 MiB and every candidate left
+  //   scores the base credit: s8 removes the most → its copy back starts when
+  //   bwd5 ends and stalls bwd4 for 0.9765625 ms.
+  // - Windows of a first pass: after that pass's picks ops 9 and 10 are within
+  //   the budget with s4..s7 resident, so their copies back can run during bwd4
+  //   (1 ms) and bwd3: H = 1, and they beat s8. Every copy hides: no stall, and
+  //   the step takes its compute, 19.05 ms.
+  constexpr std::int64_t kMiB = 1 << 20;
+  TraceDsl dsl;
+  const std::pair<StorageId, std::int64_t> sizes[] = {{0, 4},  {1, 1},   {2, 4},  {3, 2},   {4, 8},  {5, 1},  {6, 2},
+                                                      {7, 2},  {8, 16},  {9, 1},  {10, 4},  {11, 2}, {12, 16}, {13, 16},
+                                                      {14, 4}, {15, 2},  {16, 16}, {17, 1}, {18, 2}, {19, 2}, {20, 8},
+                                                      {21, 1}, {22, 4},  {23, 2}, {24, 4},  {25, 1}};
+  for (const auto& [id, mib] : sizes) {
+    const bool retained = id == 1 || id == 3 || id == 5 || id == 7 || id == 9 || id == 11 || id == 15 || id == 17 ||
+                          id == 19 || id == 21 || id == 23 || id == 25;
+    dsl.storage(id, mib * kMiB, retained ? Retention::kRetained : Retention::kReleasable);
+  }
+  const Trace trace = dsl.bandwidth(16.0)
+                          .op("load", "W0", 0.1)
+                          .op("fwd0", "R0 R1 W2", 0.5)
+                          .op("fwd1", "R2 R3 W4", 1.0)
+                          .op("fwd2", "R4 R5 W6", 0.25)
+                          .op("fwd3", "R6 R7 W8", 2.0)
+                          .op("fwd4", "R8 R9 W10", 0.5)
+                          .op("fwd5", "R10 R11 W12", 2.0)
+                          .op("loss", "R12 W13", 0.2)
+                          .op("bwd5", "R13 R10 R12 R11 W14 W15", 4.0)
+                          .op("bwd4", "R14 R8 R10 R9 W16 W17", 1.0)
+                          .op("bwd3", "R16 R6 R8 R7 W18 W19", 4.0)
+                          .op("bwd2", "R18 R4 R6 R5 W20 W21", 0.5)
+                          .op("bwd1", "R20 R2 R4 R3 W22 W23", 2.0)
+                          .op("bwd0", "R22 R0 R2 R1 W24 W25", 1.0)
+                          .build();
+  const std::int64_t budget = 64'592'281;
+  PeakPlannerOptions options;
+  options.weights = PeakScoreWeights{0.1, 4.0, 1.0, 0.0};
+  options.ties = SelectionTies::kSmallestFirst;
+  auto stall_ms = [&](CopyBackWindows windows) {
+    options.windows = windows;
+    Result<PlanResult> plan = PeakPlanner(options).plan(trace, budget);
+    EXPECT_TRUE(plan.has_value());
+    if (!plan) return -1.0;
+    const ValidationReport report = validate_schedule(trace, plan->schedule);
+    EXPECT_TRUE(report.valid());
+    EXPECT_LE(report.peak_bytes, budget);
+    return simulate(trace, plan->schedule).stall_ms;
+  };
+  EXPECT_DOUBLE_EQ(stall_ms(CopyBackWindows::kBeforePlanning), 0.9765625);
+  EXPECT_DOUBLE_EQ(stall_ms(CopyBackWindows::kAfterAFirstPass), 0.0);
+  EXPECT_DOUBLE_EQ(trace.total_compute_ms(), 19.05);
 }
 
 TEST(PeakPlannerSelection, StopsWhenNothingCoversThePeak) {

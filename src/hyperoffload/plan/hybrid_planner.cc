@@ -264,9 +264,7 @@ class HybridPlanning {
     if (model_.candidates.empty()) {
       // Small enough for several plans: the hiding-first offloads too.
       std::vector<Candidate> others;
-      if (plans_allowed() >= kScarceDecisionSets) {
-        others.push_back(offload_only(hiding_first(), std::string(kHidingFirstLabel)));
-      }
+      if (plans_allowed() >= kScarceDecisionSets) more_offload_only_plans(others);
       offload_worker_.join();
       offload_.label = "offload-only (nothing recomputable)";
       const std::size_t evaluated = others.size() + 1;
@@ -287,12 +285,33 @@ class HybridPlanning {
                                                static_cast<double>(std::max(1, options_.max_decision_sets))));
   }
 
+  // The peak planner's options for the decision sets' offloads: the given
+  // ones with the copy-back windows of the profile before planning (which
+  // suit offloads planned around recomputes better on the GPT presets).
+  PeakPlannerOptions around_recomputes() const {
+    PeakPlannerOptions options = options_.peak;
+    options.windows = CopyBackWindows::kBeforePlanning;
+    return options;
+  }
+
   // The peak planner's options for the hiding-first plans (kHidingFirstWeights).
   PeakPlannerOptions hiding_first() const {
-    PeakPlannerOptions options = options_.peak;
+    PeakPlannerOptions options = around_recomputes();
     options.weights = kHidingFirstWeights;
     options.ties = SelectionTies::kSmallestFirst;
     return options;
+  }
+
+  // The other offload-only plans of a small trace: the given weights with the
+  // copy-back windows before planning, and the hiding-first weights with those
+  // and with the windows of a first selection pass (none is better on every
+  // trace).
+  void more_offload_only_plans(std::vector<Candidate>& candidates) const {
+    candidates.push_back(offload_only(around_recomputes(), "offload-only, copy-back windows"));
+    candidates.push_back(offload_only(hiding_first(), std::string(kHidingFirstLabel)));
+    PeakPlannerOptions two_pass = hiding_first();
+    two_pass.windows = CopyBackWindows::kAfterAFirstPass;
+    candidates.push_back(offload_only(two_pass, std::string(kHidingFirstLabel) + ", copy-back windows of a first pass"));
   }
 
   // Plans decision sets (hybrid_planner.h, step 4): the grid in order, then the
@@ -335,7 +354,7 @@ class HybridPlanning {
     // With room for more plans, the offloads again with the hiding-first
     // weights: alone, and around the best decision set's recomputes.
     if (!search.scarce) {
-      candidates.push_back(offload_only(hiding_first(), std::string(kHidingFirstLabel)));
+      more_offload_only_plans(candidates);
       if (!search.plans.empty()) {
         const DecisionParams best = search.plans[search.best()].first;
         candidates.push_back(
@@ -414,7 +433,7 @@ class HybridPlanning {
     std::sort(key.begin(), key.end());
     if (key.empty() || std::find(search.seen.begin(), search.seen.end(), key) != search.seen.end()) return;
     search.seen.push_back(std::move(key));
-    search.plans.push_back({params, with_offloads(chosen, decision_label(params), options_.peak)});
+    search.plans.push_back({params, with_offloads(chosen, decision_label(params), around_recomputes())});
   }
 
   static std::string decision_label(const DecisionParams& params) {

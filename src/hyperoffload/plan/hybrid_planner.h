@@ -31,7 +31,8 @@
 //     decision sets — a fixed list, then the neighbours of the best, as many as
 //     the trace's size allows (HybridPlannerOptions) — plus, on a trace small
 //     enough for four of those, the offloads planned again with weights that
-//     favour hiding over size (alone and around the best decision set) are
+//     favour hiding over size (alone, with either kind of copy-back window,
+//     and around the best decision set) are
 //     timed on the
 //     original trace with the simulator's rules on the device of
 //     PeakPlannerOptions::device_memory (plan/internal/stall_estimate.h, exact

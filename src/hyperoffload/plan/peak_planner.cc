@@ -97,7 +97,8 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
   }
 
   const std::vector<std::int32_t> selected =
-      internal::select_peak_candidates(trace, model, options.weights, options.ties, limit, profile);
+      internal::select_peak_candidates(trace, model, options.weights, options.ties, options.windows, limit,
+                                       profile);
   // Below the floor the selection stops at the floor; placement then keeps to
   // what was reached instead of the unreachable budget.
   const std::int64_t placement_limit = std::max(limit, profile.max());

@@ -92,8 +92,20 @@ enum class SelectionTies : std::uint8_t {
   kSmallestFirst,   // the smallest: fewest bytes to copy back when none of them hides
 };
 
+// Where selection's hiding term lets a candidate's copy back start
+// (docs/PEAK_PLANNER.md, "Selection"): once the data is on the host, or also
+// not before the last op of its gap that is over the budget.
+enum class CopyBackWindows : std::uint8_t {
+  kNone,             // once the data is on the host
+  kBeforePlanning,   // after the gap's last op over the budget before anything is offloaded
+  kAfterAFirstPass,  // the same after a first selection pass, with the candidate resident: two passes
+};
+
 struct PeakPlannerOptions {
   PeakScoreWeights weights;
+  // None is better on every trace: the hybrid planner makes plans with each
+  // (docs/HYBRID_PLANNER.md).
+  CopyBackWindows windows = CopyBackWindows::kNone;
   // Neither choice is better on every trace; the hybrid planner makes plans
   // with both (docs/HYBRID_PLANNER.md).
   SelectionTies ties = SelectionTies::kFirstGenerated;

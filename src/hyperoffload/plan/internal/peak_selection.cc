@@ -35,8 +35,10 @@ constexpr double kSizeTieBreak = 1e-9;
 // leads a query; E only decreases, so it moves at most once.
 class Selection {
  public:
+  // `prefetch_from_ms`: per candidate, the earliest start of its copy back;
+  // empty: from the ops over the limit before anything is selected (see below).
   Selection(const Trace& trace, const PeakModel& model, const PeakScoreWeights& weights, SelectionTies ties,
-            std::int64_t limit, ProfileTree& profile)
+            std::int64_t limit, ProfileTree& profile, std::vector<double> prefetch_from_ms = {})
       : model_(model),
         weights_(weights),
         ties_(ties),
@@ -45,8 +47,10 @@ class Selection {
         index_(trace.op_count(), intervals(model)),
         compute_before_(compute_prefix(trace)),
         load_(compute_before_),
+        prefetch_from_ms_(std::move(prefetch_from_ms)),
         d2h_queue_(static_cast<std::size_t>(trace.op_count()) + 1, 0.0) {
     const std::size_t count = model.interior.size();
+    const bool windows_given = !prefetch_from_ms_.empty();
     factor_.resize(count);
     d2h_ms_.resize(count);
     h2d_ms_.resize(count);
@@ -75,9 +79,11 @@ class Selection {
       // off the device there. Selections can only move that op earlier, so
       // this keeps hiding an upper bound.
       const OpIndex last_over_in_gap = last_over[static_cast<std::size_t>(c.interior_last())];
-      prefetch_from_ms_[k] = last_over_in_gap >= c.interior_first()
-                                 ? compute_before_[static_cast<std::size_t>(last_over_in_gap) + 1]
-                                 : 0.0;
+      if (!windows_given) {
+        prefetch_from_ms_[k] = last_over_in_gap >= c.interior_first()
+                                   ? compute_before_[static_cast<std::size_t>(last_over_in_gap) + 1]
+                                   : 0.0;
+      }
       h2d_ms_[k] = trace.h2d_ms(c.size_bytes);
       // Nothing is selected yet: no queue, no contention. The peak op is always
       // among the covered over-budget ops, hence the -1 in the coverage; the
@@ -306,8 +312,36 @@ class Selection {
 
 std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
                                                  const PeakScoreWeights& weights, SelectionTies ties,
-                                                 std::int64_t limit_bytes, ProfileTree& profile) {
-  return Selection(trace, model, weights, ties, limit_bytes, profile).run();
+                                                 CopyBackWindows windows, std::int64_t limit_bytes,
+                                                 ProfileTree& profile) {
+  if (windows == CopyBackWindows::kNone) {
+    return Selection(trace, model, weights, ties, limit_bytes, profile,
+                     std::vector<double>(model.interior.size(), 0.0))
+        .run();
+  }
+  if (windows == CopyBackWindows::kBeforePlanning) {
+    return Selection(trace, model, weights, ties, limit_bytes, profile).run();
+  }
+  // A first pass, on a copy of the profile, says where each candidate must be
+  // off the device given the others that pass took: where the profile after
+  // it, with the candidate on the device, is over the limit.
+  ProfileTree after = profile;
+  const std::vector<std::int32_t> first_pass = Selection(trace, model, weights, ties, limit_bytes, after).run();
+  std::vector<bool> taken(model.interior.size(), false);
+  for (const std::int32_t k : first_pass) taken[static_cast<std::size_t>(k)] = true;
+  std::vector<double> compute_before(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    compute_before[static_cast<std::size_t>(op) + 1] = compute_before[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
+  }
+  std::vector<double> prefetch_from_ms(model.interior.size(), 0.0);
+  for (std::size_t k = 0; k < model.interior.size(); ++k) {
+    const PeakCandidate& c = model.interior[k];
+    const std::int64_t threshold = limit_bytes - (taken[k] ? c.size_bytes : 0);
+    const std::size_t last = after.find_last_above(static_cast<std::size_t>(c.interior_first()),
+                                                   static_cast<std::size_t>(c.interior_last()), threshold);
+    if (last != ProfileTree::kNotFound) prefetch_from_ms[k] = compute_before[last + 1];
+  }
+  return Selection(trace, model, weights, ties, limit_bytes, profile, std::move(prefetch_from_ms)).run();
 }
 
 }  // namespace hyperoffload::internal

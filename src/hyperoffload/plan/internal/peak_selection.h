@@ -22,6 +22,7 @@ namespace hyperoffload::internal {
 // nothing covers the peak op (the floor).
 std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
                                                  const PeakScoreWeights& weights, SelectionTies ties,
-                                                 std::int64_t limit_bytes, ProfileTree& profile);
+                                                 CopyBackWindows windows, std::int64_t limit_bytes,
+                                                 ProfileTree& profile);
 
 }  // namespace hyperoffload::internal
