@@ -22,8 +22,8 @@ using ::hyperoffload::testing::actions;
 using ::hyperoffload::testing::copied_to_host;
 using ::hyperoffload::testing::TraceDsl;
 
-PlanResult plan_peak(const Trace& trace, std::int64_t budget, PeakScoreWeights weights = {}) {
-  Result<PlanResult> plan = PeakPlanner(PeakPlannerOptions{weights}).plan(trace, budget);
+PlanResult plan_peak(const Trace& trace, std::int64_t budget, const PeakPlannerOptions& options) {
+  Result<PlanResult> plan = PeakPlanner(options).plan(trace, budget);
   EXPECT_TRUE(plan.has_value()) << plan.error().message;
   if (!plan) return {};
   const ValidationReport report = validate_schedule(trace, plan->schedule);
@@ -31,6 +31,10 @@ PlanResult plan_peak(const Trace& trace, std::int64_t budget, PeakScoreWeights w
   EXPECT_TRUE(report.faults.empty());
   EXPECT_EQ(report.peak_bytes, plan->planned_peak_bytes);
   return std::move(*plan);
+}
+
+PlanResult plan_peak(const Trace& trace, std::int64_t budget, PeakScoreWeights weights = {}) {
+  return plan_peak(trace, budget, PeakPlannerOptions{weights});
 }
 
 internal::PeakModel model_of(const Trace& trace) { return internal::build_peak_model(trace, StorageAccesses(trace)); }
@@ -523,11 +527,9 @@ TEST(PeakPlannerSelection, WithCopyBackWindowsCannotHideACopyBackAcrossTheGapsLa
   EXPECT_DOUBLE_EQ(simulate(trace, plain.schedule).stall_ms, 2.0);
   PeakPlannerOptions windows;
   windows.windows = CopyBackWindows::kBeforePlanning;
-  Result<PlanResult> plan = PeakPlanner(windows).plan(trace, 4 * kMiB);
-  ASSERT_TRUE(plan.has_value());
-  EXPECT_TRUE(validate_schedule(trace, plan->schedule).valid());
-  EXPECT_EQ(copied_to_host(plan->schedule.actions), std::vector<StorageId>{2});
-  EXPECT_DOUBLE_EQ(simulate(trace, plan->schedule).stall_ms, 0.0);
+  const PlanResult plan = plan_peak(trace, 4 * kMiB, windows);
+  EXPECT_EQ(copied_to_host(plan.schedule.actions), std::vector<StorageId>{2});
+  EXPECT_DOUBLE_EQ(simulate(trace, plan.schedule).stall_ms, 0.0);
 }
 
 TEST(PeakPlannerSelection, BreaksTiesTowardsTheSmallestWhenAsked) {
@@ -542,10 +544,7 @@ TEST(PeakPlannerSelection, BreaksTiesTowardsTheSmallestWhenAsked) {
   EXPECT_EQ(copied_to_host(plan_peak(trace, 300).schedule.actions), std::vector<StorageId>{1});
   PeakPlannerOptions smallest;
   smallest.ties = SelectionTies::kSmallestFirst;
-  Result<PlanResult> plan = PeakPlanner(smallest).plan(trace, 300);
-  ASSERT_TRUE(plan.has_value());
-  EXPECT_TRUE(validate_schedule(trace, plan->schedule).valid());
-  EXPECT_EQ(copied_to_host(plan->schedule.actions), std::vector<StorageId>{2});
+  EXPECT_EQ(copied_to_host(plan_peak(trace, 300, smallest).schedule.actions), std::vector<StorageId>{2});
 }
 
 TEST(PeakPlannerSelection, TakesCopyBackWindowsFromAFirstPassWhenAsked) {
@@ -599,13 +598,9 @@ TEST(PeakPlannerSelection, TakesCopyBackWindowsFromAFirstPassWhenAsked) {
   options.ties = SelectionTies::kSmallestFirst;
   auto stall_ms = [&](CopyBackWindows windows) {
     options.windows = windows;
-    Result<PlanResult> plan = PeakPlanner(options).plan(trace, budget);
-    EXPECT_TRUE(plan.has_value());
-    if (!plan) return -1.0;
-    const ValidationReport report = validate_schedule(trace, plan->schedule);
-    EXPECT_TRUE(report.valid());
-    EXPECT_LE(report.peak_bytes, budget);
-    return simulate(trace, plan->schedule).stall_ms;
+    const PlanResult plan = plan_peak(trace, budget, options);
+    EXPECT_LE(plan.planned_peak_bytes, budget);
+    return simulate(trace, plan.schedule).stall_ms;
   };
   EXPECT_DOUBLE_EQ(stall_ms(CopyBackWindows::kBeforePlanning), 0.9765625);
   EXPECT_DOUBLE_EQ(stall_ms(CopyBackWindows::kAfterAFirstPass), 0.0);

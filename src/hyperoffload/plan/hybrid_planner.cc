@@ -262,7 +262,7 @@ class HybridPlanning {
     // floor among the plans made.
     *floor = peak_model_.floor;
     if (model_.candidates.empty()) {
-      // Small enough for several plans: the hiding-first offloads too.
+      // Small enough for several plans: the other offload-only plans too.
       std::vector<Candidate> others;
       if (plans_allowed() >= kScarceDecisionSets) more_offload_only_plans(others);
       offload_worker_.join();
@@ -311,7 +311,8 @@ class HybridPlanning {
     candidates.push_back(offload_only(hiding_first(), std::string(kHidingFirstLabel)));
     PeakPlannerOptions two_pass = hiding_first();
     two_pass.windows = CopyBackWindows::kAfterAFirstPass;
-    candidates.push_back(offload_only(two_pass, std::string(kHidingFirstLabel) + ", copy-back windows of a first pass"));
+    candidates.push_back(
+        offload_only(two_pass, std::string(kHidingFirstLabel) + ", copy-back windows of a first pass"));
   }
 
   // Plans decision sets (hybrid_planner.h, step 4): the grid in order, then the
@@ -351,8 +352,8 @@ class HybridPlanning {
       }
       if (search.best() == best_before) break;
     }
-    // With room for more plans, the offloads again with the hiding-first
-    // weights: alone, and around the best decision set's recomputes.
+    // With room for more plans: the other offload-only plans, and the best
+    // decision set's offloads with the hiding-first weights.
     if (!search.scarce) {
       more_offload_only_plans(candidates);
       if (!search.plans.empty()) {

@@ -33,6 +33,15 @@ constexpr double kSizeTieBreak = 1e-9;
 // alone; the others are keyed by size * F, an upper bound of their value once E
 // drops below their size. Such a candidate is moved to the large group when it
 // leads a query; E only decreases, so it moves at most once.
+// Compute ms of ops [0, x), for x in [0, ops].
+std::vector<double> compute_prefix(const Trace& trace) {
+  std::vector<double> before(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    before[static_cast<std::size_t>(op) + 1] = before[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
+  }
+  return before;
+}
+
 class Selection {
  public:
   // `prefetch_from_ms`: per candidate, the earliest start of its copy back;
@@ -65,25 +74,28 @@ class Selection {
     for (std::size_t op = 0; op < ops; ++op) {
       over_before[op + 1] = over_before[op] + (model.resident_bytes[op] > limit ? 1 : 0);
     }
-    // last_over[x]: the last op at or before x above the limit, -1 when none.
-    std::vector<OpIndex> last_over(ops, -1);
-    for (std::size_t op = 0; op < ops; ++op) {
-      last_over[op] = model.resident_bytes[op] > limit ? static_cast<OpIndex>(op) : (op > 0 ? last_over[op - 1] : -1);
+    if (!windows_given) {
+      // The copy back cannot start before the last op of the gap that is over
+      // the limit before anything is selected has ended: the candidate must be
+      // off the device there. Selections can only move that op earlier, so
+      // this keeps hiding an upper bound. last_over[x]: the last op at or
+      // before x above the limit, -1 when none.
+      std::vector<OpIndex> last_over(ops, -1);
+      for (std::size_t op = 0; op < ops; ++op) {
+        last_over[op] = model.resident_bytes[op] > limit ? static_cast<OpIndex>(op) : (op > 0 ? last_over[op - 1] : -1);
+      }
+      for (std::size_t k = 0; k < count; ++k) {
+        const PeakCandidate& c = model.interior[k];
+        const OpIndex last_over_in_gap = last_over[static_cast<std::size_t>(c.interior_last())];
+        prefetch_from_ms_[k] = last_over_in_gap >= c.interior_first()
+                                   ? compute_before_[static_cast<std::size_t>(last_over_in_gap) + 1]
+                                   : 0.0;
+      }
     }
     initial_over_ = over_before[ops];
     for (std::size_t k = 0; k < count; ++k) {
       const PeakCandidate& c = model.interior[k];
       d2h_ms_[k] = trace.d2h_ms(c.size_bytes);
-      // The copy back cannot start before the last op of the gap that is over
-      // the limit before anything is selected has ended: the candidate must be
-      // off the device there. Selections can only move that op earlier, so
-      // this keeps hiding an upper bound.
-      const OpIndex last_over_in_gap = last_over[static_cast<std::size_t>(c.interior_last())];
-      if (!windows_given) {
-        prefetch_from_ms_[k] = last_over_in_gap >= c.interior_first()
-                                   ? compute_before_[static_cast<std::size_t>(last_over_in_gap) + 1]
-                                   : 0.0;
-      }
       h2d_ms_[k] = trace.h2d_ms(c.size_bytes);
       // Nothing is selected yet: no queue, no contention. The peak op is always
       // among the covered over-budget ops, hence the -1 in the coverage; the
@@ -127,14 +139,6 @@ class Selection {
   }
 
  private:
-  static std::vector<double> compute_prefix(const Trace& trace) {
-    std::vector<double> before(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
-    for (OpIndex op = 0; op < trace.op_count(); ++op) {
-      before[static_cast<std::size_t>(op) + 1] = before[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
-    }
-    return before;
-  }
-
   static std::vector<internal::OpInterval> intervals(const PeakModel& model) {
     std::vector<internal::OpInterval> out;
     out.reserve(model.interior.size());
@@ -150,8 +154,8 @@ class Selection {
   }
 
   // Hiding: how much of the copy back fits between the moment it can start
-  // and the data's use. It starts once the data is on the host and the gap's
-  // last op over the limit has ended (prefetch_from_ms_). The copy to host
+  // and the data's use. It starts once the data is on the host, and not
+  // before prefetch_from_ms_ (CopyBackWindows; 0 without). The copy to host
   // starts after the version's copy op, behind the copies of selected
   // candidates issued no later (the engine is FIFO; the queue is estimated as
   // busy from time 0); the fraction of the copy back that fits before the end
@@ -329,10 +333,7 @@ std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakM
   const std::vector<std::int32_t> first_pass = Selection(trace, model, weights, ties, limit_bytes, after).run();
   std::vector<bool> taken(model.interior.size(), false);
   for (const std::int32_t k : first_pass) taken[static_cast<std::size_t>(k)] = true;
-  std::vector<double> compute_before(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
-  for (OpIndex op = 0; op < trace.op_count(); ++op) {
-    compute_before[static_cast<std::size_t>(op) + 1] = compute_before[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
-  }
+  const std::vector<double> compute_before = compute_prefix(trace);
   std::vector<double> prefetch_from_ms(model.interior.size(), 0.0);
   for (std::size_t k = 0; k < model.interior.size(); ++k) {
     const PeakCandidate& c = model.interior[k];
