@@ -60,7 +60,7 @@
 // actions); its op-granular peak is within the budget whenever the budget is
 // at or above the floor. Cost: the peak planner's on the trace, plus one run per
 // decision set planned (one on a 1M-op trace) and, on a trace small enough for
-// four decision sets, five more (the extra offload-only plans, one of them two
+// four decision sets, four more (three extra offload-only plans, one of them two
 // selection passes, and the best decision set's hiding-first offloads), plus
 // O(ops + accesses) per selection and augmented trace.
 //
