@@ -1,6 +1,8 @@
 #include "hyperoffload/plan/internal/peak_selection.h"
 
 #include <algorithm>
+#include <span>
+#include <vector>
 
 #include "hyperoffload/plan/internal/covering_index.h"
 #include "hyperoffload/plan/internal/transfer_load.h"
@@ -20,6 +22,56 @@ constexpr double kNearBest = 0.01;
 // See Selection::key.
 constexpr double kSizeTieBreak = 1e-9;
 
+// Compute ms of ops [0, x), for x in [0, ops].
+std::vector<double> compute_prefix(const Trace& trace) {
+  std::vector<double> before(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    before[static_cast<std::size_t>(op) + 1] = before[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
+  }
+  return before;
+}
+
+// Copy-back windows (CopyBackWindows): per candidate, the earliest start of
+// its copy back, the end of the last op of its gap where it must be off the
+// device (0 where there is none).
+//
+// Before planning: where the profile before anything is selected is over the
+// limit. Selections can only move that op earlier, so hiding stays an upper
+// bound. last_over[x]: the last op at or before x above the limit, -1 when
+// none.
+std::vector<double> windows_before_planning(const PeakModel& model, std::int64_t limit,
+                                            std::span<const double> compute_before) {
+  std::vector<OpIndex> last_over(model.resident_bytes.size(), -1);
+  for (std::size_t op = 0; op < last_over.size(); ++op) {
+    last_over[op] = model.resident_bytes[op] > limit ? static_cast<OpIndex>(op) : (op > 0 ? last_over[op - 1] : -1);
+  }
+  std::vector<double> from_ms(model.interior.size(), 0.0);
+  for (std::size_t k = 0; k < model.interior.size(); ++k) {
+    const PeakCandidate& c = model.interior[k];
+    const OpIndex last = last_over[static_cast<std::size_t>(c.interior_last())];
+    if (last >= c.interior_first()) from_ms[k] = compute_before[static_cast<std::size_t>(last) + 1];
+  }
+  return from_ms;
+}
+
+// After a pass that took `taken` and left `after`: where `after`, with the
+// candidate on the device, is over the limit.
+std::vector<double> windows_after_a_pass(const PeakModel& model, std::int64_t limit,
+                                         std::span<const double> compute_before, const ProfileTree& after,
+                                         std::span<const std::int32_t> taken) {
+  std::vector<bool> was_taken(model.interior.size(), false);
+  for (const std::int32_t k : taken) was_taken[static_cast<std::size_t>(k)] = true;
+  std::vector<double> from_ms(model.interior.size(), 0.0);
+  for (std::size_t k = 0; k < model.interior.size(); ++k) {
+    const PeakCandidate& c = model.interior[k];
+    const std::int64_t threshold = limit - (was_taken[k] ? c.size_bytes : 0);
+    const std::size_t last = after.find_last_above(static_cast<std::size_t>(c.interior_first()),
+                                                   static_cast<std::size_t>(c.interior_last()), threshold);
+    if (last != ProfileTree::kNotFound) from_ms[k] = compute_before[last + 1];
+  }
+  return from_ms;
+}
+
 // Peak-driven selection (docs/PEAK_PLANNER.md, "Selection"). Candidates sit in
 // a CoveringIndex keyed by an upper bound of their score. Every selection only
 // lowers the profile (coverage shrinks), queues another copy to host (hiding
@@ -33,37 +85,27 @@ constexpr double kSizeTieBreak = 1e-9;
 // alone; the others are keyed by size * F, an upper bound of their value once E
 // drops below their size. Such a candidate is moved to the large group when it
 // leads a query; E only decreases, so it moves at most once.
-// Compute ms of ops [0, x), for x in [0, ops].
-std::vector<double> compute_prefix(const Trace& trace) {
-  std::vector<double> before(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
-  for (OpIndex op = 0; op < trace.op_count(); ++op) {
-    before[static_cast<std::size_t>(op) + 1] = before[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
-  }
-  return before;
-}
-
 class Selection {
  public:
-  // `prefetch_from_ms`: per candidate, the earliest start of its copy back;
-  // empty: from the ops over the limit before anything is selected (see below).
+  // `compute_before`: compute_prefix(trace); `prefetch_from_ms`: per
+  // candidate, the earliest start of its copy back (a copy-back window, or 0).
   Selection(const Trace& trace, const PeakModel& model, const PeakScoreWeights& weights, SelectionTies ties,
-            std::int64_t limit, ProfileTree& profile, std::vector<double> prefetch_from_ms = {})
+            std::int64_t limit, ProfileTree& profile, std::vector<double> compute_before,
+            std::vector<double> prefetch_from_ms)
       : model_(model),
         weights_(weights),
         ties_(ties),
         limit_(limit),
         profile_(profile),
         index_(trace.op_count(), intervals(model)),
-        compute_before_(compute_prefix(trace)),
+        compute_before_(std::move(compute_before)),
         load_(compute_before_),
         prefetch_from_ms_(std::move(prefetch_from_ms)),
         d2h_queue_(static_cast<std::size_t>(trace.op_count()) + 1, 0.0) {
     const std::size_t count = model.interior.size();
-    const bool windows_given = !prefetch_from_ms_.empty();
     factor_.resize(count);
     d2h_ms_.resize(count);
     h2d_ms_.resize(count);
-    prefetch_from_ms_.resize(count);
     fresh_at_.assign(count, -1);
     version_queued_.assign(model.versions.size(), false);
 
@@ -73,24 +115,6 @@ class Selection {
     std::vector<std::int32_t> over_before(ops + 1, 0);
     for (std::size_t op = 0; op < ops; ++op) {
       over_before[op + 1] = over_before[op] + (model.resident_bytes[op] > limit ? 1 : 0);
-    }
-    if (!windows_given) {
-      // The copy back cannot start before the last op of the gap that is over
-      // the limit before anything is selected has ended: the candidate must be
-      // off the device there. Selections can only move that op earlier, so
-      // this keeps hiding an upper bound. last_over[x]: the last op at or
-      // before x above the limit, -1 when none.
-      std::vector<OpIndex> last_over(ops, -1);
-      for (std::size_t op = 0; op < ops; ++op) {
-        last_over[op] = model.resident_bytes[op] > limit ? static_cast<OpIndex>(op) : (op > 0 ? last_over[op - 1] : -1);
-      }
-      for (std::size_t k = 0; k < count; ++k) {
-        const PeakCandidate& c = model.interior[k];
-        const OpIndex last_over_in_gap = last_over[static_cast<std::size_t>(c.interior_last())];
-        prefetch_from_ms_[k] = last_over_in_gap >= c.interior_first()
-                                   ? compute_before_[static_cast<std::size_t>(last_over_in_gap) + 1]
-                                   : 0.0;
-      }
     }
     initial_over_ = over_before[ops];
     for (std::size_t k = 0; k < count; ++k) {
@@ -305,7 +329,7 @@ class Selection {
   std::vector<double> factor_;  // cached F: an upper bound of the current one
   std::vector<double> d2h_ms_;  // per candidate
   std::vector<double> h2d_ms_;
-  std::vector<double> prefetch_from_ms_;  // per candidate: earliest start of its copy back, see the constructor
+  std::vector<double> prefetch_from_ms_;  // per candidate: earliest start of its copy back
   double largest_bytes_ = 1.0;            // the largest candidate's size (at least 1), for key()
   std::vector<bool> version_queued_;    // a selected candidate already copies this version
   std::vector<double> d2h_queue_;       // Fenwick tree over copy ops, see queued_d2h_ms
@@ -318,31 +342,31 @@ std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakM
                                                  const PeakScoreWeights& weights, SelectionTies ties,
                                                  CopyBackWindows windows, std::int64_t limit_bytes,
                                                  ProfileTree& profile) {
-  if (windows == CopyBackWindows::kNone) {
-    return Selection(trace, model, weights, ties, limit_bytes, profile,
-                     std::vector<double>(model.interior.size(), 0.0))
-        .run();
+  std::vector<double> compute_before = compute_prefix(trace);
+  switch (windows) {
+    case CopyBackWindows::kNone:
+      break;
+    case CopyBackWindows::kBeforePlanning:
+      return Selection(trace, model, weights, ties, limit_bytes, profile, compute_before,
+                       windows_before_planning(model, limit_bytes, compute_before))
+          .run();
+    case CopyBackWindows::kAfterAFirstPass: {
+      // A first pass, with the windows before planning, on a copy of the profile.
+      ProfileTree after = profile;
+      const std::vector<std::int32_t> first_pass =
+          Selection(trace, model, weights, ties, limit_bytes, after, compute_before,
+                    windows_before_planning(model, limit_bytes, compute_before))
+              .run();
+      std::vector<double> from_ms = windows_after_a_pass(model, limit_bytes, compute_before, after, first_pass);
+      return Selection(trace, model, weights, ties, limit_bytes, profile, std::move(compute_before),
+                       std::move(from_ms))
+          .run();
+    }
   }
-  if (windows == CopyBackWindows::kBeforePlanning) {
-    return Selection(trace, model, weights, ties, limit_bytes, profile).run();
-  }
-  // A first pass, on a copy of the profile, says where each candidate must be
-  // off the device given the others that pass took: where the profile after
-  // it, with the candidate on the device, is over the limit.
-  ProfileTree after = profile;
-  const std::vector<std::int32_t> first_pass = Selection(trace, model, weights, ties, limit_bytes, after).run();
-  std::vector<bool> taken(model.interior.size(), false);
-  for (const std::int32_t k : first_pass) taken[static_cast<std::size_t>(k)] = true;
-  const std::vector<double> compute_before = compute_prefix(trace);
-  std::vector<double> prefetch_from_ms(model.interior.size(), 0.0);
-  for (std::size_t k = 0; k < model.interior.size(); ++k) {
-    const PeakCandidate& c = model.interior[k];
-    const std::int64_t threshold = limit_bytes - (taken[k] ? c.size_bytes : 0);
-    const std::size_t last = after.find_last_above(static_cast<std::size_t>(c.interior_first()),
-                                                   static_cast<std::size_t>(c.interior_last()), threshold);
-    if (last != ProfileTree::kNotFound) prefetch_from_ms[k] = compute_before[last + 1];
-  }
-  return Selection(trace, model, weights, ties, limit_bytes, profile, std::move(prefetch_from_ms)).run();
+  const std::size_t count = model.interior.size();
+  return Selection(trace, model, weights, ties, limit_bytes, profile, std::move(compute_before),
+                   std::vector<double>(count, 0.0))
+      .run();
 }
 
 }  // namespace hyperoffload::internal
