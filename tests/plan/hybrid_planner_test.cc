@@ -228,6 +228,48 @@ TEST(HybridPlanner, AlsoPlansTheOffloadsHidingFirstWhenOneLargeCopyCannotHide) {
   EXPECT_NE(hybrid.notes.back().find("offload-only, hidden copies first"), std::string::npos) << hybrid.notes.back();
 }
 
+TEST(HybridPlanner, AlsoSequencesTheCopiesToHostByLeastLateness) {
+  // Nothing recomputable; every op takes 1 ms and a MiB moves in 1 ms. s0 (L,
+  // 3 MiB) and s1 (S, 1 MiB) are written by op 0; op 1 reads L and writes
+  // s2 (1 MiB), op 2 writes s3 (3 MiB), op 3 reads L, op 5 reads S.
+  //   op:   0  1  2  3  4  5
+  //   res:  4  5  7  4  1  1 MiB    budget 4 MiB
+  // Selection takes L at op 2 (7 → 4), then S at op 1 (5 → 4). Placement
+  // releases S after op 0 (off at op 1) and L after op 1 (off at op 2); both
+  // copies to host can start at 1 ms. On the capped device L is needed by
+  // min(3 - 3, 2) = 0 ms (its copy back's latest start; the op after its
+  // release), S by min(5 - 1, 1) = 1 ms: both late at 1 ms.
+  //  - Soonest needed: D2H [L 1-4][S 4-5]. Op 1 waits for S's room: 5-6; op 2
+  //    6-7; L's copy back waits for s3's room: 7-10; op 3 10-11, S's copy back
+  //    10-11, ops 4 and 5: makespan 13 ms (the peak plan).
+  //  - Least lateness at 1 ms: L's key max(0, 1 + 3) = 4, S's max(1, 1 + 1) = 2:
+  //    [S 1-2][L 2-5]. Op 1 2-3; op 2 waits for L's room: 5-6; L back 6-9,
+  //    op 3 9-10, S back 9-10, ops 4 and 5: 12 ms.
+  const Trace trace = TraceDsl()
+                          .storage(0, 3 * kMiB)
+                          .storage(1, kMiB)
+                          .storage(2, kMiB)
+                          .storage(3, 3 * kMiB)
+                          .bandwidth(kMiBPerMs)
+                          .op("write", "W0 W1", 1.0)
+                          .op("read_l", "R0 W2", 1.0)
+                          .op("spike", "W3", 1.0)
+                          .op("read_l_again", "R0", 1.0)
+                          .op("idle", "", 1.0)
+                          .op("read_s", "R1", 1.0)
+                          .build();
+  const std::int64_t budget = 4 * kMiB;
+  const PlanResult peak = plan_with("peak", trace, budget, DeviceMemory::kBudget);
+  EXPECT_EQ(copied_to_host(peak.schedule.actions), (std::vector<StorageId>{0, 1}));
+  EXPECT_DOUBLE_EQ(simulated_ms(trace, peak, budget, DeviceMemory::kBudget), 13.0);
+  const PlanResult hybrid = plan_with("hybrid", trace, budget, DeviceMemory::kBudget);
+  EXPECT_EQ(copied_to_host(hybrid.schedule.actions), (std::vector<StorageId>{1, 0}));
+  EXPECT_DOUBLE_EQ(simulated_ms(trace, hybrid, budget, DeviceMemory::kBudget), 12.0);
+  ASSERT_FALSE(hybrid.notes.empty());
+  EXPECT_NE(hybrid.notes.back().find("offload-only, least-lateness copies to host"), std::string::npos)
+      << hybrid.notes.back();
+}
+
 TEST(RecomputePlanner, RecomputesWithoutCopiesAndReportsItsFloor) {
   // one_gap with the expensive f (5 ms): recompute-only never copies, so it
   // re-runs f (13 ms in all) where the hybrid planner offloaded. Its floor is

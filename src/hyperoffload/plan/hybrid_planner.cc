@@ -302,11 +302,19 @@ class HybridPlanning {
     return options;
   }
 
+  // The peak planner's options with the copies to host sequenced by least
+  // lateness (HostCopySequencing).
+  static PeakPlannerOptions least_lateness(PeakPlannerOptions options) {
+    options.host_copies = HostCopySequencing::kLeastLateness;
+    return options;
+  }
+
   // The other offload-only plans of a small trace: the given weights with the
-  // copy-back windows before planning, and the hiding-first weights with those
-  // and with the windows of a first selection pass (none is better on every
-  // trace).
+  // copies to host by least lateness and with the copy-back windows before
+  // planning, and the hiding-first weights with those windows and with the
+  // windows of a first selection pass (none is better on every trace).
   void more_offload_only_plans(std::vector<Candidate>& candidates) const {
+    candidates.push_back(offload_only(least_lateness(options_.peak), "offload-only, least-lateness copies to host"));
     candidates.push_back(offload_only(around_recomputes(), "offload-only, copy-back windows"));
     candidates.push_back(offload_only(hiding_first(), std::string(kHidingFirstLabel)));
     PeakPlannerOptions two_pass = hiding_first();
@@ -353,13 +361,16 @@ class HybridPlanning {
       if (search.best() == best_before) break;
     }
     // With room for more plans: the other offload-only plans, and the best
-    // decision set's offloads with the hiding-first weights.
+    // decision set's offloads with the hiding-first weights and with the
+    // copies to host by least lateness.
     if (!search.scarce) {
       more_offload_only_plans(candidates);
       if (!search.plans.empty()) {
         const DecisionParams best = search.plans[search.best()].first;
-        candidates.push_back(
-            with_offloads(select(best).decisions, decision_label(best) + ", hidden copies first", hiding_first()));
+        const std::vector<RecomputeDecision> decisions = select(best).decisions;
+        candidates.push_back(with_offloads(decisions, decision_label(best) + ", hidden copies first", hiding_first()));
+        candidates.push_back(with_offloads(decisions, decision_label(best) + ", least-lateness copies to host",
+                                           least_lateness(around_recomputes())));
       }
     }
     for (auto& [params, candidate] : search.plans) candidates.push_back(std::move(candidate));

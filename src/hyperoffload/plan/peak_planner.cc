@@ -125,7 +125,7 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
     ProfileTree first = profile;
     const std::vector<Placement> placements = place(trace, model, selected, start_ms, copy_op_ready, placement_limit,
                                                     first, EngineRule::kFillIdleEngine, options.device_memory);
-    return order_host_copies(trace, model, placements, start_ms, options.device_memory);
+    return order_host_copies(trace, model, placements, start_ms, options.device_memory, options.host_copies);
   };
   auto build = [&](EngineRule rule, ProfileTree& tree, const HostCopyOrder& host_order) {
     const std::vector<Placement> placements =

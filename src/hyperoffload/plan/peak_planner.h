@@ -101,6 +101,14 @@ enum class CopyBackWindows : std::uint8_t {
   kAfterAFirstPass,  // the same after a first selection pass, with the candidate resident: two passes
 };
 
+// How the D2H engine orders the copies to host that wait for it
+// (docs/PEAK_PLANNER.md, "Copies to host"); either way it never idles while
+// one could run.
+enum class HostCopySequencing : std::uint8_t {
+  kSoonestNeeded,  // by when each is needed: bounds the latest copy's lateness
+  kLeastLateness,  // by modified due date: short late copies before long late ones (lower total lateness)
+};
+
 struct PeakPlannerOptions {
   PeakScoreWeights weights;
   // None is better on every trace: the hybrid planner makes plans with each
@@ -109,6 +117,13 @@ struct PeakPlannerOptions {
   // Neither choice is better on every trace; the hybrid planner makes plans
   // with both (docs/HYBRID_PLANNER.md).
   SelectionTies ties = SelectionTies::kFirstGenerated;
+  // Neither is better on every trace. On a transfer-bound step least
+  // lateness keeps the long copies waiting behind short ones (gpt3-1.3b at
+  // 30%, unlimited: 147% overhead instead of 97%); on a small step at its
+  // floor the soonest-needed order runs a 3 ms copy ahead of a short one whose
+  // release the next op waits for (docs/PEAK_PLANNER.md, "Copies to host").
+  // The hybrid planner makes plans with both.
+  HostCopySequencing host_copies = HostCopySequencing::kSoonestNeeded;
   // The device to tune for (planner.h): it changes the order of the copies to
   // host and the stall estimate that picks between prefetch orders, never the
   // guarantees.

@@ -39,10 +39,17 @@ enum class EngineRule : std::uint8_t {
   // Run the soonest-needed job that can start now, if any (the engine never
   // idles while a copy could run).
   kWorkConserving,
+  // Never idle either, but run the job that can start now with the smallest
+  // modified due date max(deadline, now + duration): the soonest needed of
+  // those that can still finish in time, the shortest of those that cannot.
+  // Where several copies are late, the soonest-needed rule bounds the latest
+  // one's lateness but runs a long late copy ahead of short ones that could
+  // still free memory in time; this lowers the total lateness instead.
+  kLeastLateness,
 };
 
 // Sequences `jobs` on one engine (non-preemptive, soonest deadline first, with
-// `rule` for jobs that cannot start yet). Returns job indices in run order;
+// `rule` for jobs that cannot start yet; kLeastLateness by modified due date). Returns job indices in run order;
 // `finish_ms`, when given, receives each job's estimated completion
 // (max(engine free, available) + duration, in run order).
 // O(jobs log jobs).

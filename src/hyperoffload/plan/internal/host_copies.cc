@@ -75,7 +75,8 @@ std::vector<OpIndex> first_releases(const PeakModel& model, std::span<const Plac
 }
 
 HostCopyOrder order_host_copies(const Trace& trace, const PeakModel& model, std::span<const Placement> placements,
-                                std::span<const double> start_ms, DeviceMemory device) {
+                                std::span<const double> start_ms, DeviceMemory device,
+                                HostCopySequencing sequencing) {
   // Unlimited memory: when each copy back must start at the latest so that it
   // and every copy back needed after it still make their uses on the FIFO H2D
   // engine (scheduled backwards from the last use). In a transfer-bound stretch
@@ -123,7 +124,9 @@ HostCopyOrder order_host_copies(const Trace& trace, const PeakModel& model, std:
   }
   HostCopyOrder result;
   result.versions.reserve(jobs.size());
-  for (const std::size_t j : sequence_jobs(jobs, EngineRule::kWorkConserving)) {
+  const EngineRule rule =
+      sequencing == HostCopySequencing::kLeastLateness ? EngineRule::kLeastLateness : EngineRule::kWorkConserving;
+  for (const std::size_t j : sequence_jobs(jobs, rule)) {
     result.versions.push_back(version_of_job[j]);
   }
   // Boundary candidates only matter below the floor: the estimate leaves them out.

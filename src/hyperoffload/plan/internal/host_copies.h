@@ -15,6 +15,7 @@
 #include "hyperoffload/model/device.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/internal/peak_placement.h"
+#include "hyperoffload/plan/peak_planner.h"
 
 namespace hyperoffload::internal {
 
@@ -61,6 +62,8 @@ std::vector<double> copy_op_ready_ms(const Trace& trace, const PeakModel& model,
 //    engine) and by the op after each release, which frees memory only once the
 //    copy to host has completed.
 // ready_ms follows from issuing the copies by the releases of `placements`.
+// The engine never idles while a copy could run; `sequencing` says which of
+// those waiting runs first.
 struct HostCopyOrder {
   std::vector<std::int32_t> versions;  // in engine order
   std::vector<double> ready_ms;        // per model version: estimated completion (0 when not copied)
@@ -72,6 +75,7 @@ std::vector<OpIndex> first_releases(const PeakModel& model, std::span<const Plac
                                     std::span<const std::int32_t> boundary_picks);
 
 HostCopyOrder order_host_copies(const Trace& trace, const PeakModel& model, std::span<const Placement> placements,
-                                std::span<const double> start_ms, DeviceMemory device);
+                                std::span<const double> start_ms, DeviceMemory device,
+                                HostCopySequencing sequencing);
 
 }  // namespace hyperoffload::internal
