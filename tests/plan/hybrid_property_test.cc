@@ -7,7 +7,9 @@
 // model and stays within the budget whenever the budget is at or above the
 // planner's floor; the hybrid floor is never above the peak planner's; and the
 // hybrid plan's simulated step is never longer than the offload-only or the
-// recompute-only plan's when those fit the budget.
+// recompute-only plan's when those fit the budget; and the quick floor below
+// which the hybrid planner stops its offload-only plan bounds the peak plan's
+// step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +20,10 @@
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/gen/transformer_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/hybrid_planner.h"
+#include "hyperoffload/plan/internal/offload_floor.h"
+#include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/sim/simulator.h"
 
 namespace hyperoffload {
@@ -95,6 +100,7 @@ struct Coverage {
   int recompute_only_fits = 0;     // recompute-only plans within the budget
   int hybrid_beats_both = 0;       // strictly quicker than offload-only and recompute-only where they fit
   int hybrid_fits_where_peak_does_not = 0;
+  int offload_floor_above_compute = 0;  // the floor says more than "the compute"
 };
 
 // A small GPT-style step with random shapes, kernels, options and hardware:
@@ -161,6 +167,13 @@ void check_case(std::uint64_t seed, Coverage& coverage) {
   }
   // Never worse than either lever alone, where that one fits the budget.
   constexpr double kTolerance = 1e-6;
+  if (peak.plan.planned_peak_bytes <= budget) {
+    const StorageAccesses accesses(trace);
+    const double floor_ms = internal::offload_only_step_floor_ms(
+        trace, accesses, internal::build_peak_model(trace, accesses).resident_bytes, budget, c.device);
+    EXPECT_LE(floor_ms, step_ms(peak.simulation) * (1 + kTolerance) + kTolerance);
+    if (floor_ms > trace.total_compute_ms() * (1 + kTolerance) + kTolerance) ++coverage.offload_floor_above_compute;
+  }
   const bool hybrid_fits = hybrid.plan.planned_peak_bytes <= budget;
   for (const Checked* other : {&peak, &recompute}) {
     if (other->plan.planned_peak_bytes > budget) continue;
@@ -177,14 +190,17 @@ TEST(HybridPlannerProperty, RandomTracesGiveValidSchedulesWithinBudgetDownToTheF
     if (::testing::Test::HasFailure()) return;
   }
   std::printf("hybrid plans with recomputes %d (with copies too %d), recompute-only within budget %d, "
-              "hybrid quicker than both %d, hybrid fits where peak does not %d\n",
+              "hybrid quicker than both %d, hybrid fits where peak does not %d, offload-only floor above the "
+              "compute %d\n",
               coverage.hybrid_recomputes, coverage.hybrid_recomputes_and_copies, coverage.recompute_only_fits,
-              coverage.hybrid_beats_both, coverage.hybrid_fits_where_peak_does_not);
+              coverage.hybrid_beats_both, coverage.hybrid_fits_where_peak_does_not,
+              coverage.offload_floor_above_compute);
   EXPECT_GT(coverage.hybrid_recomputes, 400);
   EXPECT_GT(coverage.hybrid_recomputes_and_copies, 300);
   EXPECT_GT(coverage.recompute_only_fits, 250);
   EXPECT_GT(coverage.hybrid_beats_both, 80);
   EXPECT_GT(coverage.hybrid_fits_where_peak_does_not, 0);
+  EXPECT_GT(coverage.offload_floor_above_compute, 100);
 }
 
 TEST(HybridPlannerProperty, LargerTracesStayWithinBudget) {

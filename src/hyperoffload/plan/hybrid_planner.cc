@@ -11,6 +11,7 @@
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/budget.h"
 #include "hyperoffload/plan/internal/augmented_trace.h"
+#include "hyperoffload/plan/internal/offload_floor.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/internal/peak_run.h"
 #include "hyperoffload/plan/internal/recompute_model.h"
@@ -93,6 +94,7 @@ struct Candidate {
   std::int64_t recompute_count = 0;
   double recompute_ms = 0.0;
   std::vector<std::string> notes;
+  bool stopped = false;  // its making was stopped: no plan (finish() passes it over)
 };
 
 // Whether a beats b: fitting the budget first, then the quicker, then the
@@ -125,10 +127,13 @@ class HybridPlanning {
         memory_cap_(options.peak.device_memory == DeviceMemory::kBudget ? std::optional<std::int64_t>(budget)
                                                                         : std::nullopt),
         // The offload-only plan, on a second thread from here on: it is the
-        // largest single job and needs nothing built below.
+        // largest single job and needs nothing built below. It is stopped
+        // once another plan is known to beat it (stop_offload_only_if_beaten).
         offload_worker_(options.offload == OffloadUse::kRecomputeOnly
                             ? std::jthread()
-                            : std::jthread([this] { offload_ = offload_only(options_.peak, "offload-only"); })),
+                            : std::jthread([this](std::stop_token stop) {
+                                offload_ = offload_only(options_.peak, "offload-only", stop);
+                              })),
         model_(internal::build_recompute_model(trace, accesses_)) {}
 
   Result<PlanResult> run(std::string_view planner_name) {
@@ -168,10 +173,14 @@ class HybridPlanning {
   // The peak planner on the trace itself, on the accesses and model built
   // here; its own stall estimate is the one estimated_time_ms would compute
   // (same schedule, trace and device).
-  Candidate offload_only(const PeakPlannerOptions& options, std::string label) const {
+  Candidate offload_only(const PeakPlannerOptions& options, std::string label, std::stop_token stop = {}) const {
     Candidate candidate;
     candidate.label = std::move(label);
-    internal::PeakRun run = internal::run_peak_planner(trace_, accesses_, peak_model_, options, budget_);
+    internal::PeakRun run = internal::run_peak_planner(trace_, accesses_, peak_model_, options, budget_, {}, stop);
+    if (run.stopped) {
+      candidate.stopped = true;
+      return candidate;
+    }
     PlanResult& plan = run.result;
     candidate.time_ms = trace_.total_compute_ms() + run.stall_ms;
     candidate.peak_bytes = plan.planned_peak_bytes;
@@ -270,12 +279,29 @@ class HybridPlanning {
       const std::size_t evaluated = others.size() + 1;
       return finish(std::move(offload_), std::move(others), floor, evaluated);
     }
+    // The recompute-only plan on a third thread, the decision sets here.
+    std::optional<Candidate> recompute;
+    std::jthread recompute_worker([&] {
+      recompute = recompute_only_candidate();
+      if (recompute) stop_offload_only_if_beaten(*recompute);
+    });
     std::vector<Candidate> candidates;
-    if (std::optional<Candidate> recompute = recompute_only_candidate()) candidates.push_back(std::move(*recompute));
     search_decision_sets(candidates);
+    recompute_worker.join();
+    if (recompute) candidates.insert(candidates.begin(), std::move(*recompute));
     offload_worker_.join();
-    const std::size_t evaluated = candidates.size() + 1;
+    const std::size_t evaluated = candidates.size() + (offload_.stopped ? 0 : 1);
     return finish(std::move(offload_), std::move(candidates), floor, evaluated);
+  }
+
+  // Stops the offload-only plan (on its thread) once `candidate` fits the
+  // budget and is quicker than any offload-only plan can be
+  // (offload_floor.h): that plan could not win, so the plan chosen does not
+  // depend on whether it finished first. On deep transformers at tight
+  // budgets it is the longest job and many times slower than the plans with
+  // recomputes. Thread-safe.
+  void stop_offload_only_if_beaten(const Candidate& candidate) {
+    if (candidate.peak_bytes <= budget_ && candidate.time_ms < offload_only_floor_ms_) offload_worker_.request_stop();
   }
 
   // How many decision-set plans the trace's size allows.
@@ -326,7 +352,7 @@ class HybridPlanning {
   // Plans decision sets (hybrid_planner.h, step 4): the grid in order, then the
   // neighbours of the best while that improves it, within the evaluations the
   // trace's size allows.
-  void search_decision_sets(std::vector<Candidate>& candidates) const {
+  void search_decision_sets(std::vector<Candidate>& candidates) {
     const std::size_t sets = plans_allowed();
     DecisionSearch search;
     search.budget = budget_;
@@ -429,7 +455,7 @@ class HybridPlanning {
 
   // Plans the decision set of `params` unless it was tried or gives decisions
   // already planned.
-  void evaluate(const DecisionParams& params, DecisionSearch& search) const {
+  void evaluate(const DecisionParams& params, DecisionSearch& search) {
     if (std::find(search.tried.begin(), search.tried.end(), params) != search.tried.end()) return;
     search.tried.push_back(params);
     const RecomputeSelection selection = select(params);
@@ -446,6 +472,7 @@ class HybridPlanning {
     if (key.empty() || std::find(search.seen.begin(), search.seen.end(), key) != search.seen.end()) return;
     search.seen.push_back(std::move(key));
     search.plans.push_back({params, with_offloads(chosen, decision_label(params), around_recomputes())});
+    stop_offload_only_if_beaten(search.plans.back().second);
   }
 
   static std::string decision_label(const DecisionParams& params) {
@@ -505,14 +532,17 @@ class HybridPlanning {
     };
     lower(offload);
     for (const Candidate& candidate : others) lower(candidate);
-    const double offload_ms = offload.time_ms;
+    // A stopped offload-only plan was beaten by one of `others`.
+    std::string comparison =
+        offload.stopped
+            ? fmt::format("offload-only stopped: no offload-only plan takes less than {:.3f} ms", offload_only_floor_ms_)
+            : fmt::format("offload-only {:.3f} ms", offload.time_ms);
     double recompute_only_ms = -1.0;
     Candidate best = std::move(offload);
     for (Candidate& candidate : others) {
       if (candidate.recompute_only && candidate.peak_bytes <= budget_) recompute_only_ms = candidate.time_ms;
-      if (better(candidate, best, budget_)) best = std::move(candidate);
+      if (best.stopped || better(candidate, best, budget_)) best = std::move(candidate);
     }
-    std::string comparison = fmt::format("offload-only {:.3f} ms", offload_ms);
     if (recompute_only_ms >= 0.0) comparison += fmt::format(", recompute-only {:.3f} ms", recompute_only_ms);
     best.notes.push_back(fmt::format(
         "hybrid: {} recompute(s) ({:.3f} ms) and {} copies: {}; estimated step {:.3f} ms, the best of {} plan(s) "
@@ -534,6 +564,9 @@ class HybridPlanning {
   OpIndex peak_op_ = peak_op();
   double compute_before_peak_ms_ = compute_before_peak_ms();
   std::int64_t offloadable_at_peak_ = offloadable_at_peak();
+  // The least step time of any offload-only plan (offload_floor.h).
+  double offload_only_floor_ms_ = internal::offload_only_step_floor_ms(
+      trace_, accesses_, peak_model_.resident_bytes, budget_, options_.peak.device_memory);
 };
 
 }  // namespace

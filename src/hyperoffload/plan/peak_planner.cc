@@ -81,7 +81,8 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
 namespace internal {
 
 PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, const PeakModel& model,
-                         const PeakPlannerOptions& options, std::int64_t budget_bytes, const ScheduleTimer& timer) {
+                         const PeakPlannerOptions& options, std::int64_t budget_bytes, const ScheduleTimer& timer,
+                         std::stop_token stop) {
   PlanResult result;
   result.schedule.planner = "peak";
   const std::int64_t limit = budget_bytes;
@@ -98,7 +99,8 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
 
   const std::vector<std::int32_t> selected =
       internal::select_peak_candidates(trace, model, options.weights, options.ties, options.windows, limit,
-                                       profile);
+                                       profile, stop);
+  if (stop.stop_requested()) return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
   // Below the floor the selection stops at the floor; placement then keeps to
   // what was reached instead of the unreachable budget.
   const std::int64_t placement_limit = std::max(limit, profile.max());
@@ -152,14 +154,20 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
     HostCopyOrder host_order;
     std::latch profile_copied(1), order_ready(1);
     Variant fill;
+    bool stopped = false;  // written before order_ready opens, read after
     std::jthread worker([&] {
       ProfileTree fill_profile = profile;
       profile_copied.count_down();
       order_ready.wait();
-      fill = build(EngineRule::kFillIdleEngine, fill_profile, host_order);
+      if (!stopped) fill = build(EngineRule::kFillIdleEngine, fill_profile, host_order);
     });
     host_order = first_placement();
+    stopped = stop.stop_requested();
     order_ready.count_down();
+    if (stopped) {
+      worker.join();
+      return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
+    }
     profile_copied.wait();
     chosen = build(EngineRule::kSoonestNeeded, profile, host_order);
     worker.join();

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <stop_token>
 #include <vector>
 
 #include "hyperoffload/ir/storage_accesses.h"
@@ -27,6 +28,9 @@ struct PeakRun {
   // estimate_stall_ms on `trace`, on the device of options.device_memory
   // (memory cap = the budget for DeviceMemory::kBudget).
   double stall_ms = 0.0;
+  // The run's stop token was triggered before it finished: result and
+  // stall_ms are empty.
+  bool stopped = false;
 };
 
 // A schedule as a run keeps it and its stall, for choosing between the
@@ -46,9 +50,11 @@ using ScheduleTimer = std::function<TimedSchedule(std::vector<Action> actions)>;
 
 // Preconditions: trace.op_count() > 0; `accesses` is of `trace` and `model`
 // is build_peak_model(trace, accesses). Without a timer, schedules are timed
-// with estimate_stall_ms on `trace` and returned as made.
+// with estimate_stall_ms on `trace` and returned as made. Once `stop` is
+// requested the run returns a stopped PeakRun at its next check (during
+// selection and between its placements).
 PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, const PeakModel& model,
                          const PeakPlannerOptions& options, std::int64_t budget_bytes,
-                         const ScheduleTimer& timer = {});
+                         const ScheduleTimer& timer = {}, std::stop_token stop = {});
 
 }  // namespace hyperoffload::internal

@@ -21,6 +21,8 @@ constexpr std::int32_t kNone = CoveringIndex::kNoEntry;
 constexpr double kNearBest = 0.01;
 // See Selection::key.
 constexpr double kSizeTieBreak = 1e-9;
+// Picks between checks of the stop token: a few ms on a large trace.
+constexpr std::int32_t kStopCheckSteps = 256;
 
 // Compute ms of ops [0, x), for x in [0, ops].
 std::vector<double> compute_prefix(const Trace& trace) {
@@ -136,10 +138,12 @@ class Selection {
     index_.activate_all(IndexGroup::kSmall, keys);
   }
 
-  // Runs to completion; returns the selected interior candidates in order.
-  std::vector<std::int32_t> run() {
+  // Runs to completion or until `stop` is requested; returns the selected
+  // interior candidates in order.
+  std::vector<std::int32_t> run(std::stop_token stop) {
     std::vector<std::int32_t> selected;
     for (std::int32_t step = 0;; ++step) {
+      if (step % kStopCheckSteps == 0 && stop.stop_requested()) break;
       const std::int64_t peak = profile_.max();
       if (peak <= limit_) break;
       const auto peak_op = static_cast<OpIndex>(profile_.argmax());
@@ -341,7 +345,7 @@ class Selection {
 std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
                                                  const PeakScoreWeights& weights, SelectionTies ties,
                                                  CopyBackWindows windows, std::int64_t limit_bytes,
-                                                 ProfileTree& profile) {
+                                                 ProfileTree& profile, std::stop_token stop) {
   std::vector<double> compute_before = compute_prefix(trace);
   switch (windows) {
     case CopyBackWindows::kNone:
@@ -349,24 +353,24 @@ std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakM
     case CopyBackWindows::kBeforePlanning:
       return Selection(trace, model, weights, ties, limit_bytes, profile, compute_before,
                        windows_before_planning(model, limit_bytes, compute_before))
-          .run();
+          .run(stop);
     case CopyBackWindows::kAfterAFirstPass: {
       // A first pass, with the windows before planning, on a copy of the profile.
       ProfileTree after = profile;
       const std::vector<std::int32_t> first_pass =
           Selection(trace, model, weights, ties, limit_bytes, after, compute_before,
                     windows_before_planning(model, limit_bytes, compute_before))
-              .run();
+              .run(stop);
       std::vector<double> from_ms = windows_after_a_pass(model, limit_bytes, compute_before, after, first_pass);
       return Selection(trace, model, weights, ties, limit_bytes, profile, std::move(compute_before),
                        std::move(from_ms))
-          .run();
+          .run(stop);
     }
   }
   const std::size_t count = model.interior.size();
   return Selection(trace, model, weights, ties, limit_bytes, profile, std::move(compute_before),
                    std::vector<double>(count, 0.0))
-      .run();
+      .run(stop);
 }
 
 }  // namespace hyperoffload::internal

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stop_token>
 #include <vector>
 
 #include "hyperoffload/ir/trace.h"
@@ -19,10 +20,11 @@ namespace hyperoffload::internal {
 // Runs selection to completion on `profile` (each pick is subtracted from it);
 // returns the selected interior candidates (indices into model.interior) in
 // the order they were picked. Stops when the peak is within `limit_bytes` or
-// nothing covers the peak op (the floor).
+// nothing covers the peak op (the floor), or early, with what it picked so
+// far, once `stop` is requested (checked every few hundred picks).
 std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
                                                  const PeakScoreWeights& weights, SelectionTies ties,
                                                  CopyBackWindows windows, std::int64_t limit_bytes,
-                                                 ProfileTree& profile);
+                                                 ProfileTree& profile, std::stop_token stop = {});
 
 }  // namespace hyperoffload::internal
