@@ -279,15 +279,24 @@ class HybridPlanning {
       const std::size_t evaluated = others.size() + 1;
       return finish(std::move(offload_), std::move(others), floor, evaluated);
     }
-    // The recompute-only plan on a third thread, the decision sets here.
+    // The recompute-only plan, on a third thread while the decision sets are
+    // planned here when it can stop the offload-only plan early (a plan can be
+    // quicker than the offload-only floor only when that is above the
+    // compute); otherwise first, here, leaving the cores to the other two.
     std::optional<Candidate> recompute;
-    std::jthread recompute_worker([&] {
+    auto make_recompute = [&] {
       recompute = recompute_only_candidate();
       if (recompute) stop_offload_only_if_beaten(*recompute);
-    });
+    };
+    std::jthread recompute_worker;
+    if (offload_only_floor_ms_ > trace_.total_compute_ms()) {
+      recompute_worker = std::jthread(make_recompute);
+    } else {
+      make_recompute();
+    }
     std::vector<Candidate> candidates;
     search_decision_sets(candidates);
-    recompute_worker.join();
+    if (recompute_worker.joinable()) recompute_worker.join();
     if (recompute) candidates.insert(candidates.begin(), std::move(*recompute));
     offload_worker_.join();
     const std::size_t evaluated = candidates.size() + (offload_.stopped ? 0 : 1);
