@@ -1,7 +1,6 @@
 // Internal: a quick lower bound on the step time of any offload-only plan —
 // the hybrid planner stops making its offload-only plan once another plan it
-// made is known to be at least as quick (docs/HYBRID_PLANNER.md, "Choosing
-// the plan").
+// made is quicker than this (docs/HYBRID_PLANNER.md, "Choosing the plan").
 //
 // Scope: as report/stall_bound.h's, every valid, fault-free offload-only
 // schedule whose op-granular peak is within the budget and that keeps
