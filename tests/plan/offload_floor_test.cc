@@ -20,18 +20,23 @@ namespace {
 constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 constexpr double kMiBPerMs = 1000.0 / 1024.0;  // GiB/s: a MiB moves in 1 ms
 
-// s1 (2 MiB) written by op 0 (0.5 ms), read by op 2 (5 ms); op 1 (0.5 ms)
-// writes s2 (4 MiB). Resident 2, 6, 2 MiB; at a budget of 4 MiB op 1 must
-// run with 2 MiB off the device.
-Trace two_mib_off_at_op_1() {
+// s1 (2 MiB) written by op 0 (0.5 ms), read by op 2; op 1 writes s2 (4 MiB).
+// Resident 2, 6, 2 MiB; at a budget of 4 MiB op 1 must run with 2 MiB off the
+// device.
+Trace two_mib_off_at_op_1(double spike_ms = 0.5, double read_ms = 5.0) {
   return testing::TraceDsl()
       .storage(1, 2 * kMiB)
       .storage(2, 4 * kMiB)
       .bandwidth(kMiBPerMs)
       .op("write", "W1", 0.5)
-      .op("spike", "W2", 0.5)
-      .op("read", "R1", 5.0)
+      .op("spike", "W2", spike_ms)
+      .op("read", "R1", read_ms)
       .build();
+}
+
+double floor_ms(const Trace& trace, std::int64_t budget, DeviceMemory device) {
+  const StorageAccesses accesses(trace);
+  return offload_only_step_floor_ms(trace, accesses, build_peak_model(trace, accesses).resident_bytes, budget, device);
 }
 
 double simulated_peak_plan_ms(const Trace& trace, DeviceMemory device) {
@@ -57,12 +62,10 @@ TEST(OffloadOnlyFloor, BoundsTheStepByTheCopiesOfTheExcess) {
   //  - Capped: op 1 waits for s1's room: 2.5-3; the copy back 3-5; op 2 5-10.
   const Trace trace = two_mib_off_at_op_1();
   const StorageAccesses accesses(trace);
-  const PeakModel model = build_peak_model(trace, accesses);
-  ASSERT_EQ(model.resident_bytes, (std::vector<std::int64_t>{2 * kMiB, 6 * kMiB, 2 * kMiB}));
-  EXPECT_DOUBLE_EQ(
-      offload_only_step_floor_ms(trace, accesses, model.resident_bytes, 4 * kMiB, DeviceMemory::kUnlimited), 6.0);
-  EXPECT_DOUBLE_EQ(offload_only_step_floor_ms(trace, accesses, model.resident_bytes, 4 * kMiB, DeviceMemory::kBudget),
-                   7.5);
+  ASSERT_EQ(build_peak_model(trace, accesses).resident_bytes,
+            (std::vector<std::int64_t>{2 * kMiB, 6 * kMiB, 2 * kMiB}));
+  EXPECT_DOUBLE_EQ(floor_ms(trace, 4 * kMiB, DeviceMemory::kUnlimited), 6.0);
+  EXPECT_DOUBLE_EQ(floor_ms(trace, 4 * kMiB, DeviceMemory::kBudget), 7.5);
   EXPECT_DOUBLE_EQ(simulated_peak_plan_ms(trace, DeviceMemory::kUnlimited), 9.5);
   EXPECT_DOUBLE_EQ(simulated_peak_plan_ms(trace, DeviceMemory::kBudget), 10.0);
 }
@@ -70,23 +73,11 @@ TEST(OffloadOnlyFloor, BoundsTheStepByTheCopiesOfTheExcess) {
 TEST(OffloadOnlyFloor, TheCopiesBackBoundTheStepWhenTheExcessComesLate) {
   // Op durations 0.5, 5, 0.5: C(2) = 5.5, so the copies back give 5.5 + 2 =
   // 7.5 ms against 6 ms of compute (both devices; capped: 2 + 5.5 = 7.5 too).
-  const Trace trace = testing::TraceDsl()
-                          .storage(1, 2 * kMiB)
-                          .storage(2, 4 * kMiB)
-                          .bandwidth(kMiBPerMs)
-                          .op("write", "W1", 0.5)
-                          .op("spike", "W2", 5.0)
-                          .op("read", "R1", 0.5)
-                          .build();
-  const StorageAccesses accesses(trace);
-  const PeakModel model = build_peak_model(trace, accesses);
-  EXPECT_DOUBLE_EQ(
-      offload_only_step_floor_ms(trace, accesses, model.resident_bytes, 4 * kMiB, DeviceMemory::kUnlimited), 7.5);
-  EXPECT_DOUBLE_EQ(offload_only_step_floor_ms(trace, accesses, model.resident_bytes, 4 * kMiB, DeviceMemory::kBudget),
-                   7.5);
+  const Trace trace = two_mib_off_at_op_1(/*spike_ms=*/5.0, /*read_ms=*/0.5);
+  EXPECT_DOUBLE_EQ(floor_ms(trace, 4 * kMiB, DeviceMemory::kUnlimited), 7.5);
+  EXPECT_DOUBLE_EQ(floor_ms(trace, 4 * kMiB, DeviceMemory::kBudget), 7.5);
   // Within the budget nothing must leave: the compute.
-  EXPECT_DOUBLE_EQ(
-      offload_only_step_floor_ms(trace, accesses, model.resident_bytes, 6 * kMiB, DeviceMemory::kBudget), 6.0);
+  EXPECT_DOUBLE_EQ(floor_ms(trace, 6 * kMiB, DeviceMemory::kBudget), 6.0);
 }
 
 TEST(PeakRun, StopsWhenAsked) {

@@ -32,14 +32,17 @@
 //     the trace's size allows (HybridPlannerOptions) — plus, on a trace small
 //     enough for four of those, the offloads planned again with weights that
 //     favour hiding over size (alone, with either kind of copy-back window,
-//     and around the best decision set) are
-//     timed on the
+//     and around the best decision set) and with the copies to host by least
+//     lateness (alone and around the best decision set) are timed on the
 //     original trace with the simulator's rules on the device of
 //     PeakPlannerOptions::device_memory (plan/internal/stall_estimate.h, exact
 //     for these schedules: compute, recomputes and stall); the quickest within
-//     the budget wins (the lowest peak when none fits). So the hybrid plan's
-//     simulated step (two copy engines) is never longer than the `peak` or
-//     `recompute` plan's, and it fits the budget whenever either does.
+//     the budget wins (the lowest peak when none fits). The offload-only plan
+//     is stopped unfinished once a plan that fits is quicker than any
+//     offload-only plan can be (plan/internal/offload_floor.h). So the hybrid
+//     plan's simulated step (two copy engines) is never longer than the
+//     `peak` or `recompute` plan's, and it fits the budget whenever either
+//     does.
 //
 // Recompute-only ("recompute", OffloadUse::kRecomputeOnly): the decisions of
 // step 2 with no cost limit, down to nothing, and no offload: the plan takes
@@ -60,8 +63,8 @@
 // actions); its op-granular peak is within the budget whenever the budget is
 // at or above the floor. Cost: the peak planner's on the trace, plus one run per
 // decision set planned (one on a 1M-op trace) and, on a trace small enough for
-// four decision sets, four more (three extra offload-only plans, one of them two
-// selection passes, and the best decision set's hiding-first offloads), plus
+// four decision sets, six more (four extra offload-only plans, one of them two
+// selection passes, and the best decision set's offloads twice), plus
 // O(ops + accesses) per selection and augmented trace.
 //
 // Thread-safety: plan() is const and may run concurrently.

@@ -347,13 +347,14 @@ std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakM
                                                  CopyBackWindows windows, std::int64_t limit_bytes,
                                                  ProfileTree& profile, std::stop_token stop) {
   std::vector<double> compute_before = compute_prefix(trace);
+  std::vector<double> prefetch_from_ms;
   switch (windows) {
     case CopyBackWindows::kNone:
+      prefetch_from_ms.assign(model.interior.size(), 0.0);
       break;
     case CopyBackWindows::kBeforePlanning:
-      return Selection(trace, model, weights, ties, limit_bytes, profile, compute_before,
-                       windows_before_planning(model, limit_bytes, compute_before))
-          .run(stop);
+      prefetch_from_ms = windows_before_planning(model, limit_bytes, compute_before);
+      break;
     case CopyBackWindows::kAfterAFirstPass: {
       // A first pass, with the windows before planning, on a copy of the profile.
       ProfileTree after = profile;
@@ -361,15 +362,12 @@ std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakM
           Selection(trace, model, weights, ties, limit_bytes, after, compute_before,
                     windows_before_planning(model, limit_bytes, compute_before))
               .run(stop);
-      std::vector<double> from_ms = windows_after_a_pass(model, limit_bytes, compute_before, after, first_pass);
-      return Selection(trace, model, weights, ties, limit_bytes, profile, std::move(compute_before),
-                       std::move(from_ms))
-          .run(stop);
+      prefetch_from_ms = windows_after_a_pass(model, limit_bytes, compute_before, after, first_pass);
+      break;
     }
   }
-  const std::size_t count = model.interior.size();
   return Selection(trace, model, weights, ties, limit_bytes, profile, std::move(compute_before),
-                   std::vector<double>(count, 0.0))
+                   std::move(prefetch_from_ms))
       .run(stop);
 }
 
