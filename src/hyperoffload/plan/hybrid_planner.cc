@@ -130,16 +130,20 @@ class HybridPlanning {
         accesses_(trace),
         peak_model_(internal::build_peak_model(trace, accesses_)),
         memory_cap_(options.peak.device_memory == DeviceMemory::kBudget ? std::optional<std::int64_t>(budget)
-                                                                        : std::nullopt),
-        // The offload-only plan, on a second thread from here on: it is the
-        // largest single job and needs nothing built below. It is stopped
-        // once another plan is known to beat it (stop_offload_only_if_beaten).
-        offload_worker_(options.offload == OffloadUse::kRecomputeOnly
-                            ? std::jthread()
-                            : std::jthread([this](std::stop_token stop) {
-                                offload_ = offload_only(options_.peak, "offload-only", stop);
-                              })),
-        model_(internal::build_recompute_model(trace, accesses_)) {}
+                                                                        : std::nullopt) {
+    // The offload-only plan goes on a second thread, the largest single job.
+    // When the recompute-only plan can stop it (offload_worker), that plan
+    // goes first on the same thread, which needs the recompute model;
+    // otherwise the offload-only plan starts now, while the model is built.
+    if (options_.offload == OffloadUse::kRecomputeOnly) {
+      model_ = internal::build_recompute_model(trace_, accesses_);
+      return;
+    }
+    recompute_first_ = offload_only_floor_ms_ > trace_.total_compute_ms();
+    if (!recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
+    model_ = internal::build_recompute_model(trace_, accesses_);
+    if (recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
+  }
 
   Result<PlanResult> run(std::string_view planner_name) {
     PlanResult result;
@@ -281,31 +285,64 @@ class HybridPlanning {
       if (plans_allowed() >= kScarceDecisionSets) more_offload_only_plans(others);
       offload_worker_.join();
       offload_.label = "offload-only (nothing recomputable)";
-      const std::size_t evaluated = others.size() + 1;
-      return finish(std::move(offload_), std::move(others), floor, evaluated);
+      return finish(std::move(offload_), std::move(others), floor);
     }
-    // The recompute-only plan, on a third thread while the decision sets are
-    // planned here when it can stop the offload-only plan early (a plan can be
-    // quicker than the offload-only floor only when that is above the
-    // compute); otherwise first, here, leaving the cores to the other two.
-    std::optional<Candidate> recompute;
-    auto make_recompute = [&] {
-      recompute = recompute_only_candidate();
-      if (recompute) stop_offload_only_if_beaten(*recompute);
-    };
-    std::jthread recompute_worker;
-    if (offload_only_floor_ms_ > trace_.total_compute_ms()) {
-      recompute_worker = std::jthread(make_recompute);
-    } else {
-      make_recompute();
+    // The recompute-only plan: first, here, unless it goes on the offload-only
+    // plan's thread (offload_worker).
+    if (!recompute_first_) {
+      if (const std::optional<RecomputeSelection> sequence = recompute_only_sequence_if_it_can_fit()) {
+        make_recompute_only(*sequence);
+      }
     }
     std::vector<Candidate> candidates;
     search_decision_sets(candidates);
-    if (recompute_worker.joinable()) recompute_worker.join();
-    if (recompute) candidates.insert(candidates.begin(), std::move(*recompute));
     offload_worker_.join();
-    const std::size_t evaluated = candidates.size() + (offload_.stopped ? 0 : 1);
-    return finish(std::move(offload_), std::move(candidates), floor, evaluated);
+    if (recompute_) candidates.insert(candidates.begin(), std::move(*recompute_));
+    return finish(std::move(offload_), std::move(candidates), floor);
+  }
+
+  // The second thread: the offload-only plan, stopped once another plan beats
+  // it (stop_offload_only_if_beaten). When the offload-only floor is above the
+  // compute, so that the recompute-only plan can stop it, that plan is made
+  // here first when it looks quicker than the floor (the compute plus the
+  // re-runs of its whole decision sequence, which the plan, a prefix of it,
+  // rarely exceeds), and after the offload-only plan otherwise. Deep
+  // transformers at tight budgets are the first case: the offload-only plan is
+  // the longest job and hopeless, and running it beside the recompute-only
+  // plan and the decision sets would slow both on two cores. The plan chosen
+  // does not depend on the order (see stop_offload_only_if_beaten).
+  void offload_worker() {
+    std::optional<RecomputeSelection> sequence;
+    if (recompute_first_ && !model_.candidates.empty()) {
+      sequence = recompute_only_sequence_if_it_can_fit();
+      double estimate_ms = trace_.total_compute_ms();
+      if (sequence) {
+        for (const RecomputeDecision& d : sequence->decisions) {
+          estimate_ms += model_.candidates[static_cast<std::size_t>(d.candidate)].cost_ms;
+        }
+      }
+      if (sequence && estimate_ms < offload_only_floor_ms_) {
+        make_recompute_only(*sequence);
+        sequence.reset();
+      }
+    }
+    if (offload_stop_.stop_requested()) {
+      offload_.stopped = true;
+    } else {
+      offload_ = offload_only(options_.peak, "offload-only", offload_stop_.get_token());
+    }
+    if (sequence) make_recompute_only(*sequence);
+  }
+
+  // The recompute-only plan from its decision sequence
+  // (recompute_only_sequence_if_it_can_fit), which may stop the offload-only
+  // plan.
+  void make_recompute_only(const RecomputeSelection& sequence) {
+    std::optional<UnavoidableFloor> unused;
+    Candidate candidate = recompute_only(sequence, &unused);
+    candidate.recompute_only = true;
+    stop_offload_only_if_beaten(candidate);
+    recompute_ = std::move(candidate);
   }
 
   // Stops the offload-only plan (on its thread) once `candidate` fits the
@@ -315,7 +352,7 @@ class HybridPlanning {
   // budgets it is the longest job and many times slower than the plans with
   // recomputes. Thread-safe.
   void stop_offload_only_if_beaten(const Candidate& candidate) {
-    if (candidate.peak_bytes <= budget_ && candidate.time_ms < offload_only_floor_ms_) offload_worker_.request_stop();
+    if (candidate.peak_bytes <= budget_ && candidate.time_ms < offload_only_floor_ms_) offload_stop_.request_stop();
   }
 
   // How many decision-set plans the trace's size allows.
@@ -508,12 +545,13 @@ class HybridPlanning {
     return internal::select_recomputes(trace_, peak_model_.resident_bytes, model_, {kNoRatioLimit, 0});
   }
 
-  // The recompute-only plan when it can fit the budget. At real ops the
-  // augmented trace holds exactly the selection's profile (re-runs can only
-  // add), which never goes below the resident bytes less every candidate
-  // covering the op; so when that is above the budget somewhere, or the
-  // sequence's profile ends above it, the plan cannot fit and is not made.
-  std::optional<Candidate> recompute_only_candidate() const {
+  // The recompute-only plan's decision sequence when the plan can fit the
+  // budget. At real ops the augmented trace holds exactly the selection's
+  // profile (re-runs can only add), which never goes below the resident bytes
+  // less every candidate covering the op; so when that is above the budget
+  // somewhere, or the sequence's profile ends above it, the plan cannot fit
+  // and is not made.
+  std::optional<RecomputeSelection> recompute_only_sequence_if_it_can_fit() const {
     const auto ops = static_cast<std::size_t>(trace_.op_count());
     std::vector<std::int64_t> reducible_delta(ops + 1, 0);
     for (const internal::RecomputeCandidate& c : model_.candidates) {
@@ -525,22 +563,28 @@ class HybridPlanning {
       reducible += reducible_delta[op];
       if (peak_model_.resident_bytes[op] - reducible > budget_) return std::nullopt;
     }
-    const RecomputeSelection sequence = recompute_only_sequence();
+    RecomputeSelection sequence = recompute_only_sequence();
     const std::vector<std::int64_t>& resident = peak_model_.resident_bytes;
     const std::int64_t lowest = sequence.peak_after.empty() ? *std::max_element(resident.begin(), resident.end())
                                                             : sequence.peak_after.back();
     if (lowest > budget_) return std::nullopt;
-    std::optional<UnavoidableFloor> unused;
-    Candidate candidate = recompute_only(sequence, &unused);
-    candidate.recompute_only = true;
-    return candidate;
+    return sequence;
   }
 
   // The best of the offload-only plan and `others`, with a note on how it was
   // chosen; lowers `floor` to the lowest floor among them (a budget at or above
   // it is met by that plan, so by the best).
-  Candidate finish(Candidate offload, std::vector<Candidate> others, std::optional<UnavoidableFloor>* floor,
-                   std::size_t evaluated = 1) const {
+  Candidate finish(Candidate offload, std::vector<Candidate> others, std::optional<UnavoidableFloor>* floor) const {
+    // An offload-only plan that another plan beats is passed over as though
+    // stopped, whether or not its thread was stopped in time, so the notes do
+    // not depend on the threads' timing either.
+    if (std::any_of(others.begin(), others.end(), [&](const Candidate& candidate) {
+          return candidate.peak_bytes <= budget_ && candidate.time_ms < offload_only_floor_ms_;
+        })) {
+      offload.stopped = true;
+      offload.floor.reset();
+    }
+    const std::size_t evaluated = others.size() + (offload.stopped ? 0 : 1);
     auto lower = [&](const Candidate& candidate) {
       if (candidate.floor && (!*floor || candidate.floor->bytes < (*floor)->bytes)) *floor = candidate.floor;
     };
@@ -572,15 +616,22 @@ class HybridPlanning {
   const StorageAccesses accesses_;
   const PeakModel peak_model_;
   std::optional<std::int64_t> memory_cap_;
-  Candidate offload_;  // written by offload_worker_, read after joining it
-  std::jthread offload_worker_;
-  const RecomputeModel model_;
   OpIndex peak_op_ = peak_op();
   double compute_before_peak_ms_ = compute_before_peak_ms();
   std::int64_t offloadable_at_peak_ = offloadable_at_peak();
   // The least step time of any offload-only plan (offload_floor.h).
   double offload_only_floor_ms_ = internal::offload_only_step_floor_ms(
       trace_, accesses_, peak_model_.resident_bytes, budget_, options_.peak.device_memory);
+  RecomputeModel model_;  // built in the constructor, read-only after it
+  // Whether the recompute-only plan is made on the offload-only plan's thread
+  // (offload_worker).
+  bool recompute_first_ = false;
+  std::stop_source offload_stop_;
+  // Written by offload_worker_ (recompute_ also by the planning thread when
+  // recompute_first_ is false), read after joining it.
+  Candidate offload_;
+  std::optional<Candidate> recompute_;
+  std::jthread offload_worker_;  // last: joined before the rest is destroyed
 };
 
 }  // namespace

@@ -27,7 +27,8 @@
 //     precedes. The peak planner times each schedule it makes there mapped
 //     back, on the original trace.
 //  4. Choice: the offload-only plan (the peak planner on the trace itself, on
-//     a second thread), the recompute-only plan (below) and the plans of
+//     a second thread), the recompute-only plan (below; on that thread
+//     before it when it can stop it) and the plans of
 //     decision sets — a fixed list, then the neighbours of the best, as many as
 //     the trace's size allows (HybridPlannerOptions) — plus, on a trace small
 //     enough for four of those, the offloads planned again with weights that
