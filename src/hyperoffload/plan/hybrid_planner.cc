@@ -135,12 +135,9 @@ class HybridPlanning {
     // When the recompute-only plan can stop it (offload_worker), that plan
     // goes first on the same thread, which needs the recompute model;
     // otherwise the offload-only plan starts now, while the model is built.
-    if (options_.offload == OffloadUse::kRecomputeOnly) {
-      model_ = internal::build_recompute_model(trace_, accesses_);
-      return;
-    }
-    recompute_first_ = offload_only_floor_ms_ > trace_.total_compute_ms();
-    if (!recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
+    const bool offloads = options_.offload != OffloadUse::kRecomputeOnly;
+    recompute_first_ = offloads && offload_only_floor_ms_ > trace_.total_compute_ms();
+    if (offloads && !recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
     model_ = internal::build_recompute_model(trace_, accesses_);
     if (recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
   }
@@ -315,13 +312,7 @@ class HybridPlanning {
     std::optional<RecomputeSelection> sequence;
     if (recompute_first_ && !model_.candidates.empty()) {
       sequence = recompute_only_sequence_if_it_can_fit();
-      double estimate_ms = trace_.total_compute_ms();
-      if (sequence) {
-        for (const RecomputeDecision& d : sequence->decisions) {
-          estimate_ms += model_.candidates[static_cast<std::size_t>(d.candidate)].cost_ms;
-        }
-      }
-      if (sequence && estimate_ms < offload_only_floor_ms_) {
+      if (sequence && compute_and_reruns_ms(*sequence) < offload_only_floor_ms_) {
         make_recompute_only(*sequence);
         sequence.reset();
       }
@@ -332,6 +323,15 @@ class HybridPlanning {
       offload_ = offload_only(options_.peak, "offload-only", offload_stop_.get_token());
     }
     if (sequence) make_recompute_only(*sequence);
+  }
+
+  // The compute plus the re-runs of every decision of `sequence`.
+  double compute_and_reruns_ms(const RecomputeSelection& sequence) const {
+    double ms = trace_.total_compute_ms();
+    for (const RecomputeDecision& d : sequence.decisions) {
+      ms += model_.candidates[static_cast<std::size_t>(d.candidate)].cost_ms;
+    }
+    return ms;
   }
 
   // The recompute-only plan from its decision sequence
@@ -352,7 +352,10 @@ class HybridPlanning {
   // budgets it is the longest job and many times slower than the plans with
   // recomputes. Thread-safe.
   void stop_offload_only_if_beaten(const Candidate& candidate) {
-    if (candidate.peak_bytes <= budget_ && candidate.time_ms < offload_only_floor_ms_) offload_stop_.request_stop();
+    if (beats_offload_only(candidate)) offload_stop_.request_stop();
+  }
+  bool beats_offload_only(const Candidate& candidate) const {
+    return candidate.peak_bytes <= budget_ && candidate.time_ms < offload_only_floor_ms_;
   }
 
   // How many decision-set plans the trace's size allows.
@@ -578,9 +581,8 @@ class HybridPlanning {
     // An offload-only plan that another plan beats is passed over as though
     // stopped, whether or not its thread was stopped in time, so the notes do
     // not depend on the threads' timing either.
-    if (std::any_of(others.begin(), others.end(), [&](const Candidate& candidate) {
-          return candidate.peak_bytes <= budget_ && candidate.time_ms < offload_only_floor_ms_;
-        })) {
+    if (std::any_of(others.begin(), others.end(),
+                    [&](const Candidate& candidate) { return beats_offload_only(candidate); })) {
       offload.stopped = true;
       offload.floor.reset();
     }
