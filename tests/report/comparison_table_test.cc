@@ -15,7 +15,8 @@ constexpr std::int64_t kGiB = kBytesPerGiB;
 // (over: "!"), 12.3456 ms of stall (8.3456 above the bound); peak: 768 MiB both
 // ways, 4.5 ms of stall (0.5 above, 36%), a floor of 512 MiB at op 3; hybrid:
 // 0.25 ms of stall and 1.5 ms of recompute in 3 re-runs, 1.75 ms in all: 2.25
-// ms below the offload-only bound (14%).
+// ms below the offload-only bound (14%). No plan can add less than 1.25 ms
+// (10% of the compute).
 Comparison sample() {
   Comparison c;
   c.op_count = 1234;
@@ -28,6 +29,7 @@ Comparison sample() {
   c.copy_engines = CopyEngines::kTwo;
   c.budgets_bytes = {kGiB};
   c.stall_bounds_ms = {4.0};
+  c.overhead_bounds_ms = {1.25};
   c.planner_count = 3;
   ComparisonRow greedy;
   greedy.planner = "greedy";
@@ -77,6 +79,7 @@ TEST(ComparisonTable, AlignsOneRowPerPlannerUnderABudgetHeader) {
             "\n"
             "budget 1.00 GiB (50.0% of the unplanned peak), floor 512.00 MiB at op 3; offload-only stall bound "
             "4.000 ms\n"
+            "any plan adds at least 1.250 ms of stall plus recompute (10.00% of compute)\n"
             "planner  feasible     op peak    timed peak  stall ms  recompute ms (n)  above bound  overhead %  bytes "
             "moved  planning ms\n"
             "greedy   yes         1.00 GiB    1.50 GiB !    12.346                 -        8.346      98.76%     1.00 "
@@ -89,7 +92,9 @@ TEST(ComparisonTable, AlignsOneRowPerPlannerUnderABudgetHeader) {
             "feasible: valid, no faults and op-granular peak within the budget; ! marks a timed peak above the "
             "budget; recompute: time re-running ops (count); above bound: stall plus recompute minus the least stall "
             "any offload-only plan within the budget can have (feasible plans; negative where recompute beats it; "
-            "docs/PEAK_PLANNER.md); overhead: stall plus recompute as a percentage of compute\n");
+            "docs/PEAK_PLANNER.md); overhead: stall plus recompute as a percentage of compute; any plan adds at "
+            "least: a lower bound on stall plus recompute for plans that offload, recompute or both "
+            "(docs/HYBRID_PLANNER.md)\n");
 }
 
 TEST(ComparisonTable, ListsProblemsAndNotesUnderTheTable) {
@@ -130,6 +135,7 @@ TEST(ComparisonTable, WritesEveryRowAsJson) {
   EXPECT_DOUBLE_EQ(greedy["stall_ms"].get<double>(), 12.3456);
   EXPECT_DOUBLE_EQ(greedy["stall_lower_bound_ms"].get<double>(), 4.0);
   EXPECT_DOUBLE_EQ(greedy["stall_above_bound_ms"].get<double>(), 8.3456);
+  EXPECT_DOUBLE_EQ(greedy["overhead_lower_bound_ms"].get<double>(), 1.25);
   EXPECT_DOUBLE_EQ(greedy["recompute_ms"].get<double>(), 0.0);
   EXPECT_FALSE(greedy.contains("floor"));
   const nlohmann::json& peak = json["results"][1];
@@ -149,10 +155,15 @@ TEST(ComparisonTable, WritesEveryRowAsJson) {
 TEST(ComparisonTable, SaysWhenNoPlanFitsTheBudget) {
   Comparison c = sample();
   c.stall_bounds_ms = {std::nullopt};
+  c.overhead_bounds_ms = {std::nullopt};
   const std::string text = format_comparison_table(c, "t.json");
-  EXPECT_NE(text.find("floor 512.00 MiB at op 3; no offload-only plan fits it\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("floor 512.00 MiB at op 3; no offload-only plan fits it\n"
+                      "no plan fits it: an op touches more than the budget\n"),
+            std::string::npos)
+      << text;
   const nlohmann::json json = nlohmann::json::parse(comparison_to_json(c, "t.json"));
   EXPECT_TRUE(json["results"][0]["stall_lower_bound_ms"].is_null());
+  EXPECT_TRUE(json["results"][0]["overhead_lower_bound_ms"].is_null());
   EXPECT_TRUE(json["results"][0]["stall_above_bound_ms"].is_null());
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/report/overhead_bound.h"
 #include "hyperoffload/report/stall_bound.h"
 
 namespace hyperoffload {
@@ -125,6 +126,7 @@ Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& o
   bound_options.device_memory = options.device_memory;
   for (const std::int64_t budget : comparison.budgets_bytes) {
     comparison.stall_bounds_ms.push_back(stall_lower_bound_ms(trace, budget, bound_options));
+    comparison.overhead_bounds_ms.push_back(overhead_lower_bound_ms(trace, budget, bound_options));
     for (const NamedPlanner& planner : planners) {
       HO_ASSIGN_OR_RETURN(ComparisonRow row, run_one(trace, planner, budget, options));
       comparison.rows.push_back(std::move(row));

@@ -112,6 +112,9 @@ struct Comparison {
   // (report/stall_bound.h) under these copy engines and memory cap; nullopt
   // when no such plan fits it. Plans that recompute can go below it.
   std::vector<std::optional<double>> stall_bounds_ms;
+  // Per budget: the least stall plus recompute of any plan within it, with
+  // recomputes or not (report/overhead_bound.h); nullopt when no plan fits it.
+  std::vector<std::optional<double>> overhead_bounds_ms;
   // Budget-major: rows[b * planners + p] is planner p at budgets_bytes[b].
   std::vector<ComparisonRow> rows;
   std::size_t planner_count = 0;
@@ -119,6 +122,11 @@ struct Comparison {
   // The stall bound of budgets_bytes[b]; nullopt when none (or not computed).
   std::optional<double> stall_bound_ms(std::size_t b) const {
     return b < stall_bounds_ms.size() ? stall_bounds_ms[b] : std::nullopt;
+  }
+
+  // The overhead bound of budgets_bytes[b]; nullopt when none (or not computed).
+  std::optional<double> overhead_bound_ms(std::size_t b) const {
+    return b < overhead_bounds_ms.size() ? overhead_bounds_ms[b] : std::nullopt;
   }
 
   double budget_percent(std::int64_t budget_bytes) const {

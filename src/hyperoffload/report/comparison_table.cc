@@ -103,6 +103,13 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
     }
     out += fmt::format("\nbudget {} ({:.1f}% of the unplanned peak){}{}\n", format_bytes(budget),
                        comparison.budget_percent(budget), floor, bound);
+    if (b < comparison.overhead_bounds_ms.size()) {
+      const std::optional<double> overhead_ms = comparison.overhead_bound_ms(b);
+      out += overhead_ms ? fmt::format("any plan adds at least {:.3f} ms of stall plus recompute ({:.2f}% of compute)\n",
+                                       *overhead_ms,
+                                       comparison.compute_ms > 0.0 ? 100.0 * *overhead_ms / comparison.compute_ms : 0.0)
+                         : std::string("no plan fits it: an op touches more than the budget\n");
+    }
     append_table(out, rows, bound_ms);
     for (const ComparisonRow& row : rows) {
       if (!row.refused.empty()) out += fmt::format("refused ({}): {}\n", row.planner, row.refused);
@@ -116,7 +123,8 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
       "\nfeasible: valid, no faults and op-granular peak within the budget; ! marks a timed peak above the "
       "budget; recompute: time re-running ops (count); above bound: stall plus recompute minus the least stall "
       "any offload-only plan within the budget can have (feasible plans; negative where recompute beats it; "
-      "docs/PEAK_PLANNER.md); overhead: stall plus recompute as a percentage of compute\n";
+      "docs/PEAK_PLANNER.md); overhead: stall plus recompute as a percentage of compute; any plan adds at least: "
+      "a lower bound on stall plus recompute for plans that offload, recompute or both (docs/HYBRID_PLANNER.md)\n";
   return out;
 }
 
@@ -139,6 +147,8 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
         comparison.planner_count > 0 ? comparison.stall_bound_ms(r / comparison.planner_count) : std::nullopt;
     const std::optional<double> above_ms = row.stall_above_bound_ms(bound_ms);
     const std::optional<double> overhead_above = row.overhead_above_bound_ms(bound_ms);
+    const std::optional<double> any_plan_ms =
+        comparison.planner_count > 0 ? comparison.overhead_bound_ms(r / comparison.planner_count) : std::nullopt;
     nlohmann::ordered_json item = {{"planner", row.planner},
                                    {"budget_bytes", row.budget_bytes},
                                    {"budget_percent", comparison.budget_percent(row.budget_bytes)},
@@ -155,6 +165,8 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
                                    {"stall_above_bound_ms", above_ms ? nlohmann::ordered_json(*above_ms) : nullptr},
                                    {"overhead_above_bound_ms",
                                     overhead_above ? nlohmann::ordered_json(*overhead_above) : nullptr},
+                                   {"overhead_lower_bound_ms",
+                                    any_plan_ms ? nlohmann::ordered_json(*any_plan_ms) : nullptr},
                                    {"recompute_ms", row.recompute_ms},
                                    {"recompute_count", row.recompute_count},
                                    {"overhead_percent", row.overhead_percent},
