@@ -156,6 +156,17 @@ void check_comparison(const Trace& trace, std::optional<std::int64_t> budget, Co
   }
   for (std::size_t r = 0; r < comparison->rows.size(); ++r) {
     const ComparisonRow& row = comparison->rows[r];
+    // Nothing feasible adds less than the bound on stall plus recompute
+    // (report/overhead_bound.h), and a feasible plan means there is one.
+    const std::optional<double> least_ms = comparison->overhead_bound_ms(r / comparison->planner_count);
+    FUZZ_CHECK(!row.feasible() || least_ms.has_value(), "{} is feasible, but the overhead bound says no plan fits",
+               row.planner);
+    if (least_ms) {
+      check_finite(*least_ms, "an overhead bound");
+      const double added_ms = row.stall_ms + row.recompute_ms;
+      FUZZ_CHECK(!row.feasible() || added_ms >= *least_ms - 1e-9 * (1 + *least_ms),
+                 "{} adds {} ms of stall plus recompute, below the bound {}", row.planner, added_ms, *least_ms);
+    }
     const std::optional<double> bound = comparison->stall_bound_ms(r / comparison->planner_count);
     if (!bound) continue;
     check_finite(*bound, "a stall bound");
@@ -165,7 +176,8 @@ void check_comparison(const Trace& trace, std::optional<std::int64_t> budget, Co
                row.planner, row.stall_ms, *bound);
   }
   check_json_numbers(comparison_to_json(*comparison, "fuzz"), "compare --json",
-                     {"stall_lower_bound_ms", "stall_above_bound_ms", "overhead_above_bound_ms"});
+                     {"stall_lower_bound_ms", "stall_above_bound_ms", "overhead_above_bound_ms",
+                      "overhead_lower_bound_ms"});
   check_text_numbers(format_comparison_table(*comparison, "fuzz"), "the comparison table");
   check_text_numbers(comparison_plot_svg(*comparison, "fuzz"), "the memory plot");
 }
