@@ -14,6 +14,9 @@
 //       --benchmark_enable_random_interleaving=true --benchmark_counters_tabular=true
 //
 // Counters: ops, recomputes and copies in the schedule, planned peak / budget.
+// BM_OverheadBound* time the least stall plus recompute any plan can have
+// (report/overhead_bound.h), which `compare` computes per budget, on the same
+// traces; its counter is that bound in % of the compute.
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -22,6 +25,7 @@
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/gen/transformer_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/report/overhead_bound.h"
 #include "hyperoffload/ir/status.h"
 #include "hyperoffload/plan/planner.h"
 
@@ -116,6 +120,24 @@ void BM_HybridPlannerDeepTransformer(benchmark::State& state) {
   plan(state, deep_transformer(static_cast<std::int32_t>(state.range(0))), "hybrid");
 }
 
+void bound(benchmark::State& state, const Trace& trace) {
+  StallBoundOptions options;
+  options.device_memory = DeviceMemory::kBudget;
+  std::optional<double> least_ms;
+  for (auto _ : state) {
+    least_ms = overhead_lower_bound_ms(trace, *trace.memory_limit_bytes(), options);
+    benchmark::DoNotOptimize(least_ms);
+  }
+  state.counters["ops"] = static_cast<double>(trace.op_count());
+  state.counters["bound%"] = least_ms ? 100.0 * *least_ms / trace.total_compute_ms() : -1.0;
+}
+void BM_OverheadBound(benchmark::State& state) {
+  bound(state, random_trace(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1))));
+}
+void BM_OverheadBoundDeepTransformer(benchmark::State& state) {
+  bound(state, deep_transformer(static_cast<std::int32_t>(state.range(0))));
+}
+
 // Arguments: ops, storages per 100 ops.
 #define HYPEROFFLOAD_SIZES(benchmark_name)                                                                  \
   BENCHMARK(benchmark_name)                                                                                 \
@@ -130,6 +152,7 @@ void BM_HybridPlannerDeepTransformer(benchmark::State& state) {
 HYPEROFFLOAD_SIZES(BM_HybridPlanner);
 HYPEROFFLOAD_SIZES(BM_PeakPlannerSameTraces);
 HYPEROFFLOAD_SIZES(BM_RecomputePlanner);
+HYPEROFFLOAD_SIZES(BM_OverheadBound);
 #undef HYPEROFFLOAD_SIZES
 BENCHMARK(BM_HybridPlannerGpt3XlDemo)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
 // Argument: transformer blocks.
@@ -143,6 +166,7 @@ BENCHMARK(BM_HybridPlannerGpt3XlDemo)->Unit(benchmark::kMillisecond)->MeasurePro
       ->UseRealTime()
 HYPEROFFLOAD_DEPTHS(BM_PeakPlannerDeepTransformer);
 HYPEROFFLOAD_DEPTHS(BM_HybridPlannerDeepTransformer);
+HYPEROFFLOAD_DEPTHS(BM_OverheadBoundDeepTransformer);
 #undef HYPEROFFLOAD_DEPTHS
 
 }  // namespace
