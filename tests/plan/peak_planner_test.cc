@@ -547,6 +547,47 @@ TEST(PeakPlannerSelection, BreaksTiesTowardsTheSmallestWhenAsked) {
   EXPECT_EQ(copied_to_host(plan_peak(trace, 300, smallest).schedule.actions), std::vector<StorageId>{2});
 }
 
+TEST(PeakPlannerSelection, WithAHostCopyDeadlineCreditsHidingOnlyToCopiesDoneBeforeThePeak) {
+  // Copies at 40 B per ms; ops 1 ms but h, 4 ms. s1 (120 B) W@0 R@6, s2
+  // (100 B) W@3 R@8, s3 (50 B) at op 4.
+  //   op:   0    1    2    3    4    5    6    7    8
+  //   res:  120  120  120  220  270  220  220  100  100    budget 220: E = 50 at op 4
+  // Both remove E; one over-budget op (no coverage term). Hiding: s1 is on the
+  // host at 1 + 3 = 4 ms and needed at 6: (6 - 4) / 3 = 2/3; s2 on the host at
+  // 4 + 2.5 = 6.5 and needed at 11: 1. So s2 (factor 2 against 5/3) — but op 4
+  // starts at 4 ms, before s2 is on the host: on a device that holds only the
+  // budget it waits 2.5 ms for that memory. With HostCopyDeadline::kBeforePeak
+  // s2 gets no hiding credit (1 < 5/3) and s1, on the host by 4 ms, is taken:
+  // op 6 waits 2 ms for its copy back (5 to 8 ms) instead.
+  const Trace trace = TraceDsl()
+                          .storage(1, 120)
+                          .storage(2, 100)
+                          .storage(3, 50)
+                          .bandwidth(40e3 / static_cast<double>(kBytesPerGiB))
+                          .op("a", "W1", 1)
+                          .op("b", "", 1)
+                          .op("c", "", 1)
+                          .op("d", "W2", 1)
+                          .op("e", "W3", 1)
+                          .op("f", "", 1)
+                          .op("g", "R1", 1)
+                          .op("h", "", 4)
+                          .op("i", "R2")
+                          .build();
+  PeakPlannerOptions capped;
+  capped.device_memory = DeviceMemory::kBudget;
+  SimulatorOptions sim;
+  sim.device_memory = DeviceMemory::kBudget;
+  sim.budget_bytes = 220;
+  const PlanResult late = plan_peak(trace, 220, capped);
+  EXPECT_EQ(copied_to_host(late.schedule.actions), std::vector<StorageId>{2});
+  EXPECT_NEAR(simulate(trace, late.schedule, sim).stall_ms, 2.5, 1e-9);
+  capped.host_copy_deadline = HostCopyDeadline::kBeforePeak;
+  const PlanResult early = plan_peak(trace, 220, capped);
+  EXPECT_EQ(copied_to_host(early.schedule.actions), std::vector<StorageId>{1});
+  EXPECT_NEAR(simulate(trace, early.schedule, sim).stall_ms, 2.0, 1e-9);
+}
+
 TEST(PeakPlannerSelection, TakesCopyBackWindowsFromAFirstPassWhenAsked) {
   // A 6-layer MLP step (scripts/optimal-gap-benchmarks.sh, mlp-6-s3): sN is
   // storage N in MiB, weights (1, 3, 5, 7, 9, 11) and their gradients retained;

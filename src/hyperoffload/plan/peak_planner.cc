@@ -98,8 +98,8 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
   }
 
   const std::vector<std::int32_t> selected =
-      internal::select_peak_candidates(trace, model, options.weights, options.ties, options.windows, limit,
-                                       profile, stop);
+      internal::select_peak_candidates(trace, model, options.weights, options.ties, options.windows,
+                                       options.host_copy_deadline, limit, profile, stop);
   if (stop.stop_requested()) return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
   // Below the floor the selection stops at the floor; placement then keeps to
   // what was reached instead of the unreachable budget.

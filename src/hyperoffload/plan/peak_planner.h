@@ -101,6 +101,15 @@ enum class CopyBackWindows : std::uint8_t {
   kAfterAFirstPass,  // the same after a first selection pass, with the candidate resident: two passes
 };
 
+// Whether selection's hiding term also asks that a candidate's copy to host
+// end before the op whose peak the pick resolves starts (docs/PEAK_PLANNER.md,
+// "Selection"): on a device that holds only the budget that op otherwise waits
+// for the memory, however well the copy back hides.
+enum class HostCopyDeadline : std::uint8_t {
+  kNone,        // hiding is about the copy back only
+  kBeforePeak,  // no hiding credit for a copy to host estimated to end after the peak op starts
+};
+
 // How the D2H engine orders the copies to host that wait for it
 // (docs/PEAK_PLANNER.md, "Copies to host"); either way it never idles while
 // one could run.
@@ -124,6 +133,11 @@ struct PeakPlannerOptions {
   // release the next op waits for (docs/PEAK_PLANNER.md, "Copies to host").
   // The hybrid planner makes plans with both.
   HostCopySequencing host_copies = HostCopySequencing::kSoonestNeeded;
+  // kBeforePeak suits offloads planned around recomputes on a device that
+  // holds only the budget (the hybrid planner's decision sets that leave the
+  // oldest data to the offloads, docs/HYBRID_PLANNER.md); the peak planner's
+  // own plans use kNone.
+  HostCopyDeadline host_copy_deadline = HostCopyDeadline::kNone;
   // The device to tune for (planner.h): it changes the order of the copies to
   // host and the stall estimate that picks between prefetch orders, never the
   // guarantees.

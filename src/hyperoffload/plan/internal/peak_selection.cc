@@ -92,11 +92,12 @@ class Selection {
   // `compute_before`: compute_prefix(trace); `prefetch_from_ms`: per
   // candidate, the earliest start of its copy back (a copy-back window, or 0).
   Selection(const Trace& trace, const PeakModel& model, const PeakScoreWeights& weights, SelectionTies ties,
-            std::int64_t limit, ProfileTree& profile, std::vector<double> compute_before,
-            std::vector<double> prefetch_from_ms)
+            HostCopyDeadline host_copy_deadline, std::int64_t limit, ProfileTree& profile,
+            std::vector<double> compute_before, std::vector<double> prefetch_from_ms)
       : model_(model),
         weights_(weights),
         ties_(ties),
+        host_copy_deadline_(host_copy_deadline),
         limit_(limit),
         profile_(profile),
         index_(trace.op_count(), intervals(model)),
@@ -147,6 +148,7 @@ class Selection {
       const std::int64_t peak = profile_.max();
       if (peak <= limit_) break;
       const auto peak_op = static_cast<OpIndex>(profile_.argmax());
+      peak_op_ = peak_op;
       const std::int64_t excess = peak - limit_;
       const std::int32_t pick = best_at(peak_op, excess, step);
       if (pick == kNone) break;  // nothing covers the peak: it sits at the floor
@@ -191,13 +193,21 @@ class Selection {
   // limit late in the gap this is (window - D2H) / H2D: 1 when the compute
   // from the copy op to the use covers both transfers. `queued_ms` is
   // queued_d2h_ms of the version's copy op (0 with nothing selected, as when
-  // the bounds are first made).
+  // the bounds are first made). With HostCopyDeadline::kBeforePeak it is 0
+  // when the data reaches the host after the current peak op starts. (That
+  // rule is not monotone in the picks: the peak op may move later and give the
+  // credit back, which lazy evaluation then misses; the initial bounds, made
+  // without a peak op, stay upper bounds.)
   double hiding(std::size_t k, double queued_ms) const {
     const PeakCandidate& c = model_.interior[k];
     const OpIndex copy_op = model_.versions[static_cast<std::size_t>(c.version)].copy_op;
     const double own_ms = version_queued_[static_cast<std::size_t>(c.version)] ? 0.0 : d2h_ms_[k];
     const double on_host_ms =
         std::max(compute_before_[static_cast<std::size_t>(copy_op) + 1] + d2h_ms_[k], queued_ms + own_ms);
+    if (host_copy_deadline_ == HostCopyDeadline::kBeforePeak && peak_op_ >= 0 &&
+        on_host_ms > compute_before_[static_cast<std::size_t>(peak_op_)]) {
+      return 0.0;
+    }
     const double slack_ms =
         compute_before_[static_cast<std::size_t>(c.end_op)] - std::max(on_host_ms, prefetch_from_ms_[k]);
     if (h2d_ms_[k] <= 0.0) return slack_ms >= 0.0 ? 1.0 : 0.0;
@@ -324,6 +334,8 @@ class Selection {
   const PeakModel& model_;
   const PeakScoreWeights& weights_;
   SelectionTies ties_;
+  HostCopyDeadline host_copy_deadline_;
+  OpIndex peak_op_ = -1;  // the op whose peak the current pick resolves (-1 before the first)
   std::int64_t limit_;
   ProfileTree& profile_;
   CoveringIndex index_;
@@ -344,8 +356,9 @@ class Selection {
 
 std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
                                                  const PeakScoreWeights& weights, SelectionTies ties,
-                                                 CopyBackWindows windows, std::int64_t limit_bytes,
-                                                 ProfileTree& profile, std::stop_token stop) {
+                                                 CopyBackWindows windows, HostCopyDeadline host_copy_deadline,
+                                                 std::int64_t limit_bytes, ProfileTree& profile,
+                                                 std::stop_token stop) {
   std::vector<double> compute_before = compute_prefix(trace);
   std::vector<double> prefetch_from_ms;
   switch (windows) {
@@ -359,14 +372,14 @@ std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakM
       // A first pass, with the windows before planning, on a copy of the profile.
       ProfileTree after = profile;
       const std::vector<std::int32_t> first_pass =
-          Selection(trace, model, weights, ties, limit_bytes, after, compute_before,
+          Selection(trace, model, weights, ties, host_copy_deadline, limit_bytes, after, compute_before,
                     windows_before_planning(model, limit_bytes, compute_before))
               .run(stop);
       prefetch_from_ms = windows_after_a_pass(model, limit_bytes, compute_before, after, first_pass);
       break;
     }
   }
-  return Selection(trace, model, weights, ties, limit_bytes, profile, std::move(compute_before),
+  return Selection(trace, model, weights, ties, host_copy_deadline, limit_bytes, profile, std::move(compute_before),
                    std::move(prefetch_from_ms))
       .run(stop);
 }

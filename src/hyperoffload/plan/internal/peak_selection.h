@@ -24,7 +24,8 @@ namespace hyperoffload::internal {
 // far, once `stop` is requested (checked every few hundred picks).
 std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
                                                  const PeakScoreWeights& weights, SelectionTies ties,
-                                                 CopyBackWindows windows, std::int64_t limit_bytes,
-                                                 ProfileTree& profile, std::stop_token stop = {});
+                                                 CopyBackWindows windows, HostCopyDeadline host_copy_deadline,
+                                                 std::int64_t limit_bytes, ProfileTree& profile,
+                                                 std::stop_token stop = {});
 
 }  // namespace hyperoffload::internal
