@@ -33,8 +33,10 @@
 //     the trace's size allows (HybridPlannerOptions) — plus, on a trace small
 //     enough for four of those, the offloads planned again with weights that
 //     favour hiding over size (alone, with either kind of copy-back window,
-//     and around the best decision set) and with the copies to host by least
-//     lateness (alone and around the best decision set) are timed on the
+//     and around the best decision set), with the copies to host by least
+//     lateness (alone and around the best decision set) and, on a device that
+//     holds only the budget, around decision sets that leave the oldest data
+//     to offloads copied to host before the peak, are timed on the
 //     original trace with the simulator's rules on the device of
 //     PeakPlannerOptions::device_memory (plan/internal/stall_estimate.h, exact
 //     for these schedules: compute, recomputes and stall); the quickest within
@@ -65,7 +67,8 @@
 // at or above the floor. Cost: the peak planner's on the trace, plus one run per
 // decision set planned (one on a 1M-op trace) and, on a trace small enough for
 // four decision sets, six more (four extra offload-only plans, one of them two
-// selection passes, and the best decision set's offloads twice), plus
+// selection passes, and the best decision set's offloads twice) and up to six
+// on a capped device (three decision sets, each planned twice), plus
 // O(ops + accesses) per selection and augmented trace.
 //
 // Thread-safety: plan() is const and may run concurrently.
