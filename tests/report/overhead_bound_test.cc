@@ -12,11 +12,13 @@
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/planner.h"
+#include "testing/feasible_simulation.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload {
 namespace {
 
+using ::hyperoffload::testing::simulate_if_feasible;
 using ::hyperoffload::testing::TraceDsl;
 
 constexpr std::int64_t kMiB = 1 << 20;
@@ -30,12 +32,9 @@ double overhead_ms(const Trace& trace, std::int64_t budget, const std::string& p
   const Result<PlanResult> plan = planner->plan(trace, budget);
   EXPECT_TRUE(plan.has_value()) << planner_name;
   if (!plan) return -1.0;
-  SimulatorOptions sim_options;
-  sim_options.device_memory = cap;
-  sim_options.budget_bytes = budget;
-  const SimulationResult sim = simulate(trace, plan->schedule, sim_options);
-  if (!sim.valid() || sim.faults() > 0 || sim.peak_bytes() > budget) return -1.0;
-  return sim.stall_ms + sim.recompute_ms;
+  const std::optional<SimulationResult> sim =
+      simulate_if_feasible(trace, plan->schedule, budget, CopyEngines::kTwo, cap);
+  return sim ? sim->stall_ms + sim->recompute_ms : -1.0;
 }
 
 // Copies at 1 MiB per ms. s1 (4 MiB) is written by a, a recomputable 0.5 ms
@@ -211,17 +210,13 @@ TEST(OverheadBound, IsNeverAboveWhatAFeasiblePlanAdds) {
           const std::unique_ptr<Planner> planner = value_or_throw(make_planner(name, planner_options));
           const Result<PlanResult> plan = planner->plan(trace, budget);
           if (!plan) continue;  // the MILP refuses budgets below its floor
-          SimulatorOptions sim_options;
-          sim_options.copy_engines = engines;
-          sim_options.device_memory = cap;
-          sim_options.budget_bytes = budget;
-          const SimulationResult sim = simulate(trace, plan->schedule, sim_options);
-          if (!sim.valid() || sim.faults() > 0 || sim.peak_bytes() > budget) continue;
+          const std::optional<SimulationResult> sim = simulate_if_feasible(trace, plan->schedule, budget, engines, cap);
+          if (!sim) continue;
           ++feasible;
           optimal += name == "optimal" ? 1 : 0;
           ASSERT_TRUE(bound.has_value()) << "seed " << seed << ": a feasible plan exists";
           positive += *bound > 0.0 ? 1 : 0;
-          const double added = sim.stall_ms + sim.recompute_ms;
+          const double added = sim->stall_ms + sim->recompute_ms;
           ASSERT_LE(*bound, added + 1e-9 * std::max(1.0, added))
               << "seed " << seed << ", " << name << ", " << static_cast<int>(engines) << " engine(s), "
               << (cap == DeviceMemory::kBudget ? "capped" : "unlimited");

@@ -12,11 +12,13 @@
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/planner.h"
 #include "hyperoffload/plan/peak_planner.h"
+#include "testing/feasible_simulation.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload {
 namespace {
 
+using ::hyperoffload::testing::simulate_if_feasible;
 using ::hyperoffload::testing::TraceDsl;
 
 constexpr std::int64_t kMiB = 1 << 20;
@@ -119,16 +121,12 @@ TEST(StallBound, IsNeverAboveTheStallOfAFeasiblePlan) {
         for (const Planner* planner : planners) {
           const Result<PlanResult> plan = planner->plan(trace, budget);
           ASSERT_TRUE(plan.has_value());
-          SimulatorOptions sim_options;
-          sim_options.copy_engines = engines;
-          sim_options.device_memory = cap;
-          sim_options.budget_bytes = budget;
-          const SimulationResult sim = simulate(trace, plan->schedule, sim_options);
-          if (!sim.valid() || sim.faults() > 0 || sim.peak_bytes() > budget) continue;
+          const std::optional<SimulationResult> sim = simulate_if_feasible(trace, plan->schedule, budget, engines, cap);
+          if (!sim) continue;
           ++feasible;
           ASSERT_TRUE(bound.has_value()) << "seed " << seed << ": a feasible plan exists";
           positive += *bound > 0.0 ? 1 : 0;
-          ASSERT_LE(*bound, sim.stall_ms + 1e-9 * std::max(1.0, sim.stall_ms))
+          ASSERT_LE(*bound, sim->stall_ms + 1e-9 * std::max(1.0, sim->stall_ms))
               << "seed " << seed << ", " << planner->name() << ", " << static_cast<int>(engines) << " engine(s), "
               << (cap == DeviceMemory::kBudget ? "capped" : "unlimited");
         }
