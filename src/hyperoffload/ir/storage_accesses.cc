@@ -20,4 +20,16 @@ StorageAccesses::StorageAccesses(const Trace& trace)
   }
 }
 
+std::vector<OpIndex> recompute_producers(const Trace& trace, const StorageAccesses& accesses) {
+  std::vector<OpIndex> producer(static_cast<std::size_t>(trace.storage_count()), -1);
+  for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+    if (!accesses.accessed(s)) continue;
+    const StorageAccess& first = accesses.of(s).front();
+    if (first.kind == AccessKind::kWrite && trace.op_recomputable(first.op)) {
+      producer[static_cast<std::size_t>(s)] = first.op;
+    }
+  }
+  return producer;
+}
+
 }  // namespace hyperoffload

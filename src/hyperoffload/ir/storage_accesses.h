@@ -40,4 +40,10 @@ class StorageAccesses {
   std::vector<StorageIndex> first_appearance_;
 };
 
+// Per storage, the op that created it when that op is recomputable: its first
+// access is a write by a recomputable op (the trace builder guarantees that a
+// recomputable op writes only storages it creates); -1 otherwise. The op a
+// recompute re-runs to regenerate the storage. O(storages).
+std::vector<OpIndex> recompute_producers(const Trace& trace, const StorageAccesses& accesses);
+
 }  // namespace hyperoffload

@@ -25,21 +25,14 @@ constexpr int kBisectionSteps = 200;
 struct TraceFacts {
   StorageAccesses accesses;
   std::vector<std::int64_t> resident_bytes;  // unplanned, per op
-  std::vector<OpIndex> producer;             // per storage: the recomputable op of its first access (a write), or -1
+  std::vector<OpIndex> producer;             // recompute_producers
   std::vector<double> compute_before_ms;     // ops [0, q)
 
   explicit TraceFacts(const Trace& trace)
       : accesses(trace),
         resident_bytes(unplanned_resident_bytes(trace, accesses)),
-        producer(static_cast<std::size_t>(trace.storage_count()), -1),
+        producer(recompute_producers(trace, accesses)),
         compute_before_ms(static_cast<std::size_t>(trace.op_count()) + 1, 0.0) {
-    for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
-      if (!accesses.accessed(s)) continue;
-      const StorageAccess& first = accesses.of(s).front();
-      if (first.kind == AccessKind::kWrite && trace.op_recomputable(first.op)) {
-        producer[static_cast<std::size_t>(s)] = first.op;
-      }
-    }
     for (OpIndex op = 0; op < trace.op_count(); ++op) {
       compute_before_ms[static_cast<std::size_t>(op) + 1] =
           compute_before_ms[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
@@ -155,9 +148,12 @@ class OpBound {
     std::vector<std::int32_t> readers(static_cast<std::size_t>(trace_.storage_count()), 0);
     std::vector<std::int32_t> served(static_cast<std::size_t>(trace_.op_count()), 0);
     std::vector<OpIndex> counted_for(static_cast<std::size_t>(trace_.op_count()), -1);
+    std::vector<std::vector<StorageIndex>> inputs_of;  // per entry of `producers`
+    inputs_of.reserve(producers.size());
     for (const OpIndex k : producers) {
       ++served[static_cast<std::size_t>(k)];
-      for (const StorageIndex u : dead_inputs(k)) {
+      inputs_of.push_back(dead_inputs(k));
+      for (const StorageIndex u : inputs_of.back()) {
         ++readers[static_cast<std::size_t>(u)];
         const OpIndex r = facts_.producer[static_cast<std::size_t>(u)];
         if (r >= 0 && counted_for[static_cast<std::size_t>(r)] != k) {
@@ -166,10 +162,11 @@ class OpBound {
         }
       }
     }
-    for (const OpIndex k : producers) {
+    for (std::size_t p = 0; p < producers.size(); ++p) {
+      const OpIndex k = producers[p];
       const auto bytes = static_cast<double>(item_bytes[static_cast<std::size_t>(k)]);
       const double own_ms = trace_.op_duration_ms(k) / served[static_cast<std::size_t>(k)];
-      const std::vector<StorageIndex> inputs = dead_inputs(k);
+      const std::vector<StorageIndex>& inputs = inputs_of[p];
       double best = own_ms / bytes;
       if (inputs.size() <= kMaxChoiceInputs) {
         // Each dead input is regenerated (its producer's re-run, shared) or

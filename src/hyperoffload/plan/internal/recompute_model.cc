@@ -71,17 +71,10 @@ double chain_cost_ms(const Trace& trace, const RecomputeModel& model, OpIndex so
 RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& accesses) {
   RecomputeModel model;
   const auto storages = static_cast<std::size_t>(trace.storage_count());
-  model.producer.assign(storages, -1);
+  model.producer = recompute_producers(trace, accesses);
   model.last_op.assign(storages, -1);
   for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
-    if (!accesses.accessed(s)) continue;
-    model.last_op[static_cast<std::size_t>(s)] = accesses.last_op(s);
-    const StorageAccess& first = accesses.of(s).front();
-    // The builder guarantees that a recomputable op writes only storages it
-    // creates, so a first access that is such a write names the producer.
-    if (first.kind == AccessKind::kWrite && trace.op_recomputable(first.op)) {
-      model.producer[static_cast<std::size_t>(s)] = first.op;
-    }
+    if (accesses.accessed(s)) model.last_op[static_cast<std::size_t>(s)] = accesses.last_op(s);
   }
   if (!trace.has_recomputable_ops()) return model;
   model.valid_until = valid_until_per_op(trace);
