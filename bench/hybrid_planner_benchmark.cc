@@ -27,6 +27,7 @@
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/report/overhead_bound.h"
 #include "hyperoffload/ir/status.h"
+#include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/planner.h"
 
 namespace hyperoffload {
@@ -138,6 +139,19 @@ void BM_OverheadBoundDeepTransformer(benchmark::State& state) {
   bound(state, deep_transformer(static_cast<std::int32_t>(state.range(0))));
 }
 
+// The models every hybrid plan starts from, on the trace and again on each
+// augmented trace: the per-storage accesses and the peak planner's model.
+void BM_PeakModel(benchmark::State& state) {
+  const Trace& trace =
+      random_trace(static_cast<std::int32_t>(state.range(0)), static_cast<std::int32_t>(state.range(1)));
+  for (auto _ : state) {
+    const StorageAccesses accesses(trace);
+    internal::PeakModel model = internal::build_peak_model(trace, accesses);
+    benchmark::DoNotOptimize(model.interior.data());
+  }
+  state.counters["ops"] = static_cast<double>(trace.op_count());
+}
+
 // Arguments: ops, storages per 100 ops.
 #define HYPEROFFLOAD_SIZES(benchmark_name)                                                                  \
   BENCHMARK(benchmark_name)                                                                                 \
@@ -153,6 +167,7 @@ HYPEROFFLOAD_SIZES(BM_HybridPlanner);
 HYPEROFFLOAD_SIZES(BM_PeakPlannerSameTraces);
 HYPEROFFLOAD_SIZES(BM_RecomputePlanner);
 HYPEROFFLOAD_SIZES(BM_OverheadBound);
+HYPEROFFLOAD_SIZES(BM_PeakModel);
 #undef HYPEROFFLOAD_SIZES
 BENCHMARK(BM_HybridPlannerGpt3XlDemo)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
 // Argument: transformer blocks.

@@ -1,6 +1,7 @@
 // Internal: the peak planner's per-op memory profile — a segment tree with range
 // add, maximum and leftmost argmax, "first/last position above a threshold"
-// searches, and an exact count of positions above a fixed limit. Every
+// searches, and an exact count of positions above a fixed limit (a Fenwick
+// tree over the positions' sides of it, beside the segment tree). Every
 // operation is O(log n) except add(), which is O(log n) plus O(log n) per
 // position whose side of the limit it changes.
 //
@@ -32,6 +33,14 @@ class ProfileTree {
     const std::size_t nodes = 2 * std::bit_ceil(std::max<std::size_t>(size_, 1));
     nodes_.assign(nodes, Node{});
     build(1, 0, size_ - 1, values);
+    // The Fenwick tree of the above-limit flags, built in O(n).
+    over_tree_.assign(size_ + 1, 0);
+    for (std::size_t i = 1; i <= size_; ++i) {
+      over_tree_[i] += values[i - 1] > limit_ ? 1 : 0;
+      over_total_ += values[i - 1] > limit_ ? 1 : 0;
+      const std::size_t parent = i + (i & (~i + 1));
+      if (parent <= size_) over_tree_[parent] += over_tree_[i];
+    }
   }
 
   std::size_t size() const { return size_; }
@@ -66,8 +75,10 @@ class ProfileTree {
   }
 
   // Positions in [first, last] whose value is above limit().
-  std::size_t count_over(std::size_t first, std::size_t last) const { return count(1, 0, size_ - 1, first, last); }
-  std::size_t count_over() const { return static_cast<std::size_t>(nodes_[1].count_over); }
+  std::size_t count_over(std::size_t first, std::size_t last) const {
+    return static_cast<std::size_t>(over_before(last + 1) - over_before(first));
+  }
+  std::size_t count_over() const { return static_cast<std::size_t>(over_total_); }
 
   // First (last) position in [first, last] whose value is above `threshold`, or
   // kNotFound.
@@ -88,7 +99,6 @@ class ProfileTree {
     const bool over = value > limit_;
     nodes_[node].min_over = over ? value : kHigh;
     nodes_[node].max_under = over ? kLow : value;
-    nodes_[node].count_over = over ? 1 : 0;
   }
 
   void pull(std::size_t node) {
@@ -99,7 +109,6 @@ class ProfileTree {
     nodes_[node].min_over = min_over >= kHigh / 2 ? kHigh : min_over + a;
     const std::int64_t max_under = std::max(nodes_[l].max_under, nodes_[r].max_under);
     nodes_[node].max_under = max_under <= kLow / 2 ? kLow : max_under + a;
-    nodes_[node].count_over = nodes_[l].count_over + nodes_[r].count_over;
   }
 
   void build(std::size_t node, std::size_t lo, std::size_t hi, std::span<const std::int64_t> values) {
@@ -122,7 +131,7 @@ class ProfileTree {
 
   void fix(std::size_t node, std::size_t lo, std::size_t hi, std::int64_t pending) {
     if (lo == hi) {
-      set_leaf_shifted(node, 0, pending);
+      set_leaf_shifted(node, lo, 0, pending);
       return;
     }
     const std::int64_t below = pending + nodes_[node].add;
@@ -138,7 +147,7 @@ class ProfileTree {
            std::int64_t pending) {
     if (first <= lo && hi <= last) {
       if (lo == hi) {
-        set_leaf_shifted(node, delta, pending);
+        set_leaf_shifted(node, lo, delta, pending);
         return;
       }
       nodes_[node].add += delta;
@@ -155,13 +164,26 @@ class ProfileTree {
     pull(node);
   }
 
-  void set_leaf_shifted(std::size_t node, std::int64_t delta, std::int64_t pending) {
+  // The leaf of `position`; its side of the limit goes to the Fenwick tree.
+  void set_leaf_shifted(std::size_t node, std::size_t position, std::int64_t delta, std::int64_t pending) {
+    const bool was_over = nodes_[node].min_over < kHigh / 2;
     const std::int64_t stored = nodes_[node].max + delta;
     nodes_[node].max = stored;
     const bool over = stored + pending > limit_;
     nodes_[node].min_over = over ? stored : kHigh;
     nodes_[node].max_under = over ? kLow : stored;
-    nodes_[node].count_over = over ? 1 : 0;
+    if (over != was_over) add_over(position, over ? 1 : -1);
+  }
+
+  // Positions above the limit among [0, end).
+  std::int64_t over_before(std::size_t end) const {
+    std::int64_t total = 0;
+    for (std::size_t i = end; i > 0; i -= i & (~i + 1)) total += over_tree_[i];
+    return total;
+  }
+  void add_over(std::size_t position, std::int32_t change) {
+    over_total_ += change;
+    for (std::size_t i = position + 1; i <= size_; i += i & (~i + 1)) over_tree_[i] += change;
   }
 
   std::int64_t max(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last) const {
@@ -171,15 +193,6 @@ class ProfileTree {
     if (first <= mid) best = std::max(best, max(2 * node, lo, mid, first, last));
     if (last > mid) best = std::max(best, max(2 * node + 1, mid + 1, hi, first, last));
     return best + nodes_[node].add;
-  }
-
-  std::size_t count(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last) const {
-    if (first <= lo && hi <= last) return static_cast<std::size_t>(nodes_[node].count_over);
-    const std::size_t mid = lo + (hi - lo) / 2;
-    std::size_t total = 0;
-    if (first <= mid) total += count(2 * node, lo, mid, first, last);
-    if (last > mid) total += count(2 * node + 1, mid + 1, hi, first, last);
-    return total;
   }
 
   std::size_t find_first(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
@@ -206,18 +219,25 @@ class ProfileTree {
 
   // One node's aggregates side by side: an update or search reads and writes
   // several of them per node, and on a large trace the deep nodes are cache
-  // misses, one per node instead of one per field.
+  // misses, one per node instead of one per field (32 bytes: two nodes a
+  // cache line).
   struct Node {
     std::int64_t max = kLow;        // range maximum (own add included)
     std::int64_t add = 0;           // lazy add of internal nodes; leaves keep 0
     std::int64_t min_over = kHigh;  // minimum over positions above the limit (kHigh: none)
     std::int64_t max_under = kLow;  // maximum over positions at or below it (kLow: none)
-    std::int64_t count_over = 0;    // positions above the limit
   };
 
   std::size_t size_ = 0;
   std::int64_t limit_ = 0;
   std::vector<Node> nodes_;
+  // The count of positions above the limit: a Fenwick tree (1-based) of
+  // per-position flags, and their total. The count is asked for once per
+  // candidate re-evaluated, several times per pick, and a Fenwick query
+  // touches a few cache lines of a compact array where a walk down the
+  // segment tree touched two nodes per level.
+  std::vector<std::int32_t> over_tree_;
+  std::int64_t over_total_ = 0;
 };
 
 }  // namespace hyperoffload::internal
