@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
 #include <limits>
 #include <thread>
 
@@ -128,17 +129,20 @@ class HybridPlanning {
         options_(options),
         budget_(budget),
         accesses_(trace),
+        model_build_(std::async(std::launch::async,
+                                [this] { return internal::build_recompute_model(trace_, accesses_); })),
         peak_model_(internal::build_peak_model(trace, accesses_)),
         memory_cap_(options.peak.device_memory == DeviceMemory::kBudget ? std::optional<std::int64_t>(budget)
                                                                         : std::nullopt) {
-    // The offload-only plan goes on a second thread, the largest single job.
-    // When the recompute-only plan can stop it (offload_worker), that plan
-    // goes first on the same thread, which needs the recompute model;
-    // otherwise the offload-only plan starts now, while the model is built.
+    // The recompute model is built on a thread of its own while this one
+    // builds the peak model. The offload-only plan goes on a second thread,
+    // the largest single job. When the recompute-only plan can stop it
+    // (offload_worker), that plan goes first on the same thread, which needs
+    // the recompute model; otherwise the offload-only plan starts now.
     const bool offloads = options_.offload != OffloadUse::kRecomputeOnly;
     recompute_first_ = offloads && offload_only_floor_ms_ > trace_.total_compute_ms();
     if (offloads && !recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
-    model_ = internal::build_recompute_model(trace_, accesses_);
+    model_ = model_build_.get();
     if (recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
   }
 
@@ -179,10 +183,12 @@ class HybridPlanning {
   // The peak planner on the trace itself, on the accesses and model built
   // here; its own stall estimate is the one estimated_time_ms would compute
   // (same schedule, trace and device).
-  Candidate offload_only(const PeakPlannerOptions& options, std::string label, std::stop_token stop = {}) const {
+  Candidate offload_only(const PeakPlannerOptions& options, std::string label, std::stop_token stop = {},
+                         internal::PlacementThreads threads = internal::PlacementThreads::kTwo) const {
     Candidate candidate;
     candidate.label = std::move(label);
-    internal::PeakRun run = internal::run_peak_planner(trace_, accesses_, peak_model_, options, budget_, {}, stop);
+    internal::PeakRun run =
+        internal::run_peak_planner(trace_, accesses_, peak_model_, options, budget_, {}, stop, threads);
     if (run.stopped) {
       candidate.stopped = true;
       return candidate;
@@ -320,7 +326,10 @@ class HybridPlanning {
     if (offload_stop_.stop_requested()) {
       offload_.stopped = true;
     } else {
-      offload_ = offload_only(options_.peak, "offload-only", offload_stop_.get_token());
+      // One thread: the decision sets keep the other core busy, and their
+      // runs are the longer path.
+      offload_ = offload_only(options_.peak, "offload-only", offload_stop_.get_token(),
+                              internal::PlacementThreads::kOne);
     }
     if (sequence) make_recompute_only(*sequence);
   }
@@ -657,6 +666,7 @@ class HybridPlanning {
   const HybridPlannerOptions& options_;
   std::int64_t budget_;
   const StorageAccesses accesses_;
+  std::future<RecomputeModel> model_build_;  // taken into model_ in the constructor
   const PeakModel peak_model_;
   std::optional<std::int64_t> memory_cap_;
   OpIndex peak_op_ = peak_op();

@@ -82,7 +82,7 @@ namespace internal {
 
 PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, const PeakModel& model,
                          const PeakPlannerOptions& options, std::int64_t budget_bytes, const ScheduleTimer& timer,
-                         std::stop_token stop) {
+                         std::stop_token stop, PlacementThreads threads) {
   PlanResult result;
   result.schedule.planner = "peak";
   const std::int64_t limit = budget_bytes;
@@ -148,6 +148,13 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
   Variant chosen;
   if (selected.empty()) {
     chosen = build(EngineRule::kSoonestNeeded, profile, HostCopyOrder{});
+  } else if (threads == PlacementThreads::kOne) {
+    const HostCopyOrder host_order = first_placement();
+    if (stop.stop_requested()) return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
+    ProfileTree fill_profile = profile;
+    chosen = build(EngineRule::kSoonestNeeded, profile, host_order);
+    Variant fill = build(EngineRule::kFillIdleEngine, fill_profile, host_order);
+    if (fill.stall_ms < chosen.stall_ms) chosen = std::move(fill);
   } else {
     // The idle-filling order is built on a second thread, on its own copy of
     // the profile, taken while this thread runs the first placement.

@@ -48,6 +48,14 @@ struct TimedSchedule {
 // once: it must be safe to call concurrently.
 using ScheduleTimer = std::function<TimedSchedule(std::vector<Action> actions)>;
 
+// How many threads a run's placements use: the two prefetch orders are
+// placed on two threads (the peak planner on its own), or one after the other
+// on the calling thread, for a caller that already keeps both cores busy with
+// runs of its own (the hybrid planner's offload-only plan, beside its decision
+// sets: with a third thread the run on the critical path got two thirds of a
+// core). The schedule is the same either way.
+enum class PlacementThreads : std::uint8_t { kTwo, kOne };
+
 // Preconditions: trace.op_count() > 0; `accesses` is of `trace` and `model`
 // is build_peak_model(trace, accesses). Without a timer, schedules are timed
 // with estimate_stall_ms on `trace` and returned as made. Once `stop` is
@@ -55,6 +63,7 @@ using ScheduleTimer = std::function<TimedSchedule(std::vector<Action> actions)>;
 // selection and between its placements).
 PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, const PeakModel& model,
                          const PeakPlannerOptions& options, std::int64_t budget_bytes,
-                         const ScheduleTimer& timer = {}, std::stop_token stop = {});
+                         const ScheduleTimer& timer = {}, std::stop_token stop = {},
+                         PlacementThreads threads = PlacementThreads::kTwo);
 
 }  // namespace hyperoffload::internal
