@@ -13,6 +13,8 @@
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/internal/peak_run.h"
 #include "hyperoffload/plan/internal/stall_estimate.h"
 #include "hyperoffload/plan/peak_planner.h"
 #include "hyperoffload/sim/simulator.h"
@@ -159,6 +161,32 @@ TEST(PeakPlannerProperty, LargerTracesStayWithinBudget) {
     EXPECT_GT(report.d2h_count, 0);
     EXPECT_LT(report.peak_bytes, unplanned_peak(trace).bytes);
   }
+}
+
+TEST(PeakPlannerProperty, PlacingOnOneThreadGivesTheSameScheduleAsOnTwo) {
+  // The hybrid planner's offload-only plan places its two prefetch orders one
+  // after the other (PlacementThreads::kOne); the schedule, its stall and its
+  // peak must be the two-thread run's exactly, on either device. Counts the
+  // cases where both orders were placed (something was selected).
+  int placed = 0;
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    const Case c = random_case(seed);
+    const Trace trace = generate_random_trace(c.trace);
+    if (trace.op_count() == 0) continue;
+    const std::int64_t budget = budget_for(c, trace);
+    const StorageAccesses accesses(trace);
+    const internal::PeakModel model = internal::build_peak_model(trace, accesses);
+    PeakPlannerOptions options;
+    options.device_memory = seed % 2 == 0 ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
+    const internal::PeakRun two = internal::run_peak_planner(trace, accesses, model, options, budget);
+    const internal::PeakRun one = internal::run_peak_planner(trace, accesses, model, options, budget, {}, {},
+                                                             internal::PlacementThreads::kOne);
+    ASSERT_EQ(one.result.schedule.actions, two.result.schedule.actions) << "seed " << seed;
+    ASSERT_EQ(one.stall_ms, two.stall_ms) << "seed " << seed;
+    ASSERT_EQ(one.result.planned_peak_bytes, two.result.planned_peak_bytes) << "seed " << seed;
+    placed += two.result.planned_peak_bytes < unplanned_peak(trace).bytes ? 1 : 0;
+  }
+  EXPECT_GT(placed, 100);
 }
 
 TEST(PeakPlannerProperty, StallEstimateMatchesTheSimulatorOnPeakSchedules) {
