@@ -35,7 +35,7 @@ class StorageAccesses {
   // numbered in that order): each storage costs a chain of cache misses —
   // its offsets, then its accesses — that a loop can start ahead of time,
   // the offsets some iterations before the accesses. Hints only: they
-  // change no result.
+  // change no result. Precondition of prefetch_entries: accessed(storage).
   void prefetch_offsets(StorageIndex storage) const { __builtin_prefetch(&offsets_[storage]); }
   void prefetch_entries(StorageIndex storage) const { __builtin_prefetch(&entries_[offsets_[storage]]); }
 
