@@ -13,7 +13,7 @@
 #
 #   scripts/compare-benchmarks.sh                       GPT presets
 #   scripts/compare-benchmarks.sh --g10                 also the real G10 traces in examples/traces/g10
-#   scripts/compare-benchmarks.sh --memory-cap budget   simulate a device that holds only the budget
+#   scripts/compare-benchmarks.sh --memory-cap unlimited   the reference system's unlimited device (default: budget)
 #                                                       (docs/SIMULATOR.md); combines with --g10
 #
 # Needs build/bin/hyperoffload (built here if missing) and python3 for the summary.
@@ -25,7 +25,7 @@ if [[ ! -x "$cli" ]]; then
   cmake --build --preset release --target hyperoffload_cli
 fi
 with_g10=0
-memory_cap=unlimited
+memory_cap=budget  # the default device everywhere (model/device.h, kDefaultDeviceMemory)
 usage() { echo "usage: $0 [--g10] [--memory-cap unlimited|budget]" >&2; exit 2; }
 while (($#)); do
   case "$1" in

@@ -38,12 +38,16 @@ constexpr const char* kTrace = R"({"format": "hyperoffload.trace", "version": 1,
          {"name": "d", "duration_ms": 1, "accesses": [{"storage": 3, "kind": "write"}]},
          {"name": "e", "duration_ms": 1, "accesses": [{"storage": 2, "kind": "read"}]}]})";
 
-TEST(CompareCli, PrintsOneTableRowPerPlanner) {
+TEST(CompareCli, PrintsOneTableRowPerPlannerOnTheUnlimitedDevice) {
+  // The derivation above is for the reference system's unlimited device,
+  // where the timed peak runs above the budget while storage 2 is copied out.
   ScratchDir dir;
-  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200"});
+  const testing::CliRun run =
+      run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200", "--memory-cap", "unlimited"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("ops, 3 storages, 5.000 ms of compute"));
   EXPECT_THAT(run.out, HasSubstr("unplanned  300 B op-granular peak (op 3)"));
+  EXPECT_THAT(run.out, HasSubstr("memory     unlimited (--memory-cap unlimited)"));
   EXPECT_THAT(run.out, HasSubstr("budget 200 B (66.7% of the unplanned peak), floor 200 B at op 2; offload-only "
                                  "stall bound 1.000 ms\n"));
   // Storage 1 is retained and past its last access at op 3: a plan may copy it
@@ -66,19 +70,23 @@ TEST(CompareCli, PrintsOneTableRowPerPlanner) {
                                  "     0.00%          0 B"));
 }
 
-TEST(CompareCli, TunesThePeakPlannerToADeviceThatHoldsOnlyTheBudget) {
+TEST(CompareCli, PlansAndSimulatesForADeviceThatHoldsOnlyTheBudgetByDefault) {
   // Capped at 200 B, op d must wait for storage 2's release, which completes
   // with its copy to host at 4 ms (c ends at 3): d runs 4-5; storage 3 is freed
   // after d, so storage 2 comes back 5-6 and e starts at 6 instead of 4. The
   // bound is the same 2 ms, and the timed peak stays within the budget.
   ScratchDir dir;
-  const testing::CliRun run =
-      run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200", "--memory-cap", "budget"});
+  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("memory     capped at the budget"));
   EXPECT_THAT(run.out, HasSubstr("floor 200 B at op 2; offload-only stall bound 2.000 ms\n"));
   EXPECT_THAT(run.out, HasSubstr("peak       yes         200 B     200 B       2.000                 -        0.000  "
                                  "    40.00%        200 B"));
+  // The same with the flag spelled out.
+  const testing::CliRun spelled =
+      run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200", "--memory-cap", "budget"});
+  ASSERT_EQ(spelled.exit_code, 0) << spelled.err;
+  EXPECT_THAT(spelled.out, HasSubstr("peak       yes         200 B     200 B       2.000"));
 }
 
 TEST(CompareCli, SweepsBudgetsGivenAsAList) {
@@ -100,10 +108,11 @@ TEST(CompareCli, SweepsBudgetsGivenAsAList) {
 TEST(CompareCli, PrintsJsonWithOneResultPerPlannerAndBudget) {
   ScratchDir dir;
   const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budgets", "200,250", "--planners",
-                                       "peak", "--copy-engines", "1", "--json"});
+                                       "peak", "--copy-engines", "1", "--memory-cap", "unlimited", "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json json = nlohmann::json::parse(run.out);
   EXPECT_EQ(json["copy_engines"], 1);
+  EXPECT_EQ(json["memory_cap"], "unlimited");
   ASSERT_EQ(json["results"].size(), 2U);
   EXPECT_EQ(json["results"][0]["planner"], "peak");
   EXPECT_EQ(json["results"][0]["budget_bytes"], 200);
@@ -125,7 +134,9 @@ TEST(CompareCli, PassesScoreWeightsToThePeakPlanner) {
 TEST(CompareCli, WritesAnSvgPlotWithAPanelPerBudget) {
   ScratchDir dir;
   const std::string plot = (dir / "memory.svg").string();
-  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budgets", "200,250", "--plot", plot});
+  // Unlimited, so that the legend shows the peak plan's timed peak above the budget.
+  const testing::CliRun run = run_cli(
+      {"compare", dir.write("t.json", kTrace), "--budgets", "200,250", "--plot", plot, "--memory-cap", "unlimited"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("plot written to " + plot));
   const std::string svg = testing::read_text(plot);

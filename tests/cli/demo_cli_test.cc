@@ -22,8 +22,13 @@ TEST(DemoCli, ComparesEveryPlannerAtHalfThePeak) {
   EXPECT_THAT(run.out, HasSubstr("\ngreedy     yes"));
   EXPECT_THAT(run.out, HasSubstr("\npeak       yes"));
   EXPECT_THAT(run.out, HasSubstr("\nrecompute  yes"));
-  EXPECT_THAT(run.out, HasSubstr("Best: hybrid"));
-  EXPECT_THAT(run.out, HasSubstr("On a device that holds only the budget (--memory-cap budget):\n  hybrid    overhead"));
+  // The table and "Best:" are for the device that holds only the budget; the
+  // unlimited device's numbers follow, marked where their timed peak is over.
+  EXPECT_THAT(run.out, HasSubstr("memory     capped at the budget"));
+  EXPECT_THAT(run.out, HasSubstr("Best: hybrid keeps the device within 28.45 GiB (timed peak"));
+  EXPECT_THAT(run.out, HasSubstr("On a device with unlimited memory (--memory-cap unlimited, the reference system's "
+                                 "model):\n  hybrid    overhead"));
+  EXPECT_THAT(run.out, HasSubstr("(over the budget)"));
 }
 
 TEST(DemoCli, SavesTheTraceAndPlotWhenAsked) {

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <string_view>
+
 #include "testing/cli_runner.h"
 
 namespace hyperoffload {
@@ -22,6 +25,13 @@ constexpr const char* kTrace = R"({"format": "hyperoffload.trace", "version": 1,
          {"name": "c", "accesses": [{"storage": 2, "kind": "read"}]},
          {"name": "d", "accesses": [{"storage": 1, "kind": "read"}]}]})";
 
+std::string trace_without_limit() {
+  std::string text = kTrace;
+  const std::string_view limit = R"( "memory_limit_bytes": 120,)";
+  text.erase(text.find(limit), limit.size());
+  return text;
+}
+
 TEST(PlanCli, PlansWithTheTraceLimitAndWritesTheSchedule) {
   ScratchDir dir;
   const std::string trace = dir.write("t.json", kTrace);
@@ -35,6 +45,30 @@ TEST(PlanCli, PlansWithTheTraceLimitAndWritesTheSchedule) {
   const testing::CliRun check = run_cli({"validate", trace, out});
   EXPECT_EQ(check.exit_code, 0) << check.out;
   EXPECT_THAT(check.out, HasSubstr("peak      100 B (100 bytes) at op 0 (a)"));
+}
+
+TEST(PlanCli, RecordsTheBudgetInTheScheduleForSimulateAndReportsTheTimedPeak) {
+  // The trace has no limit; --budget 120 B. Greedy evicts storage 1 over ops
+  // 1-2 (its copy to host after a, the copy back before d): 100 B between
+  // ops. In time on the capped device (the default) b's 50 B wait for storage
+  // 1's release, which frees its 100 B once the copy to host ends, and d's
+  // prefetch is issued after storage 2's release: 100 B held at most.
+  ScratchDir dir;
+  const std::string trace = dir.write("t.json", trace_without_limit());
+  const std::string out = (dir / "s.json").string();
+  const testing::CliRun run = run_cli({"plan", trace, "--budget", "120", "-o", out});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("timed     100 B peak in time on a device that holds only the budget (within the "
+                                 "budget)"));
+  EXPECT_THAT(testing::read_text(out), HasSubstr(R"("planner": "greedy", "budget_bytes": 120,)"));
+  // simulate holds the device to the schedule's budget when given none.
+  const testing::CliRun simulated = run_cli({"simulate", trace, out});
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  EXPECT_THAT(simulated.out, HasSubstr("(memory capped at the budget)"));
+  EXPECT_THAT(simulated.out, HasSubstr("budget    120 B: timed peak within"));
+  // --budget still wins.
+  const testing::CliRun overridden = run_cli({"simulate", trace, out, "--budget", "150"});
+  EXPECT_THAT(overridden.out, HasSubstr("budget    150 B: timed peak within"));
 }
 
 TEST(PlanCli, AcceptsPercentageBudgets) {

@@ -19,7 +19,8 @@ using testing::ScratchDir;
 // Copies run at 1000 MiB/s (0.9765625 GiB/s): N MiB take exactly N ms.
 // storage 1: 2 MiB, written by a, offloaded after it, prefetched before c.
 // storage 2: 8 MiB, written by b and offloaded after it.
-// Two engines (tests/sim/simulator_test.cc, CopyEngineOrdering):
+// On the unlimited device (--memory-cap unlimited; the tests below that say
+// so), two engines (tests/sim/simulator_test.cc, CopyEngineOrdering):
 //   c: [a 0-1][b 1-2]...[c 5-6]        stall 3, compute 3
 //   d:        [D2H s1 1-3][D2H s2 3-11]  makespan 11
 //   h:                    [H2D s1 3-5]
@@ -56,7 +57,7 @@ bool only_files(const std::filesystem::path& dir, std::size_t count) {
   return n == count;
 }
 
-TEST(SimulateCli, CapsMemoryAtTheBudgetWhenAsked) {
+TEST(SimulateCli, CapsMemoryAtTheBudgetByDefault) {
   // Budget 9 MiB (the trace's limit), memory capped:
   //   c: [a 0-1][wait 1-3][b 3-4][wait ........... 4-14][c 14-15]
   //   d:        [D2H s1 1-3][D2H s2 4-12]
@@ -67,7 +68,7 @@ TEST(SimulateCli, CapsMemoryAtTheBudgetWhenAsked) {
   // Stall 12; peak 8 MiB.
   Files files;
   const testing::CliRun run =
-      run_cli({"simulate", files.trace, files.schedule, "--memory-cap", "budget", "--json"});
+      run_cli({"simulate", files.trace, files.schedule, "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const json out = json::parse(run.out);
   EXPECT_EQ(out["memory_cap"], "budget");
@@ -75,6 +76,9 @@ TEST(SimulateCli, CapsMemoryAtTheBudgetWhenAsked) {
   EXPECT_EQ(out["stall_ms"], 12.0);
   EXPECT_EQ(out["makespan_ms"], 15.0);
   EXPECT_EQ(out["peak_bytes_timed"], 8388608);
+  const testing::CliRun spelled = run_cli({"simulate", files.trace, files.schedule, "--memory-cap", "budget", "--json"});
+  ASSERT_EQ(spelled.exit_code, 0) << spelled.err;
+  EXPECT_EQ(json::parse(spelled.out), out);
   const testing::CliRun bad = run_cli({"simulate", files.trace, files.schedule, "--memory-cap", "tight"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--memory-cap tight: expected unlimited or budget"));
@@ -82,7 +86,7 @@ TEST(SimulateCli, CapsMemoryAtTheBudgetWhenAsked) {
 
 TEST(SimulateCli, PrintsASummary) {
   Files files;
-  const testing::CliRun run = run_cli({"simulate", files.trace, files.schedule});
+  const testing::CliRun run = run_cli({"simulate", files.trace, files.schedule, "--memory-cap", "unlimited"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("valid: " + files.schedule));
   EXPECT_THAT(run.out, HasSubstr("3 ops, 2 storages; 2 copy engines"));
@@ -97,7 +101,7 @@ TEST(SimulateCli, PrintsASummary) {
 
 TEST(SimulateCli, PrintsOneJsonObject) {
   Files files;
-  const testing::CliRun run = run_cli({"simulate", files.trace, files.schedule, "--json"});
+  const testing::CliRun run = run_cli({"simulate", files.trace, files.schedule, "--json", "--memory-cap", "unlimited"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const json out = json::parse(run.out);
   EXPECT_EQ(out.at("valid"), true);
@@ -113,6 +117,7 @@ TEST(SimulateCli, PrintsOneJsonObject) {
   EXPECT_EQ(out.at("d2h_bytes"), 10 << 20);
   EXPECT_EQ(out.at("h2d_bytes"), 2 << 20);
   EXPECT_EQ(out.at("copy_engines"), 2);
+  EXPECT_EQ(out.at("memory_cap"), "unlimited");
   EXPECT_EQ(out.at("budget_bytes"), 9 << 20);
   EXPECT_EQ(out.at("problem_count"), 0);
   EXPECT_EQ(out.at("problems"), json::array());
@@ -120,7 +125,8 @@ TEST(SimulateCli, PrintsOneJsonObject) {
 
 TEST(SimulateCli, QueuesBothDirectionsOnOneCopyEngine) {
   Files files;
-  const testing::CliRun run = run_cli({"simulate", files.trace, files.schedule, "--json", "--copy-engines", "1"});
+  const testing::CliRun run = run_cli(
+      {"simulate", files.trace, files.schedule, "--json", "--copy-engines", "1", "--memory-cap", "unlimited"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const json out = json::parse(run.out);
   EXPECT_EQ(out.at("copy_engines"), 1);
@@ -153,7 +159,8 @@ TEST(SimulateCli, ExitsOneForAnInvalidSchedule) {
 TEST(SimulateCli, WritesATimelineThatPerfettoCanOpen) {
   Files files;
   const std::string timeline = (files.dir / "step.trace.json").string();
-  const testing::CliRun run = run_cli({"simulate", files.trace, files.schedule, "--timeline", timeline});
+  const testing::CliRun run =
+      run_cli({"simulate", files.trace, files.schedule, "--timeline", timeline, "--memory-cap", "unlimited"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("timeline  written to " + timeline));
   const json doc = json::parse(testing::read_text(timeline));
@@ -178,7 +185,8 @@ TEST(SimulateCli, WritesATimelineThatPerfettoCanOpen) {
 
 TEST(SimulateCli, WritesTheTimelineToStandardOutputAndTheSummaryToStandardError) {
   Files files;
-  const testing::CliRun run = run_cli({"simulate", files.trace, files.schedule, "--timeline", "-"});
+  const testing::CliRun run =
+      run_cli({"simulate", files.trace, files.schedule, "--timeline", "-", "--memory-cap", "unlimited"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_TRUE(json::accept(run.out));
   EXPECT_THAT(run.err, HasSubstr("makespan  11.000 ms"));

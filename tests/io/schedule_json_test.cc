@@ -36,6 +36,29 @@ TEST(ScheduleJson, RoundTrips) {
   EXPECT_THAT(parsed->actions, ElementsAreArray(schedule.actions));
 }
 
+TEST(ScheduleJson, RoundTripsTheBudgetItWasPlannedFor) {
+  const Schedule schedule{"hybrid", {}, 4096};
+  const std::string text = schedule_to_json(schedule);
+  EXPECT_EQ(text, "{\"format\": \"hyperoffload.schedule\", \"version\": 2, \"planner\": \"hybrid\", "
+                  "\"budget_bytes\": 4096,\n \"actions\": []}\n");
+  Result<Schedule> parsed = parse_schedule_json(text);
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_EQ(parsed->budget_bytes, std::optional<std::int64_t>(4096));
+  // Absent or null: not recorded.
+  EXPECT_FALSE(parse_schedule_json(schedule_to_json(Schedule{"peak", {}}))->budget_bytes.has_value());
+  EXPECT_FALSE(parse_schedule_json(R"({"format": "hyperoffload.schedule", "version": 2, "budget_bytes": null,
+                                       "actions": []})")
+                   ->budget_bytes.has_value());
+}
+
+TEST(ScheduleJson, RejectsABudgetThatIsNotABytesCount) {
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.schedule", "version": 2, "budget_bytes": -1, "actions": []})"),
+            "budget_bytes: must be >= 0, got -1");
+  EXPECT_THAT(parse_error(R"({"format": "hyperoffload.schedule", "version": 2, "budget_bytes": "1GiB",
+                              "actions": []})"),
+              HasSubstr("budget_bytes"));
+}
+
 TEST(ScheduleJson, RoundTripsAnEmptySchedule) {
   Result<Schedule> parsed = parse_schedule_json(schedule_to_json(Schedule{"peak", {}}));
   ASSERT_TRUE(parsed);

@@ -33,8 +33,13 @@ PlanResult plan_peak(const Trace& trace, std::int64_t budget, const PeakPlannerO
   return std::move(*plan);
 }
 
+// The hand derivations below are for the unlimited device unless a test says
+// capped (DeviceMemory::kBudget, the planner's default), so this helper asks
+// for it explicitly.
 PlanResult plan_peak(const Trace& trace, std::int64_t budget, PeakScoreWeights weights = {}) {
-  return plan_peak(trace, budget, PeakPlannerOptions{weights});
+  PeakPlannerOptions options{weights};
+  options.device_memory = DeviceMemory::kUnlimited;
+  return plan_peak(trace, budget, options);
 }
 
 internal::PeakModel model_of(const Trace& trace) { return internal::build_peak_model(trace, StorageAccesses(trace)); }

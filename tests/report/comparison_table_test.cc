@@ -19,6 +19,8 @@ constexpr std::int64_t kGiB = kBytesPerGiB;
 // (10% of the compute).
 Comparison sample() {
   Comparison c;
+  // Greedy's timed peak runs above the budget: a device with unlimited memory.
+  c.device_memory = DeviceMemory::kUnlimited;
   c.op_count = 1234;
   c.storage_count = 56;
   c.compute_ms = 12.5;
@@ -76,6 +78,8 @@ TEST(ComparisonTable, AlignsOneRowPerPlannerUnderABudgetHeader) {
             "trace      model.json: 1,234 ops, 56 storages, 12.500 ms of compute\n"
             "unplanned  2.00 GiB op-granular peak (op 7)\n"
             "copies     2 engines, one per direction, D2H 16 GiB/s, H2D 16 GiB/s\n"
+            "memory     unlimited (--memory-cap unlimited): freed whenever copies allow, nothing waits for it; the "
+            "timed peak may exceed the budget\n"
             "\n"
             "budget 1.00 GiB (50.0% of the unplanned peak), floor 512.00 MiB at op 3; offload-only stall bound "
             "4.000 ms\n"

@@ -37,9 +37,39 @@ Trace retained_trace() {
       .build();
 }
 
+TEST(Comparison, OnTheDefaultCappedDeviceTheTimedPeakStaysWithinTheBudgetAndTheWaitIsStall) {
+  // The retained trace at budget 200 on a device that holds only the budget
+  // (the default). The peak planner's plan is the one derived above, but op d
+  // cannot allocate s3 at 3 ms while s2's copy to host (3-4 ms) still holds
+  // its buffer: d waits for memory until 4 ms (1 ms) and runs 4-5; s2's copy
+  // back is issued before e, when d ends (5-6 ms): e runs 6-7. Stall 2 ms
+  // (1 of it waiting for memory), makespan 7, overhead 2 / 5 = 40%, and the
+  // device never holds more than 200 bytes. The offload-only bound is the
+  // same 2 ms: s2 is the only storage that can be off during d.
+  ComparisonOptions options;
+  options.planners = {"peak"};
+  options.budgets = {BudgetSpec{BudgetSpec::Unit::kBytes, 200}};
+  const Result<Comparison> comparison = run_comparison(retained_trace(), options);
+  ASSERT_TRUE(comparison.has_value()) << comparison.error().message;
+  EXPECT_EQ(comparison->device_memory, DeviceMemory::kBudget);
+  ASSERT_EQ(comparison->rows.size(), 1U);
+  const ComparisonRow& peak = comparison->rows[0];
+  EXPECT_TRUE(peak.feasible());
+  EXPECT_EQ(peak.op_peak_bytes, 200);
+  EXPECT_EQ(peak.timed_peak_bytes, 200);
+  EXPECT_TRUE(peak.timed_within_budget());
+  EXPECT_NEAR(peak.stall_ms, 2.0, 1e-9);
+  EXPECT_NEAR(peak.memory_stall_ms, 1.0, 1e-9);
+  EXPECT_NEAR(peak.overhead_percent, 40.0, 1e-9);
+  EXPECT_NEAR(peak.makespan_ms, 7.0, 1e-9);
+  ASSERT_TRUE(comparison->stall_bound_ms(0).has_value());
+  EXPECT_NEAR(*comparison->stall_bound_ms(0), 2.0, 1e-9);
+}
+
 TEST(Comparison, RunsEveryPlannerThroughTheValidatorAndTheSimulator) {
   ComparisonOptions options;
   options.budgets = {BudgetSpec{BudgetSpec::Unit::kBytes, 200}};
+  options.device_memory = DeviceMemory::kUnlimited;  // the derivation above
   const Result<Comparison> comparison = run_comparison(retained_trace(), options);
   ASSERT_TRUE(comparison.has_value()) << comparison.error().message;
   EXPECT_EQ(comparison->unplanned_peak_bytes, 300);
@@ -121,6 +151,7 @@ TEST(Comparison, CountsRecomputeTimeAsOverheadAndBelowTheOffloadOnlyBound) {
   ComparisonOptions options;
   options.planners = {"peak", "hybrid"};
   options.budgets = {BudgetSpec{BudgetSpec::Unit::kBytes, kMiB}};
+  options.device_memory = DeviceMemory::kUnlimited;  // the derivation above
   const Result<Comparison> comparison = run_comparison(trace, options);
   ASSERT_TRUE(comparison.has_value()) << comparison.error().message;
   ASSERT_TRUE(comparison->stall_bound_ms(0).has_value());

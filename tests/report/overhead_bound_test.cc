@@ -22,6 +22,9 @@ using ::hyperoffload::testing::simulate_if_feasible;
 using ::hyperoffload::testing::TraceDsl;
 
 constexpr std::int64_t kMiB = 1 << 20;
+// The hand derivations are for the unlimited device unless a test says capped
+// (the options' default).
+const StallBoundOptions kUnlimited{CopyEngines::kTwo, DeviceMemory::kUnlimited};
 
 // Stall plus recompute of `planner`'s plan, simulated on the device it was
 // tuned for; -1 when the plan is not feasible.
@@ -62,7 +65,7 @@ TEST(OverheadBound, SplitsTheExcessBetweenCopyTimeAndTheCheapestReRuns) {
   // 1/8 ms per MiB: h >= (3 - h) / 8, so h >= 1/3. At op 1 (A = 2 ms) it is
   // h >= (2 - h) / 8, 2/9, weaker.
   const Trace trace = cheap_recompute();
-  EXPECT_NEAR(*overhead_lower_bound_ms(trace, 4 * kMiB), 1.0 / 3.0, 1e-9);
+  EXPECT_NEAR(*overhead_lower_bound_ms(trace, 4 * kMiB, kUnlimited), 1.0 / 3.0, 1e-9);
   // A storage cannot be split: the best plan re-runs a before d (0.5 ms);
   // copying s1 back after c would stall d for 4 ms.
   EXPECT_DOUBLE_EQ(overhead_ms(trace, 4 * kMiB, "hybrid", DeviceMemory::kUnlimited), 0.5);
@@ -77,9 +80,9 @@ TEST(OverheadBound, SplitsTheExcessBetweenCopyTimeAndTheCheapestReRuns) {
 
 TEST(OverheadBound, IsZeroWithinThePeakAndAbsentBelowWhatAnOpTouches) {
   const Trace trace = cheap_recompute();
-  EXPECT_DOUBLE_EQ(*overhead_lower_bound_ms(trace, 8 * kMiB), 0.0);
+  EXPECT_DOUBLE_EQ(*overhead_lower_bound_ms(trace, 8 * kMiB, kUnlimited), 0.0);
   // Op b touches s2, 4 MiB: nothing fits 3 MiB.
-  EXPECT_FALSE(overhead_lower_bound_ms(trace, 3 * kMiB).has_value());
+  EXPECT_FALSE(overhead_lower_bound_ms(trace, 3 * kMiB, kUnlimited).has_value());
 }
 
 // Attention-like: a writes s1 (1 MiB, "qkv"); b reads it and writes s2
@@ -112,7 +115,7 @@ TEST(OverheadBound, ChargesTheReRunsThatRegenerateADeadInput) {
   // MiB: h >= 3/8 * (2 - (1 + h) / 16), so h * 131/128 = 93/128, h = 93/131.
   // Counting c's 0.5 ms alone (1/4 ms per MiB) would give 31/65 = 0.477.
   const Trace trace = attention_chain();
-  EXPECT_NEAR(*overhead_lower_bound_ms(trace, 5 * kMiB), 93.0 / 131.0, 1e-9);
+  EXPECT_NEAR(*overhead_lower_bound_ms(trace, 5 * kMiB, kUnlimited), 93.0 / 131.0, 1e-9);
   // The best plan re-runs b and c before e: 0.75 ms (a copy of s3 would take
   // 32 ms).
   EXPECT_DOUBLE_EQ(overhead_ms(trace, 5 * kMiB, "hybrid", DeviceMemory::kUnlimited), 0.75);
@@ -148,7 +151,7 @@ TEST(OverheadBound, SplitsASharedDeadInputBetweenItsReaders) {
   // regenerating s2 costs 2 ms, both 3 ms; keeping s2 and dropping both, 2 ms
   // for a net 2 MiB — the best plan's 2 ms.
   const Trace trace = shared_input();
-  EXPECT_NEAR(*overhead_lower_bound_ms(trace, 6 * kMiB), 6141.0 / 4099.0, 1e-9);
+  EXPECT_NEAR(*overhead_lower_bound_ms(trace, 6 * kMiB, kUnlimited), 6141.0 / 4099.0, 1e-9);
   EXPECT_GE(overhead_ms(trace, 6 * kMiB, "hybrid", DeviceMemory::kUnlimited), 6141.0 / 4099.0);
 }
 
@@ -167,7 +170,7 @@ TEST(OverheadBound, TakesRetainedStoragesPastTheirLastAccessOffByCopyOnly) {
                           .op("b", "W2", 1)
                           .op("c", "R2", 1)
                           .build();
-  EXPECT_DOUBLE_EQ(*overhead_lower_bound_ms(trace, 4 * kMiB), 0.0);
+  EXPECT_DOUBLE_EQ(*overhead_lower_bound_ms(trace, 4 * kMiB, kUnlimited), 0.0);
   StallBoundOptions capped;
   capped.device_memory = DeviceMemory::kBudget;
   EXPECT_NEAR(*overhead_lower_bound_ms(trace, 4 * kMiB, capped), 3.0, 1e-9);

@@ -61,11 +61,13 @@ TEST(StallBound, IsTheStallOfTheBestPlanWhenCopiesCannotHide) {
   //   D2H         [ s1  ]
   //   H2D               [ s1  ]
   const Trace trace = two_storages();
-  EXPECT_DOUBLE_EQ(*stall_lower_bound_ms(trace, 4 * kMiB), 6.0);
+  StallBoundOptions unlimited;
+  unlimited.device_memory = DeviceMemory::kUnlimited;
+  EXPECT_DOUBLE_EQ(*stall_lower_bound_ms(trace, 4 * kMiB, unlimited), 6.0);
   EXPECT_DOUBLE_EQ(peak_stall_ms(trace, 4 * kMiB, DeviceMemory::kUnlimited), 6.0);  // the peak planner reaches it
   // With one shared engine the copy back queues behind the copy to host, which
   // it waits for anyway.
-  StallBoundOptions one_engine;
+  StallBoundOptions one_engine = unlimited;
   one_engine.copy_engines = CopyEngines::kOne;
   EXPECT_DOUBLE_EQ(*stall_lower_bound_ms(trace, 4 * kMiB, one_engine), 6.0);
 }

@@ -25,7 +25,7 @@ struct CompareArgs {
   std::string budgets;
   std::string planners;  // empty: planner_names(), plus optimal on small traces
   int copy_engines = 2;
-  std::string device_memory = "unlimited";
+  std::string device_memory = to_string(kDefaultDeviceMemory);
   std::vector<std::string> score_weights;
   double time_limit_s = PlannerOptions{}.time_limit_s;
   std::string plot;

@@ -3,8 +3,8 @@
 // The `make run` job: generates the embedded default model (a GPT-style
 // decoder, gen/transformer_trace.h), plans it with every planner at half of its
 // unplanned peak — the hybrid planner first — validates and simulates each
-// plan, on a device with unlimited memory and on one that holds only the
-// budget, and prints a short report.
+// plan on a device that holds only the budget (the default everywhere), then
+// shows what the reference system's unlimited device would have reported.
 #include <fmt/format.h>
 
 #include "hyperoffload/cli/command.h"
@@ -57,22 +57,24 @@ int run_demo(const DemoArgs& args) {
     if (row.feasible() && (best == nullptr || row.overhead_percent < best->overhead_percent)) best = &row;
   }
   if (best != nullptr) {
-    fmt::print("\nBest: {} keeps the op-granular peak at {} (budget {}) and adds {:.1f} ms of stall and {:.1f} ms "
+    fmt::print("\nBest: {} keeps the device within {} (timed peak {}) and adds {:.1f} ms of stall and {:.1f} ms "
                "of recompute to a {:.1f} ms step ({:.1f}%).\n",
-               best->planner, format_bytes(best->op_peak_bytes), format_bytes(best->budget_bytes), best->stall_ms,
+               best->planner, format_bytes(best->budget_bytes), format_bytes(best->timed_peak_bytes), best->stall_ms,
                best->recompute_ms, comparison.compute_ms, best->overhead_percent);
   }
-  // The table's timed peaks run above the budget when compute outpaces the
-  // copies to host; on a device that really holds only the budget that excess
-  // becomes waiting. Show what each planner costs there (each tuned for it).
-  ComparisonOptions capped_options = options;
-  capped_options.device_memory = DeviceMemory::kBudget;
-  capped_options.record_timeline = RecordTimeline::kNo;
-  const Comparison capped = value_or_throw(run_comparison(trace, capped_options));
-  fmt::print("\nOn a device that holds only the budget (--memory-cap budget):\n");
-  for (const ComparisonRow& row : capped.rows) {
-    fmt::print("  {:<9} overhead {:.1f}% of compute (stall {:.1f} ms, recompute {:.1f} ms), timed peak {}\n",
-               row.planner, row.overhead_percent, row.stall_ms, row.recompute_ms, format_bytes(row.timed_peak_bytes));
+  // The reference system counted memory between ops and freed it whenever the
+  // copies allowed: on such an unlimited device the timed peak runs above the
+  // budget while copies to host are in flight, and the overhead looks lower
+  // than a device holding only the budget can give. Show the difference.
+  ComparisonOptions unlimited_options = options;
+  unlimited_options.device_memory = DeviceMemory::kUnlimited;
+  unlimited_options.record_timeline = RecordTimeline::kNo;
+  const Comparison unlimited = value_or_throw(run_comparison(trace, unlimited_options));
+  fmt::print("\nOn a device with unlimited memory (--memory-cap unlimited, the reference system's model):\n");
+  for (const ComparisonRow& row : unlimited.rows) {
+    fmt::print("  {:<9} overhead {:.1f}% of compute (stall {:.1f} ms, recompute {:.1f} ms), timed peak {}{}\n",
+               row.planner, row.overhead_percent, row.stall_ms, row.recompute_ms, format_bytes(row.timed_peak_bytes),
+               row.timed_within_budget() ? "" : " (over the budget)");
   }
   if (!args.plot.empty()) {
     value_or_throw(write_file_atomically(args.plot, comparison_plot_svg(comparison, label)));
@@ -81,7 +83,7 @@ int run_demo(const DemoArgs& args) {
   if (!args.save_trace.empty()) fmt::print("Trace written to {}\n", args.save_trace);
   fmt::print("\nNext: hyperoffload generate transformer --help, then plan / validate / simulate / compare "
              "(docs/FORMATS.md).\n");
-  for (const Comparison* run : {&comparison, &capped}) {
+  for (const Comparison* run : {&comparison, &unlimited}) {
     for (const ComparisonRow& row : run->rows) {
       if (!row.valid) return kExitFailed;
     }

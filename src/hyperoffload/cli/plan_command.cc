@@ -1,12 +1,12 @@
 // hyperoffload plan TRACE [--budget B] [--planner NAME] [--score-weight N=V]... [--time-limit S] [-o SCHEDULE]
 #include <fmt/format.h>
 
-#include "hyperoffload/check/validator.h"
 #include "hyperoffload/cli/command.h"
 #include "hyperoffload/cli/common.h"
 #include "hyperoffload/io/schedule_json.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/budget.h"
+#include "hyperoffload/sim/simulator.h"
 
 namespace hyperoffload::cli {
 namespace {
@@ -16,7 +16,7 @@ struct PlanArgs {
   std::string budget;
   std::string planner = "greedy";
   std::vector<std::string> score_weights;
-  std::string device_memory = "unlimited";
+  std::string device_memory = to_string(kDefaultDeviceMemory);
   double time_limit_s = PlannerOptions{}.time_limit_s;
   std::string output;
 };
@@ -32,8 +32,14 @@ int run_plan(const PlanArgs& args) {
   const std::optional<std::int64_t> budget = resolve_budget_option(trace, args.budget);
   const PeakBytes unplanned = unplanned_peak(trace);
 
-  const TimedPlan plan = plan_timed(*planner, trace, budget);
-  const ValidationReport check = validate_schedule(trace, plan.result.schedule);
+  TimedPlan plan = plan_timed(*planner, trace, budget);
+  plan.result.schedule.budget_bytes = budget;  // simulate's device, unless told another
+  // The simulation validates the schedule too (one walk of each).
+  SimulatorOptions sim_options;
+  sim_options.budget_bytes = budget;
+  sim_options.device_memory = planner_options.device_memory;
+  const SimulationResult timed = simulate(trace, plan.result.schedule, sim_options);
+  const ValidationReport& check = timed.validation;
   if (!args.output.empty()) value_or_throw(write_schedule_file(plan.result.schedule, args.output));
 
   std::size_t pre = 0;
@@ -54,6 +60,18 @@ int run_plan(const PlanArgs& args) {
              unplanned.op, format_bytes(check.peak_bytes), check.peak_op);
   if (budget && check.peak_bytes > *budget) {
     fmt::print("shortfall planned peak exceeds the budget by {}\n", format_bytes(check.peak_bytes - *budget));
+  }
+  if (budget) {
+    // The number a user's out-of-memory depends on: device memory held in
+    // time, on the device the plan was made for.
+    fmt::print("timed     {} peak in time on {} ({}), overhead {:.2f}% of compute\n",
+               format_bytes(timed.peak_bytes_timed),
+               planner_options.device_memory == DeviceMemory::kBudget ? "a device that holds only the budget"
+                                                                       : "an unlimited device",
+               timed.peak_bytes_timed > *budget
+                   ? fmt::format("over the budget by {}", format_bytes(timed.peak_bytes_timed - *budget))
+                   : std::string("within the budget"),
+               timed.overhead_percent());
   }
   if (plan.result.floor) {
     fmt::print("floor     {} at op {} ({}): the lowest peak this planner reaches\n",

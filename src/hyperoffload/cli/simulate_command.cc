@@ -17,7 +17,7 @@ struct SimulateArgs {
   std::string trace_path;
   std::string schedule_path;
   int copy_engines = 2;
-  std::string device_memory = "unlimited";
+  std::string device_memory = to_string(kDefaultDeviceMemory);
   std::string budget;
   bool json = false;
   std::string timeline_path;
@@ -79,7 +79,13 @@ int run_simulate(const SimulateArgs& args) {
   SimulatorOptions options;
   options.copy_engines = args.copy_engines == 1 ? CopyEngines::kOne : CopyEngines::kTwo;
   options.record_timeline = args.timeline_path.empty() ? RecordTimeline::kNo : RecordTimeline::kYes;
-  if (!args.budget.empty()) options.budget_bytes = resolve_budget_option(trace, args.budget);
+  // The budget the device holds: --budget, else the one the schedule was
+  // planned for, else the trace's memory_limit_bytes (SimulatorOptions).
+  if (!args.budget.empty()) {
+    options.budget_bytes = resolve_budget_option(trace, args.budget);
+  } else if (schedule.budget_bytes) {
+    options.budget_bytes = schedule.budget_bytes;
+  }
   options.device_memory = parse_memory_cap(args.device_memory);
   const SimulationResult result = simulate(trace, schedule, options);
 
@@ -109,7 +115,8 @@ Command register_simulate(CLI::App& root) {
                   "1: D2H and H2D share one FIFO queue; 2: one queue per direction")
       ->capture_default_str();
   app->add_option("--budget,-b", args->budget,
-                  "Budget to report and draw (bytes, 2GiB, 40%); default: the trace's memory_limit_bytes");
+                  "The device's budget (bytes, 2GiB, 40%): what it holds with --memory-cap budget, reported and drawn; "
+                  "default: the schedule's budget_bytes (written by plan), else the trace's memory_limit_bytes");
   app->add_flag("--json", args->json, "Print one JSON object");
   app->add_option("--timeline", args->timeline_path,
                   "Write a Chrome trace-event JSON timeline (opens in Perfetto); - for stdout");

@@ -60,6 +60,27 @@ Status Session::begin_step() {
 }
 
 namespace {
+// The plan's peak on the device it was planned for, with the validator's
+// verdict: on a device that holds only the budget the peak held in time (the
+// capped simulation, which validates the schedule as well), else the
+// op-granular peak. The budget is kept to on this number.
+struct CheckedPlan {
+  ValidationReport report;
+  std::int64_t peak_bytes = 0;
+};
+CheckedPlan check_plan(const Trace& trace, const Schedule& schedule, const SessionOptions& options) {
+  if (options.planner_options.device_memory != DeviceMemory::kBudget || !options.budget_bytes) {
+    ValidationReport report = validate_schedule(trace, schedule);
+    const std::int64_t peak = report.peak_bytes;
+    return {std::move(report), peak};
+  }
+  SimulatorOptions sim_options;
+  sim_options.budget_bytes = options.budget_bytes;
+  sim_options.device_memory = DeviceMemory::kBudget;
+  SimulationResult simulated = simulate(trace, schedule, sim_options);
+  return {std::move(simulated.validation), simulated.peak_bytes_timed};
+}
+
 Error not_in_step(std::string_view hook) {
   return Error{ErrorCode::kFailedPrecondition, fmt::format("{} outside a step: call begin_step() first", hook)};
 }
@@ -163,44 +184,46 @@ Status Session::finish_warmup() {
                     format_bytes(*options_.budget_bytes), *options_.budget_bytes, format_bytes(floor_->bytes),
                     floor_->bytes, floor_->op, warmed->trace.op_name(floor_->op)));
   }
-  ValidationReport report = validate_schedule(warmed->trace, planned->schedule);
-  if (!report.valid()) {
+  CheckedPlan checked = check_plan(warmed->trace, planned->schedule, options_);
+  if (!checked.report.valid()) {
     return make_error(ErrorCode::kInternal,
                       fmt::format("planner \"{}\" produced a schedule the validator rejects: {}", options_.planner,
-                                  report.problems.empty() ? std::string("(no details)") : report.problems.front()));
+                                  checked.report.problems.empty() ? std::string("(no details)")
+                                                                  : checked.report.problems.front()));
   }
   // The budget is a promise to the user. A heuristic planner (greedy) can miss
   // it although the floor allows it; the peak planner keeps to any budget at or
   // above the floor, so the step is planned again with it, and a note says so.
-  if (options_.budget_bytes && report.peak_bytes > *options_.budget_bytes && options_.planner != "peak") {
+  if (options_.budget_bytes && checked.peak_bytes > *options_.budget_bytes && options_.planner != "peak") {
     HO_ASSIGN_OR_RETURN(std::unique_ptr<Planner> fallback, make_planner("peak", options_.planner_options));
     Result<PlanResult> replanned = fallback->plan(warmed->trace, options_.budget_bytes);
     if (replanned) {
-      ValidationReport second = validate_schedule(warmed->trace, replanned->schedule);
-      if (second.valid() && second.peak_bytes <= *options_.budget_bytes) {
+      CheckedPlan second = check_plan(warmed->trace, replanned->schedule, options_);
+      if (second.report.valid() && second.peak_bytes <= *options_.budget_bytes) {
         planned->notes.push_back(fmt::format(
             "planner \"{}\" peaked at {} ({} bytes), above the budget of {}; the step was planned with \"peak\", "
             "which keeps to it",
-            options_.planner, format_bytes(report.peak_bytes), report.peak_bytes,
+            options_.planner, format_bytes(checked.peak_bytes), checked.peak_bytes,
             format_bytes(*options_.budget_bytes)));
         for (std::string& note : planned->notes) replanned->notes.push_back(std::move(note));
         if (!replanned->floor) replanned->floor = floor_;
         *planned = std::move(*replanned);
-        report = std::move(second);
+        checked = std::move(second);
       }
     }
   }
-  if (options_.budget_bytes && report.peak_bytes > *options_.budget_bytes) {
+  if (options_.budget_bytes && checked.peak_bytes > *options_.budget_bytes) {
     // The peak planner keeps to every budget at or above the floor: a bug.
     return make_error(ErrorCode::kInternal,
-                      fmt::format("the plan peaks at {} ({} bytes) at op {}, above the budget of {} ({} bytes) "
-                                  "although the floor is {}",
-                                  format_bytes(report.peak_bytes), report.peak_bytes, report.peak_op,
+                      fmt::format("the plan peaks at {} ({} bytes; op-granular peak at op {}), above the budget of "
+                                  "{} ({} bytes) although the floor is {}",
+                                  format_bytes(checked.peak_bytes), checked.peak_bytes, checked.report.peak_op,
                                   format_bytes(*options_.budget_bytes), *options_.budget_bytes,
                                   format_bytes(floor_ ? floor_->bytes : 0)));
   }
   for (std::string& note : planned->notes) notes_.push_back(std::move(note));
   Schedule schedule = std::move(planned->schedule);
+  schedule.budget_bytes = options_.budget_bytes;  // as `hyperoffload plan` records it
   plan_result_ = std::move(*planned);
   plan_result_.schedule = Schedule{schedule.planner, {}};
   HO_ASSIGN_OR_RETURN(plan_, ReplayPlan::create(std::move(warmed->trace), std::move(schedule)));

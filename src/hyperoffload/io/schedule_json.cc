@@ -49,6 +49,14 @@ Result<Schedule> build_from_document(simdjson::dom::element document) {
     HO_ASSIGN_OR_RETURN(name, as_string(*planner, "planner"));
     schedule.planner = std::string(name);
   }
+  if (std::optional<simdjson::dom::element> budget = member(root, "budget_bytes"); budget && !budget->is_null()) {
+    std::int64_t bytes = 0;
+    HO_ASSIGN_OR_RETURN(bytes, as_int64(*budget, "budget_bytes"));
+    if (bytes < 0) {
+      return make_error(ErrorCode::kInvalidInput, fmt::format("budget_bytes: must be >= 0, got {}", bytes));
+    }
+    schedule.budget_bytes = bytes;
+  }
   std::optional<simdjson::dom::element> actions_value = member(root, "actions");
   if (!actions_value) return make_error(ErrorCode::kInvalidInput, "actions: missing (an array of actions)");
   simdjson::dom::array actions;
@@ -149,6 +157,7 @@ std::string schedule_to_json(const Schedule& schedule) {
   auto buffer = std::back_inserter(out);
   fmt::format_to(buffer, "{{\"format\": \"{}\", \"version\": {}, \"planner\": ", kScheduleFormat, kScheduleVersion);
   internal::append_json_string(out, schedule.planner);
+  if (schedule.budget_bytes) fmt::format_to(buffer, ", \"budget_bytes\": {}", *schedule.budget_bytes);
   out += ",\n \"actions\": [";
   bool first = true;
   for (const Action& action : schedule.actions) {

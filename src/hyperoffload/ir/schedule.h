@@ -13,9 +13,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "hyperoffload/ir/ids.h"
@@ -56,8 +58,20 @@ inline std::size_t execution_slot(const Action& action) {
 }
 
 struct Schedule {
+  Schedule() = default;
+  // Schedule{"peak", actions}: the budget is left unrecorded.
+  Schedule(std::string planner_name, std::vector<Action> schedule_actions,
+           std::optional<std::int64_t> planned_budget_bytes = std::nullopt)
+      : planner(std::move(planner_name)),
+        actions(std::move(schedule_actions)),
+        budget_bytes(planned_budget_bytes) {}
+
   std::string planner;  // which planner made it ("greedy", "peak", or a file's value)
   std::vector<Action> actions;
+  // The device-memory budget it was planned for, in bytes, when the planning
+  // command records it (`plan` does): what `simulate` and `validate` check it
+  // against when they are given no --budget, before the trace's own limit.
+  std::optional<std::int64_t> budget_bytes;
 
   // Appends a storage action (every kind but kRecompute); callers append in
   // execution order.

@@ -19,6 +19,18 @@ namespace hyperoffload {
 //              completed. model/capped_memory.h is the allocator.
 enum class DeviceMemory : std::uint8_t { kUnlimited, kBudget };
 
+// The device every option struct, command and binding assumes unless told
+// otherwise: the one that holds only the budget, since that is the device a
+// user's out-of-memory error comes from. kUnlimited is the reference system's
+// semantics, kept as an explicit choice (`--memory-cap unlimited`).
+inline constexpr DeviceMemory kDefaultDeviceMemory = DeviceMemory::kBudget;
+
+// "unlimited" / "budget": the spelling of `--memory-cap` and of the JSON
+// reports' "memory_cap" field.
+constexpr const char* to_string(DeviceMemory memory) {
+  return memory == DeviceMemory::kBudget ? "budget" : "unlimited";
+}
+
 // The copy engines (`--copy-engines`): kTwo, one FIFO queue per direction
 // (D2H and H2D run concurrently); kOne, both directions share one FIFO queue
 // in program order. model/copy_engines.h times them.

@@ -40,7 +40,7 @@
 namespace hyperoffload {
 
 struct OptimalPlannerOptions {
-  DeviceMemory device_memory = DeviceMemory::kUnlimited;
+  DeviceMemory device_memory = kDefaultDeviceMemory;
   // Wall clock for the plan, building the program included, in seconds (> 0);
   // decoding the solution after the solver stops adds a little (milliseconds
   // to tenths of a second on the largest programs).

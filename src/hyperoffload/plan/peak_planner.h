@@ -141,7 +141,7 @@ struct PeakPlannerOptions {
   // The device to tune for (planner.h): it changes the order of the copies to
   // host and the stall estimate that picks between prefetch orders, never the
   // guarantees.
-  DeviceMemory device_memory = DeviceMemory::kUnlimited;
+  DeviceMemory device_memory = kDefaultDeviceMemory;
 };
 
 // The names accepted for score weights, in documentation order.

@@ -99,7 +99,7 @@ struct PlannerOptions {
   // The device to tune the schedule for (the peak planner orders its copies
   // and picks its prefetch order for it; the hybrid planners compare their
   // plans on it; greedy ignores it). Never changes the guarantees.
-  DeviceMemory device_memory = DeviceMemory::kUnlimited;
+  DeviceMemory device_memory = kDefaultDeviceMemory;
   // Wall-clock limit of the optimal planner's plan() — building and solving
   // its program — in seconds (> 0; the best schedule found by then is returned
   // with the solver's bound and gap).

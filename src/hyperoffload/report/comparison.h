@@ -38,7 +38,7 @@ struct ComparisonOptions {
   CopyEngines copy_engines = CopyEngines::kTwo;
   // kBudget simulates a device that holds only the budget (sim/simulator.h):
   // waiting for memory becomes stall and the timed peak stays within the budget.
-  DeviceMemory device_memory = DeviceMemory::kUnlimited;
+  DeviceMemory device_memory = kDefaultDeviceMemory;
   // kYes keeps each row's memory curve (for memory_plot.h).
   RecordTimeline record_timeline = RecordTimeline::kNo;
   // The optimal planner's solve: wall-clock limit per budget, in seconds, and
@@ -106,7 +106,7 @@ struct Comparison {
   double d2h_bandwidth_gib_per_s = 0.0;
   double h2d_bandwidth_gib_per_s = 0.0;
   CopyEngines copy_engines = CopyEngines::kTwo;
-  DeviceMemory device_memory = DeviceMemory::kUnlimited;
+  DeviceMemory device_memory = kDefaultDeviceMemory;
   std::vector<std::int64_t> budgets_bytes;  // in the requested order
   // Per budget: the least stall any offload-only plan within it can have
   // (report/stall_bound.h) under these copy engines and memory cap; nullopt

@@ -81,9 +81,10 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
       "copies     {} engine{}, D2H {:.4g} GiB/s, H2D {:.4g} GiB/s\n", static_cast<int>(comparison.copy_engines),
       comparison.copy_engines == CopyEngines::kOne ? " shared by both directions" : "s, one per direction",
       comparison.d2h_bandwidth_gib_per_s, comparison.h2d_bandwidth_gib_per_s);
-  if (comparison.device_memory == DeviceMemory::kBudget) {
-    out += "memory     capped at the budget: ops and prefetches wait for memory to be freed (stall includes it)\n";
-  }
+  out += comparison.device_memory == DeviceMemory::kBudget
+             ? "memory     capped at the budget: ops and prefetches wait for memory to be freed (stall includes it)\n"
+             : "memory     unlimited (--memory-cap unlimited): freed whenever copies allow, nothing waits for it; "
+               "the timed peak may exceed the budget\n";
   const std::size_t planners = comparison.planner_count;
   for (std::size_t b = 0; b < comparison.budgets_bytes.size(); ++b) {
     const std::int64_t budget = comparison.budgets_bytes[b];
@@ -139,7 +140,7 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
                    {"d2h_bandwidth_gib_per_s", comparison.d2h_bandwidth_gib_per_s},
                    {"h2d_bandwidth_gib_per_s", comparison.h2d_bandwidth_gib_per_s}};
   root["copy_engines"] = static_cast<int>(comparison.copy_engines);
-  root["memory_cap"] = comparison.device_memory == DeviceMemory::kBudget ? "budget" : "unlimited";
+  root["memory_cap"] = to_string(comparison.device_memory);
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   for (std::size_t r = 0; r < comparison.rows.size(); ++r) {
     const ComparisonRow& row = comparison.rows[r];

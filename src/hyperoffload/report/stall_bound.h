@@ -53,7 +53,7 @@ namespace hyperoffload {
 
 struct StallBoundOptions {
   CopyEngines copy_engines = CopyEngines::kTwo;
-  DeviceMemory device_memory = DeviceMemory::kUnlimited;
+  DeviceMemory device_memory = kDefaultDeviceMemory;
 };
 
 // The least stall, in ms, of any plan in the scope above; nullopt when no such

@@ -383,7 +383,7 @@ std::string simulation_to_json(const SimulationResult& result) {
   out["d2h_count"] = result.d2h_count;
   out["h2d_count"] = result.h2d_count;
   out["copy_engines"] = static_cast<int>(result.copy_engines);
-  out["memory_cap"] = result.device_memory == DeviceMemory::kBudget ? "budget" : "unlimited";
+  out["memory_cap"] = to_string(result.device_memory);
   out["memory_stall_ms"] = result.memory_stall_ms;
   if (result.budget_bytes >= 0) out["budget_bytes"] = result.budget_bytes;
   out["problem_count"] = result.validation.problem_count;

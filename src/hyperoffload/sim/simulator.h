@@ -102,7 +102,7 @@ struct SimulatorOptions {
   // simulation only with DeviceMemory::kBudget.
   std::optional<std::int64_t> budget_bytes;
   // kBudget: allocations wait for memory to be freed (no effect without a budget).
-  DeviceMemory device_memory = DeviceMemory::kUnlimited;
+  DeviceMemory device_memory = kDefaultDeviceMemory;
 };
 
 struct SimulationResult {
@@ -119,7 +119,7 @@ struct SimulationResult {
   double memory_stall_ms = 0.0;
   double recompute_ms = 0.0;          // compute-stream time spent re-running ops (not stall)
   std::int64_t recompute_count = 0;   // recompute actions run
-  DeviceMemory device_memory = DeviceMemory::kUnlimited;
+  DeviceMemory device_memory = kDefaultDeviceMemory;
   std::int64_t d2h_bytes = 0;         // bytes of the copies simulated
   std::int64_t h2d_bytes = 0;         // includes faults
   std::int64_t d2h_count = 0;

@@ -69,7 +69,7 @@
 namespace hyperoffload::internal {
 
 struct ResidencyMilpOptions {
-  DeviceMemory device_memory = DeviceMemory::kUnlimited;
+  DeviceMemory device_memory = kDefaultDeviceMemory;
   // Levels of recompute chains at one op: 1 = only ops whose outputs the op
   // reads; each further level may regenerate an input of the level before.
   int max_chain_depth = 8;
