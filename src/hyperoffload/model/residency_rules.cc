@@ -44,13 +44,13 @@ std::string recompute_source_problem(const Trace& trace, const Action& action) {
 
 }  // namespace
 
-std::vector<ResolvedAction> resolve_actions(const Trace& trace, const Schedule& schedule,
+std::vector<ResolvedAction> resolve_actions(const Trace& trace, std::span<const Action> actions,
                                             const std::function<void(std::string)>& problem) {
   std::vector<ResolvedAction> resolved;
-  resolved.reserve(schedule.actions.size());
+  resolved.reserve(actions.size());
   bool ordered = true;
-  for (std::size_t i = 0; i < schedule.actions.size(); ++i) {
-    const Action& action = schedule.actions[i];
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const Action& action = actions[i];
     if (action.op < 0 || action.op >= trace.op_count()) {
       if (problem) {
         problem(fmt::format("actions[{}] ({}): op {} is out of range (the trace has {} ops)", i, describe(action),

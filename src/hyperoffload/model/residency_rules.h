@@ -195,7 +195,11 @@ struct ResolvedAction {
 // source_op is missing (-1), does not run before the action (source_op < op,
 // or <= op for post) or is not recomputable. The rest are stably put in
 // execution order; the first ordering violation is also passed to `problem`.
-std::vector<ResolvedAction> resolve_actions(const Trace& trace, const Schedule& schedule,
+std::vector<ResolvedAction> resolve_actions(const Trace& trace, std::span<const Action> actions,
                                             const std::function<void(std::string)>& problem);
+inline std::vector<ResolvedAction> resolve_actions(const Trace& trace, const Schedule& schedule,
+                                                   const std::function<void(std::string)>& problem) {
+  return resolve_actions(trace, std::span<const Action>(schedule.actions), problem);
+}
 
 }  // namespace hyperoffload
