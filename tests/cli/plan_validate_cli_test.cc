@@ -39,6 +39,7 @@ TEST(PlanCli, PlansWithTheTraceLimitAndWritesTheSchedule) {
   const testing::CliRun run = run_cli({"plan", trace, "-o", out});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("budget    120 B (120 bytes, 80.0% of the unplanned peak)"));
+  EXPECT_THAT(run.out, HasSubstr("planner   hybrid in "));  // the default
   EXPECT_THAT(run.out, HasSubstr("peak      150 B unplanned (op 1) -> 100 B planned (op 0)"));
   EXPECT_THAT(run.out, HasSubstr("check     valid, 0 faults"));
   EXPECT_THAT(testing::read_text(out), HasSubstr(R"("kind": "copy_h2d", "storage": 1)"));
@@ -48,7 +49,8 @@ TEST(PlanCli, PlansWithTheTraceLimitAndWritesTheSchedule) {
 }
 
 TEST(PlanCli, RecordsTheBudgetInTheScheduleForSimulateAndReportsTheTimedPeak) {
-  // The trace has no limit; --budget 120 B. Greedy evicts storage 1 over ops
+  // The trace has no limit; --budget 120 B. The default planner, hybrid
+  // (nothing here is recomputable, so it offloads), evicts storage 1 over ops
   // 1-2 (its copy to host after a, the copy back before d): 100 B between
   // ops. In time on the capped device (the default) b's 50 B wait for storage
   // 1's release, which frees its 100 B once the copy to host ends, and d's
@@ -60,7 +62,7 @@ TEST(PlanCli, RecordsTheBudgetInTheScheduleForSimulateAndReportsTheTimedPeak) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("timed     100 B peak in time on a device that holds only the budget (within the "
                                  "budget)"));
-  EXPECT_THAT(testing::read_text(out), HasSubstr(R"("planner": "greedy", "budget_bytes": 120,)"));
+  EXPECT_THAT(testing::read_text(out), HasSubstr(R"("planner": "hybrid", "budget_bytes": 120,)"));
   // simulate holds the device to the schedule's budget when given none.
   const testing::CliRun simulated = run_cli({"simulate", trace, out});
   ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
@@ -73,7 +75,7 @@ TEST(PlanCli, RecordsTheBudgetInTheScheduleForSimulateAndReportsTheTimedPeak) {
 
 TEST(PlanCli, AcceptsPercentageBudgets) {
   ScratchDir dir;
-  const testing::CliRun run = run_cli({"plan", dir.write("t.json", kTrace), "--budget", "50%"});
+  const testing::CliRun run = run_cli({"plan", dir.write("t.json", kTrace), "--budget", "50%", "--planner", "greedy"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   // 50% of 150 = 75 B; greedy evicts storage 1 over ops 1-2 (50 B left) but
   // ops 0 and 3 hold storage 1 (100 B): it reports the shortfall.

@@ -14,7 +14,7 @@ namespace {
 struct PlanArgs {
   std::string trace_path;
   std::string budget;
-  std::string planner = "greedy";
+  std::string planner{kDefaultPlannerName};
   std::vector<std::string> score_weights;
   std::string device_memory = to_string(kDefaultDeviceMemory);
   double time_limit_s = PlannerOptions{}.time_limit_s;

@@ -12,6 +12,10 @@
 
 namespace hyperoffload {
 
+// Whether a run (the simulator, a replayed step, a comparison) records its
+// full timeline: spans and memory samples.
+enum class RecordTimeline : std::uint8_t { kNo, kYes };
+
 enum class SpanKind : std::uint8_t {
   kOp,       // an op running on the compute stream
   kStall,    // the compute stream waiting for a copy

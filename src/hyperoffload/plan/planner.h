@@ -128,6 +128,11 @@ std::span<const std::string_view> planner_names();
 // adds it by default when the trace is small enough.
 inline constexpr std::string_view kOptimalPlannerName = "optimal";
 
+// The planner every entry point uses unless told another (the CLI, the C++
+// session, Python's OffloadConfig): keep, offload or recompute each gap.
+// greedy stays as the reference system's planner.
+inline constexpr std::string_view kDefaultPlannerName = "hybrid";
+
 // Creates a planner by name; an unknown name is an error listing the valid ones.
 Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const PlannerOptions& options = {});
 

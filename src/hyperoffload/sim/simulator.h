@@ -90,9 +90,6 @@
 
 namespace hyperoffload {
 
-// Whether simulate() records the full timeline (spans and memory samples).
-enum class RecordTimeline : std::uint8_t { kNo, kYes };
-
 
 struct SimulatorOptions {
   CopyEngines copy_engines = CopyEngines::kTwo;
