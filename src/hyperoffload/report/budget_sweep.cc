@@ -28,23 +28,6 @@ bool BudgetSweep::violates(std::size_t budget, std::size_t planner) const {
                      [&](const SweepViolation& v) { return v.budget == budget && v.planner == planner; });
 }
 
-std::vector<std::int64_t> budget_ladder(std::int64_t floor_bytes, std::int64_t unplanned_peak_bytes,
-                                        double step_percent) {
-  std::vector<std::int64_t> ladder;
-  if (floor_bytes >= unplanned_peak_bytes) return {unplanned_peak_bytes};
-  ladder.push_back(floor_bytes);
-  // k * step rather than a running sum, so that 5% steps land on 5, 10, ...
-  // exactly; the last step is the peak itself whatever the step.
-  for (int k = 1;; ++k) {
-    const double percent = std::min(100.0, static_cast<double>(k) * step_percent);
-    const std::int64_t budget =
-        resolve_budget_bytes(BudgetSpec{BudgetSpec::Unit::kPercentOfPeak, percent}, unplanned_peak_bytes);
-    if (budget > ladder.back()) ladder.push_back(budget);
-    if (percent >= 100.0) break;
-  }
-  return ladder;
-}
-
 std::vector<SweepViolation> find_sweep_violations(const Comparison& comparison, double overhead_relative_tolerance) {
   std::vector<SweepViolation> violations;
   const std::size_t planners = comparison.planner_count;

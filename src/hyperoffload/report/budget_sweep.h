@@ -53,8 +53,9 @@ struct BudgetSweepOptions {
   // Planner names (make_planner); the optimal planner is left out by default
   // (a MILP under a time limit: its plans need not be monotone).
   std::vector<std::string> planners = {"greedy", "peak", "hybrid", "recompute"};
-  // The ladder: the floor, then every multiple of this percentage of the
-  // unplanned op-granular peak above it, up to 100%. In (0, 100].
+  // The ladder (budget_ladder, plan/budget.h): the floor, then every
+  // multiple of this percentage of the unplanned op-granular peak above it,
+  // up to 100%. In (0, 100].
   double step_percent = 5.0;
   // Score weights NAME=VALUE for the peak and hybrid planners (ComparisonOptions).
   std::vector<std::pair<std::string, double>> score_weights;
@@ -117,13 +118,6 @@ struct BudgetSweep {
   // Whether `planner` breaks a property at ladder point `budget`.
   bool violates(std::size_t budget, std::size_t planner) const;
 };
-
-// The ladder for an unplanned peak and a floor (both >= 0, floor <= peak when
-// the peak is positive): the floor, then k * step_percent% of the peak
-// (resolve_budget_bytes) for each k whose budget is above the floor, the last
-// one the peak itself. Ascending, no duplicates; {peak} when floor >= peak.
-std::vector<std::int64_t> budget_ladder(std::int64_t floor_bytes, std::int64_t unplanned_peak_bytes,
-                                        double step_percent);
 
 // The violations of Note [Monotone in the budget] in `rows` (budget-major,
 // budgets ascending, as Comparison::rows), in ladder order then planner order.
