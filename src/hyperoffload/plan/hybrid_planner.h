@@ -74,7 +74,9 @@
 // four decision sets, six more (four extra offload-only plans, one of them two
 // selection passes, and the best decision set's offloads twice) and up to six
 // on a capped device (three decision sets, each planned twice), plus
-// O(ops + accesses) per selection and augmented trace.
+// O(ops + accesses) per selection and augmented trace; on a trace of at most
+// internal::kLowerBudgetMaxWork ops plus accesses, all of that once more per
+// rung below the budget (step 5).
 //
 // Thread-safety: plan() is const and may run concurrently.
 #pragma once

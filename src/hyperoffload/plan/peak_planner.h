@@ -67,7 +67,8 @@
 // op-granular peak is within the budget whenever the budget is at or above the
 // floor. Cost: O((ops + accesses + candidates) log ops) to build, then
 // O(log² ops) per selection step and O(log ops) per lazy re-evaluation of a
-// cached score bound (no rescans), O(log ops) per placement.
+// cached score bound (no rescans), O(log ops) per placement; on a small trace
+// once more per rung below the budget (step 7).
 //
 // Thread-safety: plan() is const and may run concurrently.
 #pragma once
