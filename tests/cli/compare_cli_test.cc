@@ -194,6 +194,51 @@ TEST(CompareCli, ExitsTwoWhenThePlotCannotBeWritten) {
   EXPECT_FALSE(std::filesystem::exists(plot));
 }
 
+// --sweep on kTrace: floor 200 (only storage 2 can leave, over op 3), 50%
+// steps of 300 above it: 200, 300. On the capped device (the sweep's default)
+// the peak planner's plan at 200 stalls 2 ms of 5 (40%): storage 3 waits for
+// storage 2's copy to host, then storage 2's copy back waits for storage 3's
+// release (tests/report/budget_sweep_test.cc derives it); at 300 nothing moves.
+TEST(CompareCli, SweepsFromTheFloorToThePeakOnTheCappedDevice) {
+  ScratchDir dir;
+  const std::string plot = (dir / "sweep.svg").string();
+  const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--sweep", "--sweep-step", "50%",
+                                       "--planners", "peak", "--plot", plot});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("sweep      on a device that holds only the budget, 2 copy engines: from the floor, "
+                                 "200 B (66.7%), to the unplanned peak in steps of 50%\n"));
+  EXPECT_THAT(run.out, HasSubstr("budget  % peak  bound  peak overhead  peak timed peak\n"
+                                 "200 B    66.7%  0.00%         40.00%            200 B\n"
+                                 "300 B   100.0%  0.00%          0.00%            300 B\n"));
+  EXPECT_THAT(run.out, HasSubstr("\nmonotone: "));
+  EXPECT_THAT(testing::read_text(plot), HasSubstr("t.json: overhead against budget, device holds only the budget"));
+
+  const testing::CliRun json = run_cli({"compare", dir.write("t.json", kTrace), "--sweep", "--sweep-step", "50%",
+                                        "--planners", "peak", "--memory-cap", "unlimited", "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json parsed = nlohmann::json::parse(json.out);
+  EXPECT_EQ(parsed["memory_cap"], "unlimited");  // given explicitly
+  EXPECT_EQ(parsed["floor_bytes"], 200);
+  EXPECT_EQ(parsed["budgets"].size(), 2U);
+}
+
+TEST(CompareCli, SweepRejectsBudgetsAndAStepThatIsNotAPercentage) {
+  ScratchDir dir;
+  const std::string trace = dir.write("t.json", kTrace);
+  testing::CliRun run = run_cli({"compare", trace, "--sweep", "--budgets", "50%,70%"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--sweep chooses its own budgets"));
+  run = run_cli({"compare", trace, "--sweep", "--sweep-step", "2GiB"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--sweep-step 2GiB: expected a percentage of the unplanned peak"));
+  run = run_cli({"compare", trace, "--sweep", "--sweep-step", "0%"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("sweep step 0%: must be above 0%"));
+  run = run_cli({"compare", trace, "--sweep-step", "5%"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--sweep-step needs --sweep"));
+}
+
 TEST(ScoreWeightCli, UnknownNamesListTheValidOnes) {
   ScratchDir dir;
   const std::string trace = dir.write("t.json", kTrace);

@@ -581,6 +581,7 @@ TEST(PeakPlannerSelection, WithAHostCopyDeadlineCreditsHidingOnlyToCopiesDoneBef
                           .build();
   PeakPlannerOptions capped;
   capped.device_memory = DeviceMemory::kBudget;
+  capped.lower_budgets = LowerBudgetPlans::kNone;  // the selection for 220 itself
   SimulatorOptions sim;
   sim.device_memory = DeviceMemory::kBudget;
   sim.budget_bytes = 220;
@@ -591,6 +592,47 @@ TEST(PeakPlannerSelection, WithAHostCopyDeadlineCreditsHidingOnlyToCopiesDoneBef
   const PlanResult early = plan_peak(trace, 220, capped);
   EXPECT_EQ(copied_to_host(early.schedule.actions), std::vector<StorageId>{1});
   EXPECT_NEAR(simulate(trace, early.schedule, sim).stall_ms, 2.0, 1e-9);
+}
+
+TEST(PeakPlannerLowerBudgets, KeepsThePlanOfALowerBudgetWhenItIsQuickerWithinThisOne) {
+  // The trace of WithAHostCopyDeadlineCreditsHidingOnlyToCopiesDoneBeforeThePeak:
+  // unplanned peak 270 at op 4, floor 120 at op 6 (s1 is read there; s2 can
+  // leave over it), so the budget ladder is 120, then every 5% of 270 above it
+  // (rounded down): 121 (45%), 135, 148, 162, 175, 189, 202, 216, 229, ...
+  // At 220 the selection takes s2 alone, which stalls 2.5 ms on the capped
+  // device (above). At rung 162 (60%) ops 4 and 6 are both over: it evicts s1
+  // for op 4 and s2 for op 6; within 220 that plan stalls 2.0 ms (op g waits
+  // for s1's copy back, as in the kBeforePeak plan above, and s2's copy to
+  // host is done before op e needs the room). No rung's plan is quicker, and
+  // the highest one wins ties, so the plan for 162 is kept, with a note.
+  const Trace trace = TraceDsl()
+                          .storage(1, 120)
+                          .storage(2, 100)
+                          .storage(3, 50)
+                          .bandwidth(40e3 / static_cast<double>(kBytesPerGiB))
+                          .op("a", "W1", 1)
+                          .op("b", "", 1)
+                          .op("c", "", 1)
+                          .op("d", "W2", 1)
+                          .op("e", "W3", 1)
+                          .op("f", "", 1)
+                          .op("g", "R1", 1)
+                          .op("h", "", 4)
+                          .op("i", "R2")
+                          .build();
+  PeakPlannerOptions capped;
+  capped.device_memory = DeviceMemory::kBudget;
+  SimulatorOptions sim;
+  sim.device_memory = DeviceMemory::kBudget;
+  sim.budget_bytes = 220;
+  const PlanResult plan = plan_peak(trace, 220, capped);
+  EXPECT_EQ(copied_to_host(plan.schedule.actions), (std::vector<StorageId>{1, 2}));
+  EXPECT_NEAR(simulate(trace, plan.schedule, sim).stall_ms, 2.0, 1e-9);
+  ASSERT_FALSE(plan.notes.empty());
+  EXPECT_EQ(plan.notes.back(),
+            "the plan made for 162 B (162 bytes), a lower budget, is quicker within this one: 2.000 ms of stall");
+  capped.lower_budgets = LowerBudgetPlans::kNone;  // the plan made for 220 itself
+  EXPECT_NEAR(simulate(trace, plan_peak(trace, 220, capped).schedule, sim).stall_ms, 2.5, 1e-9);
 }
 
 TEST(PeakPlannerSelection, TakesCopyBackWindowsFromAFirstPassWhenAsked) {

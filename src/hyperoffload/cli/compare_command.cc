@@ -1,20 +1,28 @@
 // hyperoffload compare TRACE [--budget B | --budgets B1,B2,...] [--planners greedy,peak,hybrid,recompute,optimal]
 //                    [--copy-engines 1|2] [--memory-cap unlimited|budget] [--score-weight N=V]...
 //                    [--time-limit S] [--plot FILE.svg] [--json]
+// hyperoffload compare TRACE --sweep [--sweep-step 5%] [--planners ...] [--memory-cap ...] [--plot FILE.svg] [--json]
 // The planners are tuned to the memory cap simulated; each budget's table
 // shows the offload-only stall lower bound (report/stall_bound.h) and, per
 // plan, its recomputes and how far its stall plus recompute is above it.
 // Without --planners the heuristic planners are compared, and the optimal
 // planner too when the trace is small enough for it (plan/optimal_planner.h).
+// --sweep plans from the floor to the unplanned peak instead of at given
+// budgets, on a device that holds only the budget unless --memory-cap says
+// otherwise, and marks where a planner is not monotone in the budget
+// (report/budget_sweep.h); its default planners leave the optimal one out.
 #include <fmt/format.h>
 
 #include "hyperoffload/cli/command.h"
 #include "hyperoffload/cli/common.h"
 #include "hyperoffload/io/file.h"
 #include "hyperoffload/plan/optimal_planner.h"
+#include "hyperoffload/report/budget_sweep.h"
 #include "hyperoffload/report/comparison.h"
 #include "hyperoffload/report/comparison_table.h"
 #include "hyperoffload/report/memory_plot.h"
+#include "hyperoffload/report/sweep_plot.h"
+#include "hyperoffload/report/sweep_table.h"
 
 namespace hyperoffload::cli {
 namespace {
@@ -30,6 +38,8 @@ struct CompareArgs {
   double time_limit_s = PlannerOptions{}.time_limit_s;
   std::string plot;
   bool json = false;
+  bool sweep = false;
+  std::string sweep_step = "5%";
 };
 
 // "a,b,c" → {"a", "b", "c"}; an empty item is an error naming the option.
@@ -50,7 +60,45 @@ std::vector<std::string> split_list(const std::string& text, std::string_view op
   return items;
 }
 
+// --sweep: every planner from the floor to the unplanned peak (report/budget_sweep.h).
+int run_sweep(const CompareArgs& args) {
+  if (!args.budget.empty() || !args.budgets.empty()) {
+    throw HyperoffloadError({ErrorCode::kInvalidArgument,
+                             "--sweep chooses its own budgets (the floor to the unplanned peak): give --sweep-step "
+                             "instead of --budget or --budgets"});
+  }
+  const BudgetSpec step = value_or_throw(parse_budget(args.sweep_step));
+  if (step.unit != BudgetSpec::Unit::kPercentOfPeak) {
+    throw HyperoffloadError({ErrorCode::kInvalidArgument,
+                             fmt::format("--sweep-step {}: expected a percentage of the unplanned peak (5%)",
+                                         args.sweep_step)});
+  }
+  const Trace trace = load_trace(args.trace_path);
+  BudgetSweepOptions options;
+  if (!args.planners.empty()) options.planners = split_list(args.planners, "--planners");
+  options.step_percent = step.value;
+  options.time_limit_s = args.time_limit_s;
+  options.score_weights = parse_score_weights(args.score_weights);
+  options.copy_engines = args.copy_engines == 1 ? CopyEngines::kOne : CopyEngines::kTwo;
+  options.device_memory = parse_memory_cap(args.device_memory);
+  const BudgetSweep sweep = value_or_throw(run_budget_sweep(trace, options));
+  if (!args.plot.empty()) {
+    value_or_throw(write_file_atomically(args.plot, sweep_plot_svg(sweep, args.trace_path)));
+  }
+  if (args.json) {
+    fmt::print("{}", sweep_to_json(sweep, args.trace_path));
+  } else {
+    fmt::print("{}", format_sweep_table(sweep, args.trace_path));
+    if (!args.plot.empty()) fmt::print("plot written to {}\n", args.plot);
+  }
+  for (const ComparisonRow& row : sweep.comparison.rows) {
+    if (!row.valid) return kExitFailed;  // a planner produced an unsafe schedule: a bug worth failing on
+  }
+  return kExitOk;
+}
+
 int run_compare(const CompareArgs& args) {
+  if (args.sweep) return run_sweep(args);
   if (!args.budget.empty() && !args.budgets.empty()) {
     throw HyperoffloadError({ErrorCode::kInvalidArgument, "give either --budget or --budgets, not both"});
   }
@@ -111,9 +159,21 @@ Command register_compare(CLI::App& root) {
   app->add_option("--score-weight", args->score_weights,
                   "Peak planner score weight NAME=VALUE, also for the hybrid planner's offloads (repeatable)");
   add_time_limit_option(*app, args->time_limit_s);
-  app->add_option("--plot", args->plot, "Write an SVG plot of device memory over time per planner and budget");
+  app->add_option("--plot", args->plot,
+                  "Write an SVG plot of device memory over time per planner and budget (with --sweep: overhead "
+                  "against budget per planner)");
   app->add_flag("--json", args->json, "Print the results as JSON instead of a table");
-  return {app, [args] { return run_compare(*args); }};
+  app->add_flag("--sweep", args->sweep,
+                "Plan from the floor to the unplanned peak and mark where a planner's timed peak or overhead is "
+                "not monotone in the budget");
+  app->add_option("--sweep-step", args->sweep_step, "The sweep's step, a percentage of the unplanned peak")
+      ->capture_default_str();
+  return {app, [args, app] {
+            if (!args->sweep && app->count("--sweep-step") > 0) {
+              throw HyperoffloadError({ErrorCode::kInvalidArgument, "--sweep-step needs --sweep"});
+            }
+            return run_compare(*args);
+          }};
 }
 
 const CommandRegistration kRegistration{"compare", &register_compare};

@@ -1,5 +1,6 @@
 #include "hyperoffload/plan/budget.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -78,6 +79,22 @@ std::int64_t resolve_budget_bytes(const BudgetSpec& spec, std::int64_t unplanned
   const auto basis_points = static_cast<std::int64_t>(std::llround(spec.value * 100.0));
   __extension__ using Int128 = __int128;
   return static_cast<std::int64_t>(static_cast<Int128>(unplanned_peak_bytes) * basis_points / 10000);
+}
+
+std::vector<std::int64_t> budget_ladder(std::int64_t floor_bytes, std::int64_t unplanned_peak_bytes,
+                                        double step_percent) {
+  if (floor_bytes >= unplanned_peak_bytes) return {unplanned_peak_bytes};
+  std::vector<std::int64_t> ladder = {floor_bytes};
+  // k * step rather than a running sum, so that 5% steps land on 5, 10, ...
+  // exactly; the last step is the peak itself whatever the step.
+  for (int k = 1;; ++k) {
+    const double percent = std::min(100.0, static_cast<double>(k) * step_percent);
+    const std::int64_t budget =
+        resolve_budget_bytes(BudgetSpec{BudgetSpec::Unit::kPercentOfPeak, percent}, unplanned_peak_bytes);
+    if (budget > ladder.back()) ladder.push_back(budget);
+    if (percent >= 100.0) break;
+  }
+  return ladder;
 }
 
 Result<std::int64_t> parse_bytes(std::string_view text) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <future>
 #include <limits>
+#include <ranges>
 #include <thread>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/budget.h"
 #include "hyperoffload/plan/internal/augmented_trace.h"
+#include "hyperoffload/plan/internal/lower_budgets.h"
 #include "hyperoffload/plan/internal/offload_floor.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/internal/peak_run.h"
@@ -101,6 +103,9 @@ struct Candidate {
   double recompute_ms = 0.0;
   std::vector<std::string> notes;
   bool stopped = false;  // its making was stopped: no plan (finish() passes it over)
+  // The budget it was planned for, when that was a lower one (Note [Plans for
+  // lower budgets]).
+  std::int64_t planned_for_bytes = 0;
 };
 
 // Whether a beats b: fitting the budget first, then the quicker, then the
@@ -122,9 +127,17 @@ std::int64_t count_copies(std::span<const Action> actions) {
   return copies;
 }
 
+// Whether the offload-only plan is stopped once another plan is quicker than
+// any offload-only plan can be (stop_offload_only_if_beaten).
+enum class OffloadOnlyStop : std::uint8_t {
+  kWhenBeaten,
+  kNever,  // a plan for a lower budget: it is timed again at a larger one, where it may win
+};
+
 class HybridPlanning {
  public:
-  HybridPlanning(const Trace& trace, const HybridPlannerOptions& options, std::int64_t budget)
+  HybridPlanning(const Trace& trace, const HybridPlannerOptions& options, std::int64_t budget,
+                 OffloadOnlyStop offload_stop = OffloadOnlyStop::kWhenBeaten)
       : trace_(trace),
         options_(options),
         budget_(budget),
@@ -133,7 +146,8 @@ class HybridPlanning {
                                 [this] { return internal::build_recompute_model(trace_, accesses_); })),
         peak_model_(internal::build_peak_model(trace, accesses_)),
         memory_cap_(options.peak.device_memory == DeviceMemory::kBudget ? std::optional<std::int64_t>(budget)
-                                                                        : std::nullopt) {
+                                                                        : std::nullopt),
+        offload_stop_rule_(offload_stop) {
     // The recompute model is built on a thread of its own while this one
     // builds the peak model. The offload-only plan goes on a second thread,
     // the largest single job. When the recompute-only plan can stop it
@@ -146,17 +160,31 @@ class HybridPlanning {
     if (recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
   }
 
-  Result<PlanResult> run(std::string_view planner_name) {
+  // The plan for the budget, or one of `lower` (plans made for lower budgets,
+  // plans_for_larger_budgets, ascending) when it fits and is quicker here
+  // (Note [Plans for lower budgets]).
+  Result<PlanResult> run(std::string_view planner_name, std::vector<Candidate> lower) {
     PlanResult result;
     result.schedule.planner = std::string(planner_name);
     result.initial_peak_bytes = *std::max_element(peak_model_.resident_bytes.begin(), peak_model_.resident_bytes.end());
-    Candidate chosen;
-    if (options_.offload == OffloadUse::kRecomputeOnly) {
-      chosen = recompute_only(recompute_only_sequence(), &result.floor);
-      chosen.notes.push_back(fmt::format("recompute: {} recompute(s) ({:.3f} ms); estimated step {:.3f} ms",
-                                         chosen.recompute_count, chosen.recompute_ms, chosen.time_ms));
-    } else {
-      chosen = hybrid(&result.floor);
+    Candidate chosen = choose(&result.floor);
+    std::optional<std::int64_t> lower_budget;
+    // From the largest budget down, and only when strictly quicker: among
+    // plans equally quick, the one made for the largest budget (no lower
+    // timed peak than a smaller budget's plan for no gain).
+    for (Candidate& candidate : std::views::reverse(lower)) {
+      candidate.time_ms = estimated_time_ms(candidate.actions, candidate.recompute_ms);
+      const bool fits = candidate.peak_bytes <= budget_;
+      if (fits && (chosen.peak_bytes > budget_ || candidate.time_ms < chosen.time_ms)) {
+        lower_budget = candidate.planned_for_bytes;
+        chosen = std::move(candidate);
+      }
+    }
+    if (lower_budget) {
+      chosen.notes.insert(chosen.notes.begin(),
+                          fmt::format("the plan made for {} ({} bytes), a lower budget, is quicker within this one: "
+                                      "estimated step {:.3f} ms; as planned there:",
+                                      format_bytes(*lower_budget), *lower_budget, chosen.time_ms));
     }
     if (budget_ < result.floor->bytes) {
       result.notes.push_back(fmt::format(
@@ -171,7 +199,30 @@ class HybridPlanning {
     return result;
   }
 
+  // The plans made here that a larger budget times again (Note [Plans for
+  // lower budgets]): the chosen one and, when it is another, the offload-only
+  // plan — which the peak planner also makes for this budget, so that the
+  // hybrid plan stays at least as quick as the peak planner's.
+  std::vector<Candidate> plans_for_larger_budgets() {
+    std::optional<UnavoidableFloor> floor;
+    std::vector<Candidate> plans;
+    plans.push_back(choose(&floor));
+    if (kept_offload_) plans.push_back(std::move(*kept_offload_));
+    for (Candidate& plan : plans) plan.planned_for_bytes = budget_;
+    return plans;
+  }
+
  private:
+  Candidate choose(std::optional<UnavoidableFloor>* floor) {
+    if (options_.offload == OffloadUse::kRecomputeOnly) {
+      Candidate chosen = recompute_only(recompute_only_sequence(), floor);
+      chosen.notes.push_back(fmt::format("recompute: {} recompute(s) ({:.3f} ms); estimated step {:.3f} ms",
+                                         chosen.recompute_count, chosen.recompute_ms, chosen.time_ms));
+      return chosen;
+    }
+    return hybrid(floor);
+  }
+
   // The step's time for a plan of the original trace: compute, the re-runs
   // and the stall, played with the simulator's rules (the estimate is exact
   // for valid, fault-free schedules, which every plan here is).
@@ -361,7 +412,9 @@ class HybridPlanning {
   // budgets it is the longest job and many times slower than the plans with
   // recomputes. Thread-safe.
   void stop_offload_only_if_beaten(const Candidate& candidate) {
-    if (beats_offload_only(candidate)) offload_stop_.request_stop();
+    if (offload_stop_rule_ == OffloadOnlyStop::kWhenBeaten && beats_offload_only(candidate)) {
+      offload_stop_.request_stop();
+    }
   }
   bool beats_offload_only(const Candidate& candidate) const {
     return candidate.peak_bytes <= budget_ && candidate.time_ms < offload_only_floor_ms_;
@@ -627,10 +680,11 @@ class HybridPlanning {
   // The best of the offload-only plan and `others`, with a note on how it was
   // chosen; lowers `floor` to the lowest floor among them (a budget at or above
   // it is met by that plan, so by the best).
-  Candidate finish(Candidate offload, std::vector<Candidate> others, std::optional<UnavoidableFloor>* floor) const {
+  Candidate finish(Candidate offload, std::vector<Candidate> others, std::optional<UnavoidableFloor>* floor) {
     // An offload-only plan that another plan beats is passed over as though
     // stopped, whether or not its thread was stopped in time, so the notes do
     // not depend on the threads' timing either.
+    if (offload_stop_rule_ == OffloadOnlyStop::kNever && !offload.stopped) kept_offload_ = offload;
     if (std::any_of(others.begin(), others.end(),
                     [&](const Candidate& candidate) { return beats_offload_only(candidate); })) {
       offload.stopped = true;
@@ -669,6 +723,9 @@ class HybridPlanning {
   std::future<RecomputeModel> model_build_;  // taken into model_ in the constructor
   const PeakModel peak_model_;
   std::optional<std::int64_t> memory_cap_;
+  OffloadOnlyStop offload_stop_rule_;
+  // With OffloadOnlyStop::kNever: the offload-only plan, kept by finish().
+  std::optional<Candidate> kept_offload_;
   OpIndex peak_op_ = peak_op();
   double compute_before_peak_ms_ = compute_before_peak_ms();
   std::int64_t offloadable_at_peak_ = offloadable_at_peak();
@@ -695,7 +752,17 @@ Result<PlanResult> HybridPlanner::plan(const Trace& trace, std::optional<std::in
     result.schedule.planner = std::string(name());
     return result;
   }
-  return HybridPlanning(trace, options_, *budget_bytes).run(name());
+  // Note [Plans for lower budgets]: the plans of the rungs below the budget,
+  // each made as at its rung, are timed at the budget with the plans made for it.
+  std::vector<Candidate> lower;
+  if (options_.lower_budgets == LowerBudgetPlans::kRungs && internal::lower_budget_plans_fit(trace)) {
+    const UnavoidableFloor floor = offload_floor(trace);
+    for (const std::int64_t rung : internal::lower_budgets(trace, floor.bytes, unplanned_peak(trace).bytes, *budget_bytes)) {
+      std::vector<Candidate> plans = HybridPlanning(trace, options_, rung, OffloadOnlyStop::kNever).plans_for_larger_budgets();
+      for (Candidate& plan : plans) lower.push_back(std::move(plan));
+    }
+  }
+  return HybridPlanning(trace, options_, *budget_bytes).run(name(), std::move(lower));
 }
 
 }  // namespace hyperoffload

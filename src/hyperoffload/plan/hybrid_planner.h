@@ -46,6 +46,11 @@
 //     plan's simulated step (two copy engines) is never longer than the
 //     `peak` or `recompute` plan's, and it fits the budget whenever either
 //     does.
+//  5. Lower budgets: on a small trace, the plans chosen at every rung of the
+//     trace's budget ladder below the budget (and the offload-only plans made
+//     there) are timed at the budget too, and the quickest is kept (Note
+//     [Plans for lower budgets], plan/internal/lower_budgets.h): so more
+//     budget never gives a slower plan on that ladder.
 //
 // Recompute-only ("recompute", OffloadUse::kRecomputeOnly): the decisions of
 // step 2 with no cost limit, down to nothing, and no offload: the plan takes
@@ -69,7 +74,9 @@
 // four decision sets, six more (four extra offload-only plans, one of them two
 // selection passes, and the best decision set's offloads twice) and up to six
 // on a capped device (three decision sets, each planned twice), plus
-// O(ops + accesses) per selection and augmented trace.
+// O(ops + accesses) per selection and augmented trace; on a trace of at most
+// internal::kLowerBudgetMaxWork ops plus accesses, all of that once more per
+// rung below the budget (step 5).
 //
 // Thread-safety: plan() is const and may run concurrently.
 #pragma once
@@ -99,6 +106,10 @@ struct HybridPlannerOptions {
   // (a 1M-op trace gets one, a 100k-op trace a few, a GPT step all of them).
   std::int32_t max_decision_sets = 32;
   double evaluation_budget = 1.0e6;
+  // Whether plan() also makes the plans of the rungs of the trace's budget
+  // ladder below the budget and keeps the quickest (Note [Plans for lower
+  // budgets], plan/internal/lower_budgets.h); small traces only.
+  LowerBudgetPlans lower_budgets = LowerBudgetPlans::kRungs;
 };
 
 class HybridPlanner final : public Planner {

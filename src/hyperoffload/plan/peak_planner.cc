@@ -2,14 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <latch>
+#include <ranges>
 #include <thread>
 
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/budget.h"
 #include "hyperoffload/plan/internal/host_copies.h"
+#include "hyperoffload/plan/internal/lower_budgets.h"
 #include "hyperoffload/plan/internal/peak_actions.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/internal/peak_placement.h"
@@ -75,7 +78,36 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   }
   const StorageAccesses accesses(trace);
   const PeakModel model = internal::build_peak_model(trace, accesses);
-  return internal::run_peak_planner(trace, accesses, model, options_, *budget_bytes).result;
+  internal::PeakRun chosen = internal::run_peak_planner(trace, accesses, model, options_, *budget_bytes);
+  if (options_.lower_budgets == LowerBudgetPlans::kNone || !internal::lower_budget_plans_fit(trace)) {
+    return std::move(chosen.result);
+  }
+  // Note [Plans for lower budgets]: the plans of the rungs below the budget,
+  // timed at it. With unlimited memory a schedule's stall does not depend on
+  // the budget.
+  const std::int64_t unplanned = *std::max_element(model.resident_bytes.begin(), model.resident_bytes.end());
+  // From the largest rung down, and only when strictly quicker: among plans
+  // equally quick, the one made for the largest budget (no lower timed peak
+  // than a smaller budget's plan for no gain).
+  std::optional<std::int64_t> lower_budget;
+  const std::vector<std::int64_t> rungs = internal::lower_budgets(trace, model.floor.bytes, unplanned, *budget_bytes);
+  for (const std::int64_t rung : std::views::reverse(rungs)) {
+    internal::PeakRun lower = internal::run_peak_planner(trace, accesses, model, options_, rung);
+    if (lower.result.planned_peak_bytes > *budget_bytes) continue;
+    if (options_.device_memory == DeviceMemory::kBudget) {
+      lower.stall_ms = internal::estimate_stall_ms(trace, accesses, lower.result.schedule.actions, *budget_bytes);
+    }
+    if (lower.stall_ms < chosen.stall_ms) {
+      chosen = std::move(lower);
+      lower_budget = rung;
+    }
+  }
+  if (lower_budget) {
+    chosen.result.notes.push_back(fmt::format(
+        "the plan made for {} ({} bytes), a lower budget, is quicker within this one: {:.3f} ms of stall",
+        format_bytes(*lower_budget), *lower_budget, chosen.stall_ms));
+  }
+  return std::move(chosen.result);
 }
 
 namespace internal {

@@ -34,6 +34,11 @@
 //     or filling idle engine time) and the one with the smaller stall under the
 //     simulator's timing rules — on the device of PeakPlannerOptions::
 //     device_memory — is kept.
+//  7. Lower budgets: on a small trace, the plans this makes at every rung of
+//     the trace's budget ladder below the budget are timed at the budget too,
+//     and the quickest is kept (Note [Plans for lower budgets],
+//     plan/internal/lower_budgets.h): so more budget never gives a slower plan
+//     on that ladder.
 //
 // Score of candidate k at peak op p, with excess E = resident(p) - budget:
 //
@@ -62,7 +67,8 @@
 // op-granular peak is within the budget whenever the budget is at or above the
 // floor. Cost: O((ops + accesses + candidates) log ops) to build, then
 // O(log² ops) per selection step and O(log ops) per lazy re-evaluation of a
-// cached score bound (no rescans), O(log ops) per placement.
+// cached score bound (no rescans), O(log ops) per placement; on a small trace
+// once more per rung below the budget (step 7).
 //
 // Thread-safety: plan() is const and may run concurrently.
 #pragma once
@@ -118,6 +124,15 @@ enum class HostCopySequencing : std::uint8_t {
   kLeastLateness,  // by modified due date: short late copies before long late ones (lower total lateness)
 };
 
+// Whether plan() also makes the plans of the lower budgets of the trace's
+// ladder and keeps the quickest within the budget, which makes its plans
+// monotone in the budget on that ladder (Note [Plans for lower budgets],
+// plan/internal/lower_budgets.h). Only on small traces either way.
+enum class LowerBudgetPlans : std::uint8_t {
+  kRungs,  // the plans of every rung below the budget too
+  kNone,   // only the plan for the budget
+};
+
 struct PeakPlannerOptions {
   PeakScoreWeights weights;
   // None is better on every trace: the hybrid planner makes plans with each
@@ -142,6 +157,9 @@ struct PeakPlannerOptions {
   // host and the stall estimate that picks between prefetch orders, never the
   // guarantees.
   DeviceMemory device_memory = kDefaultDeviceMemory;
+  // PeakPlanner::plan only (the hybrid planner's runs of the peak planner
+  // never plan for other budgets; it does that itself).
+  LowerBudgetPlans lower_budgets = LowerBudgetPlans::kRungs;
 };
 
 // The names accepted for score weights, in documentation order.

@@ -9,49 +9,16 @@
 #include <limits>
 
 #include "hyperoffload/plan/budget.h"
+#include "hyperoffload/report/internal/svg.h"
 
 namespace hyperoffload {
 namespace {
 
-constexpr std::array<std::string_view, 6> kColors = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"};
-constexpr std::string_view kBudgetColor = "#d62728";
+using internal::nice_step;
+using internal::svg_escape;
+constexpr auto& kColors = internal::kSeriesColors;
+constexpr std::string_view kBudgetColor = internal::kAlertColor;
 constexpr double kMarginLeft = 78, kMarginRight = 24, kMarginTop = 58, kMarginBottom = 52;
-
-std::string escape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
-
-// A 1-2-5 step giving about `target` intervals over `range` (> 0). Below the
-// normal doubles (a step of 1e-323 ms) the power of ten underflows to 0, and a
-// step of 0 never ends the tick loops; there the step is range / target itself,
-// at least the smallest double.
-double nice_step(double range, int target) {
-  const double raw = range / target;
-  if (!(raw >= std::numeric_limits<double>::min())) return std::max(raw, std::numeric_limits<double>::denorm_min());
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  const double normalized = raw / magnitude;
-  const double factor = normalized < 1.5 ? 1 : normalized < 3 ? 2 : normalized < 7 ? 5 : 10;
-  return factor * magnitude;
-}
 
 struct ByteUnit {
   std::string_view name;
@@ -113,7 +80,7 @@ void append_panel(std::string& svg, const PlotPanel& panel, double top, const Me
 
   svg += fmt::format(
       "<g class=\"panel\">\n<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
-      plot_left, top + 22, escape(panel.title));
+      plot_left, top + 22, svg_escape(panel.title));
   // Grid, ticks and tick labels.
   for (double v = 0.0; v <= y_max + y_step / 2; v += y_step) {
     const double y = plot_bottom - v / y_max * plot_height;
@@ -171,7 +138,7 @@ void append_panel(std::string& svg, const PlotPanel& panel, double top, const Me
     svg += fmt::format(
         "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"2\"{}/>\n", x,
         legend_y - 4, x + 22, legend_y - 4, color, dash);
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", x + 28, legend_y, escape(label));
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", x + 28, legend_y, svg_escape(label));
     x += 28 + 7.0 * static_cast<double>(label.size()) + 18;
   };
   for (std::size_t s = 0; s < panel.series.size(); ++s) {
