@@ -205,9 +205,8 @@ TEST(StallEstimate, FollowsTheSimulatorsTimingRules) {
                           .build();
   const std::vector<Action> actions =
       ::hyperoffload::testing::actions("post 0 copy_d2h 1; post 0 release_device 1; pre 2 copy_h2d 1");
-  const StorageAccesses accesses(trace);
-  EXPECT_NEAR(estimate_stall_ms(trace, accesses, actions), 2.0, 1e-9);
-  EXPECT_NEAR(estimate_stall_ms(trace, accesses, {}), 0.0, 1e-12);
+  EXPECT_NEAR(estimate_stall_ms(trace, actions), 2.0, 1e-9);
+  EXPECT_NEAR(estimate_stall_ms(trace, {}), 0.0, 1e-12);
 }
 
 }  // namespace

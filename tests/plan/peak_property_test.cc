@@ -199,7 +199,7 @@ TEST(PeakPlannerProperty, StallEstimateMatchesTheSimulatorOnPeakSchedules) {
     Result<PlanResult> plan = PeakPlanner().plan(trace, budget_for(c, trace));
     ASSERT_TRUE(plan.has_value());
     const SimulationResult sim = simulate(trace, plan->schedule);
-    const double estimate = internal::estimate_stall_ms(trace, StorageAccesses(trace), plan->schedule.actions);
+    const double estimate = internal::estimate_stall_ms(trace, plan->schedule.actions);
     ASSERT_NEAR(estimate, sim.stall_ms, 1e-6 * std::max(1.0, sim.stall_ms)) << "seed " << seed;
     stalled += sim.stall_ms > 0.0 ? 1 : 0;
   }
@@ -224,7 +224,7 @@ TEST(PeakPlannerProperty, CappedStallEstimateMatchesTheSimulatorWithADeviceMemor
     sim_options.device_memory = DeviceMemory::kBudget;
     const SimulationResult sim = simulate(trace, plan->schedule, sim_options);
     const double estimate =
-        internal::estimate_stall_ms(trace, StorageAccesses(trace), plan->schedule.actions, budget);
+        internal::estimate_stall_ms(trace, plan->schedule.actions, budget);
     ASSERT_NEAR(estimate, sim.stall_ms, 1e-6 * std::max(1.0, sim.stall_ms)) << "seed " << seed;
     memory_waits += sim.memory_stall_ms > 0.0 ? 1 : 0;
   }

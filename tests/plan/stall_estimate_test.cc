@@ -8,7 +8,6 @@
 
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/gen/random_trace.h"
-#include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/greedy_planner.h"
 #include "hyperoffload/plan/internal/stall_estimate.h"
 #include "hyperoffload/sim/simulator.h"
@@ -37,7 +36,7 @@ TEST(StallEstimate, TimesARecomputeOnTheComputeStreamAfterItsInputsPrefetch) {
                           .build();
   const std::vector<Action> actions = ::hyperoffload::testing::actions(
       "post 1 copy_d2h 1; post 1 release_device 1; post 2 release_device 2; pre 3 copy_h2d 1; pre 3 recompute 1");
-  EXPECT_EQ(estimate_stall_ms(trace, StorageAccesses(trace), actions), 7.0);
+  EXPECT_EQ(estimate_stall_ms(trace, actions), 7.0);
 }
 
 TEST(StallEstimate, WaitsForMemoryBeforeACappedRecompute) {
@@ -56,9 +55,8 @@ TEST(StallEstimate, WaitsForMemoryBeforeACappedRecompute) {
                           .build();
   const std::vector<Action> actions = ::hyperoffload::testing::actions(
       "post 1 release_device 2; post 2 copy_d2h 3; post 2 release_device 3; pre 3 recompute 1");
-  const StorageAccesses accesses(trace);
-  EXPECT_EQ(estimate_stall_ms(trace, accesses, actions, 6 * kMiB), 2.0);
-  EXPECT_EQ(estimate_stall_ms(trace, accesses, actions), 0.0);
+  EXPECT_EQ(estimate_stall_ms(trace, actions, 6 * kMiB), 2.0);
+  EXPECT_EQ(estimate_stall_ms(trace, actions), 0.0);
 }
 
 TEST(StallEstimateProperty, MatchesTheSimulatorOnValidSchedulesWithRecomputes) {
@@ -101,7 +99,6 @@ TEST(StallEstimateProperty, MatchesTheSimulatorOnValidSchedulesWithRecomputes) {
         if (!report.valid() || !report.faults.empty()) schedule.actions.erase(inserted);
       }
     }
-    const StorageAccesses accesses(trace);
     for (const DeviceMemory device : {DeviceMemory::kUnlimited, DeviceMemory::kBudget}) {
       SimulatorOptions sim_options;
       sim_options.device_memory = device;
@@ -109,7 +106,7 @@ TEST(StallEstimateProperty, MatchesTheSimulatorOnValidSchedulesWithRecomputes) {
       ASSERT_TRUE(sim.valid()) << "seed " << seed;
       const std::optional<std::int64_t> cap =
           device == DeviceMemory::kBudget ? trace.memory_limit_bytes() : std::nullopt;
-      const double estimate = estimate_stall_ms(trace, accesses, schedule.actions, cap);
+      const double estimate = estimate_stall_ms(trace, schedule.actions, cap);
       ASSERT_NEAR(estimate, sim.stall_ms, 1e-9 * std::max(1.0, sim.stall_ms)) << "seed " << seed;
       ++compared;
       with_recompute += sim.recompute_count > 0 ? 1 : 0;

@@ -228,7 +228,7 @@ class HybridPlanning {
   // for valid, fault-free schedules, which every plan here is).
   double estimated_time_ms(std::span<const Action> actions, double recompute_ms) const {
     return trace_.total_compute_ms() + recompute_ms +
-           internal::estimate_stall_ms(trace_, accesses_, actions, memory_cap_);
+           internal::estimate_stall_ms(trace_, actions, memory_cap_);
   }
 
   // The peak planner on the trace itself, on the accesses and model built
@@ -266,7 +266,7 @@ class HybridPlanning {
     const PeakModel model = internal::build_peak_model(augmented.trace, accesses);
     const internal::ScheduleTimer timer = [&](std::vector<Action> actions) {
       internal::TimedSchedule timed{internal::map_back(augmented, actions), 0.0};
-      timed.stall_ms = internal::estimate_stall_ms(trace_, accesses_, timed.actions, memory_cap_);
+      timed.stall_ms = internal::estimate_stall_ms(trace_, timed.actions, memory_cap_);
       return timed;
     };
     internal::PeakRun run =

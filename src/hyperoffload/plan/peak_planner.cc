@@ -95,7 +95,7 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
     internal::PeakRun lower = internal::run_peak_planner(trace, accesses, model, options_, rung);
     if (lower.result.planned_peak_bytes > *budget_bytes) continue;
     if (options_.device_memory == DeviceMemory::kBudget) {
-      lower.stall_ms = internal::estimate_stall_ms(trace, accesses, lower.result.schedule.actions, *budget_bytes);
+      lower.stall_ms = internal::estimate_stall_ms(trace, lower.result.schedule.actions, *budget_bytes);
     }
     if (lower.stall_ms < chosen.stall_ms) {
       chosen = std::move(lower);
@@ -172,7 +172,7 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
     if (timer) {
       timed = timer(std::move(actions));
     } else {
-      timed.stall_ms = internal::estimate_stall_ms(trace, accesses, actions, memory_cap);
+      timed.stall_ms = internal::estimate_stall_ms(trace, actions, memory_cap);
       timed.actions = std::move(actions);
     }
     return Variant{std::move(timed.actions), boundary_picks.size(), tree.max(), timed.stall_ms};

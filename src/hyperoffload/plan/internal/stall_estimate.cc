@@ -13,7 +13,7 @@ namespace hyperoffload::internal {
 // for any schedule on two copy engines its stall is the simulator's, by
 // construction. What it leaves out is what the simulator records (the memory
 // curve and the timeline) and the validator's report.
-double estimate_stall_ms(const Trace& trace, const StorageAccesses&, std::span<const Action> actions,
+double estimate_stall_ms(const Trace& trace, std::span<const Action> actions,
                          std::optional<std::int64_t> memory_cap_bytes) {
   const std::vector<ResolvedAction> resolved = resolve_actions(trace, actions, {});
   RecordNothing nothing;
