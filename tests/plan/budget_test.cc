@@ -55,11 +55,5 @@ TEST(Budget, ParseBytesRejectsPercentages) {
   EXPECT_EQ(parse_bytes("4KiB").value(), 4096);
 }
 
-TEST(Budget, FormatsBytesForReports) {
-  EXPECT_EQ(format_bytes(17), "17 B");
-  EXPECT_EQ(format_bytes(4096), "4.00 KiB");
-  EXPECT_EQ(format_bytes(1536 << 20), "1.50 GiB");
-}
-
 }  // namespace
 }  // namespace hyperoffload

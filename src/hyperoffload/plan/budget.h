@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hyperoffload/ir/byte_format.h"  // format_bytes: budgets in messages
 #include "hyperoffload/ir/status.h"
 
 namespace hyperoffload {
@@ -37,10 +38,5 @@ std::vector<std::int64_t> budget_ladder(std::int64_t floor_bytes, std::int64_t u
 // Parses a plain byte quantity ("2GiB"); percentages are rejected.
 Result<std::int64_t> parse_bytes(std::string_view text);
 
-// "1.50 GiB", "512.00 MiB", "4.00 KiB", "17 B": for reports.
-std::string format_bytes(std::int64_t bytes);
-
-// "1,234,567": counts and exact byte numbers in reports.
-std::string group_digits(std::int64_t value);
 
 }  // namespace hyperoffload
