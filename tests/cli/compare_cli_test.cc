@@ -261,7 +261,7 @@ TEST(ScoreWeightCli, RejectsNegativeWeightsAndWeightsForGreedy) {
   EXPECT_THAT(run.err, HasSubstr("score weight hiding=-1: must be a finite number >= 0"));
   run = run_cli({"plan", trace, "--planner", "greedy", "--score-weight", "hiding=1"});
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_THAT(run.err, HasSubstr("--score-weight applies to the peak planner only"));
+  EXPECT_THAT(run.err, HasSubstr("--score-weight: score weights apply to the peak and hybrid planners, not to greedy"));
 }
 
 TEST(PeakPlanCli, ReportsTheFloorAndABudgetBelowItButStillPlans) {

@@ -65,7 +65,7 @@ TEST(HybridCli, RecomputeOnlyNeverCopies) {
   const testing::CliRun weighted =
       run_cli({"plan", trace, "--budget", "60%", "--planner", "recompute", "--score-weight", "hiding=2"});
   EXPECT_EQ(weighted.exit_code, 2);
-  EXPECT_THAT(weighted.err, HasSubstr("--score-weight applies to the peak and hybrid planners, not to recompute"));
+  EXPECT_THAT(weighted.err, HasSubstr("--score-weight: score weights apply to the peak and hybrid planners, not to recompute"));
 }
 
 TEST(HybridCli, RandomTracesMarkTheRequestedShareRecomputable) {

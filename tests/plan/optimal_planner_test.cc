@@ -220,7 +220,7 @@ TEST(OptimalPlanner, RefusesTracesAboveItsOpLimit) {
   ASSERT_FALSE(result.has_value());
   EXPECT_EQ(result.error().code, ErrorCode::kInvalidArgument);
   EXPECT_THAT(result.error().message,
-              HasSubstr("the optimal planner takes traces of at most 4 ops; this one has 5 (use --planner hybrid or peak)"));
+              HasSubstr("the optimal planner takes traces of at most 4 ops; this one has 5 (plan it with the hybrid or peak planner)"));
   EXPECT_FALSE(optimal_planner_accepts(offload_trace(), options));
   EXPECT_TRUE(optimal_planner_accepts(offload_trace()));
 }
@@ -230,7 +230,7 @@ TEST(OptimalPlanner, RefusesProgramsAboveItsVariableLimit) {
   options.max_columns = 10;
   const Result<PlanResult> result = OptimalPlanner(options).plan(offload_trace(), 4 * kMiB);
   ASSERT_FALSE(result.has_value());
-  EXPECT_THAT(result.error().message, HasSubstr("variables, more than the 10 it takes (use --planner hybrid or peak)"));
+  EXPECT_THAT(result.error().message, HasSubstr("variables, more than the 10 it takes (plan it with the hybrid or peak planner)"));
 }
 
 TEST(OptimalPlanner, RejectsANonPositiveTimeLimit) {

@@ -28,7 +28,11 @@ int run_plan(const PlanArgs& args) {
   planner_options.device_memory = parse_memory_cap(args.device_memory);
   planner_options.time_limit_s = args.time_limit_s;
   planner_options.solver_progress = print_solver_progress;
-  const std::unique_ptr<Planner> planner = value_or_throw(make_planner(args.planner, planner_options));
+  Result<std::unique_ptr<Planner>> made = make_planner(args.planner, planner_options);
+  if (!made && !args.score_weights.empty()) {
+    throw HyperoffloadError({made.error().code, fmt::format("--score-weight: {}", made.error().message)});
+  }
+  const std::unique_ptr<Planner> planner = value_or_throw(std::move(made));
   const std::optional<std::int64_t> budget = resolve_budget_option(trace, args.budget);
   const PeakBytes unplanned = unplanned_peak(trace);
 

@@ -21,7 +21,7 @@ std::span<const std::string_view> planner_names() {
 Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const PlannerOptions& options) {
   if (name == "greedy") {
     if (!options.score_weights.empty()) {
-      return make_error(ErrorCode::kInvalidArgument, "--score-weight applies to the peak planner only");
+      return make_error(ErrorCode::kInvalidArgument, "score weights apply to the peak and hybrid planners, not to greedy");
     }
     return std::unique_ptr<Planner>(std::make_unique<GreedyPlanner>());
   }
@@ -32,7 +32,8 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
   }
   if (name == kOptimalPlannerName) {
     if (!options.score_weights.empty()) {
-      return make_error(ErrorCode::kInvalidArgument, "--score-weight applies to the peak planner only");
+      return make_error(ErrorCode::kInvalidArgument,
+                        "score weights apply to the peak and hybrid planners, not to optimal");
     }
     OptimalPlannerOptions optimal_options;
     optimal_options.device_memory = options.device_memory;
@@ -45,7 +46,7 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
     // the same score weights; recompute-only has no offloads to place.
     if (name == "recompute" && !options.score_weights.empty()) {
       return make_error(ErrorCode::kInvalidArgument,
-                        "--score-weight applies to the peak and hybrid planners, not to recompute");
+                        "score weights apply to the peak and hybrid planners, not to recompute");
     }
     HybridPlannerOptions hybrid_options;
     HO_ASSIGN_OR_RETURN(hybrid_options.peak, peak_planner_options(options.score_weights));

@@ -54,7 +54,7 @@ Result<ResidencyMilp> ResidencyMilp::build(const Trace& trace, std::int64_t budg
   if (trace.op_count() > options.max_ops) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("the optimal planner takes traces of at most {} ops; this one has {} "
-                                  "(use --planner hybrid or peak)",
+                                  "(plan it with the hybrid or peak planner)",
                                   options.max_ops, trace.op_count()));
   }
   ResidencyMilp milp;
@@ -76,7 +76,7 @@ Result<ResidencyMilp> ResidencyMilp::build(const Trace& trace, std::int64_t budg
   if (static_cast<std::int64_t>(milp.problem_.column_count()) > options.max_columns) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("the optimal planner's program for this trace and budget would have {} variables, "
-                                  "more than the {} it takes (use --planner hybrid or peak)",
+                                  "more than the {} it takes (plan it with the hybrid or peak planner)",
                                   milp.problem_.column_count(), options.max_columns));
   }
   return milp;
@@ -273,7 +273,7 @@ Status ResidencyMilp::allocate_cells() {
   if (estimate > 4 * options_.max_columns) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("the optimal planner's program for this trace and budget would have about {} "
-                                  "variables, more than the {} it takes (use --planner hybrid or peak)",
+                                  "variables, more than the {} it takes (plan it with the hybrid or peak planner)",
                                   estimate, options_.max_columns));
   }
   return ok_status();
