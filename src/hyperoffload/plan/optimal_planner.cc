@@ -6,9 +6,11 @@
 
 #include <fmt/format.h>
 
+#include "hyperoffload/ir/byte_format.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/internal/cbc_solver.h"
 #include "hyperoffload/plan/internal/residency_milp.h"
+#include "hyperoffload/plan/peak_planner.h"
 
 namespace hyperoffload {
 
@@ -22,6 +24,23 @@ const char* to_string(SolverStatus status) {
 
 bool optimal_planner_accepts(const Trace& trace, const OptimalPlannerOptions& options) {
   return trace.op_count() <= options.max_ops;
+}
+
+Result<PlanResult> OptimalPlanner::plan_below_floor(const Trace& trace, std::int64_t budget_bytes,
+                                                    UnavoidableFloor floor) const {
+  PeakPlannerOptions peak_options;
+  peak_options.device_memory = options_.device_memory;
+  HO_ASSIGN_OR_RETURN(PlanResult result, PeakPlanner(peak_options).plan(trace, budget_bytes));
+  result.schedule.planner = "optimal";
+  result.floor = floor;
+  result.notes.insert(
+      result.notes.begin(),
+      fmt::format("budget {} ({} bytes) is below the floor of {} ({} bytes) at op {} ({}), what the op touches plus "
+                  "retained storages: no schedule fits, so there is no program to solve; the best effort is the "
+                  "peak planner's plan",
+                  format_bytes(budget_bytes), budget_bytes, format_bytes(floor.bytes), floor.bytes, floor.op,
+                  trace.op_name(floor.op)));
+  return result;
 }
 
 Result<PlanResult> OptimalPlanner::plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const {
@@ -40,6 +59,13 @@ Result<PlanResult> OptimalPlanner::plan(const Trace& trace, std::optional<std::i
     return result;
   }
 
+  if (optimal_planner_accepts(trace, options_)) {
+    // Below the floor no schedule fits, and the program has no solution: as
+    // every planner does there, plan as close to the budget as possible (the
+    // peak planner's plan, which stops at its floor) and say so.
+    const UnavoidableFloor floor = internal::ResidencyMilp::floor_of(trace);
+    if (floor.op >= 0 && floor.bytes > *budget_bytes) return plan_below_floor(trace, *budget_bytes, floor);
+  }
   internal::ResidencyMilpOptions model_options;
   model_options.device_memory = options_.device_memory;
   model_options.max_ops = options_.max_ops;

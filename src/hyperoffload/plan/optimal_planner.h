@@ -18,9 +18,11 @@
 //
 // Limits: traces of at most OptimalPlannerOptions::max_ops ops whose program
 // stays within max_columns variables; larger ones are refused with
-// kInvalidArgument before any solve. A budget below the floor (what an op
-// accesses plus retained storages after their last access) is refused with
-// kInvalidArgument naming the op. With no budget the schedule is empty.
+// kInvalidArgument before any solve. Below the floor (what an op accesses
+// plus retained storages after their last access) no schedule fits and there
+// is no program: as every planner does there, it plans as close to the budget
+// as possible (the peak planner's plan), with a note naming the op. With no
+// budget the schedule is empty.
 //
 // Guarantees: the schedule is valid (validator) with zero faults, and its
 // op-granular peak, recomputes included, is within the budget. When the time
@@ -58,6 +60,9 @@ class OptimalPlanner final : public Planner {
   Result<PlanResult> plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const override;
 
  private:
+  // A budget below the floor (what an op touches plus retained storages):
+  // the peak planner's best effort, with a note.
+  Result<PlanResult> plan_below_floor(const Trace& trace, std::int64_t budget_bytes, UnavoidableFloor floor) const;
   OptimalPlannerOptions options_;
 };
 

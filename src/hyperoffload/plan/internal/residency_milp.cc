@@ -67,6 +67,7 @@ Result<ResidencyMilp> ResidencyMilp::build(const Trace& trace, std::int64_t budg
   // the LP solves down by orders of magnitude).
   const double mean_ms = trace.op_count() > 0 ? trace.total_compute_ms() / trace.op_count() : 0.0;
   milp.time_unit_ms_ = mean_ms > 0.0 ? mean_ms : 1.0;
+  milp.find_floor();
   HO_RETURN_IF_ERROR(milp.check_floor());
   milp.find_free_gaps();
   milp.find_candidates();
@@ -118,7 +119,7 @@ void ResidencyMilp::index_trace() {
   unplanned_ = unplanned_resident_bytes(trace, accesses);
 }
 
-Status ResidencyMilp::check_floor() {
+void ResidencyMilp::find_floor() {
   // Per op: what it accesses, plus retained storages after their last access
   // (which this model, like the other planners, keeps resident to the end).
   const auto ops = static_cast<std::size_t>(trace_->op_count());
@@ -133,15 +134,18 @@ Status ResidencyMilp::check_floor() {
   }
   std::int64_t retained = 0;
   floor_ = {};
-  std::int64_t floor_retained = 0;
+  floor_retained_bytes_ = 0;
   for (std::size_t t = 0; t < ops; ++t) {
     retained += retained_delta[t];
     const std::int64_t bytes = accessed[t] + retained;
     if (floor_.op < 0 || bytes > floor_.bytes) {
       floor_ = {static_cast<OpIndex>(t), bytes};
-      floor_retained = retained;
+      floor_retained_bytes_ = retained;
     }
   }
+}
+
+Status ResidencyMilp::check_floor() const {
   if (floor_.op >= 0 && floor_.bytes > budget_bytes_) {
     return make_error(
         ErrorCode::kInvalidArgument,
@@ -149,12 +153,21 @@ Status ResidencyMilp::check_floor() {
                     "no schedule fits (raise the budget to at least {} bytes)",
                     format_bytes(budget_bytes_), budget_bytes_, floor_.op, trace_->op_name(floor_.op),
                     format_bytes(floor_.bytes), floor_.bytes,
-                    floor_retained > 0
-                        ? fmt::format(", of which {} bytes are retained storages after their last access", floor_retained)
+                    floor_retained_bytes_ > 0
+                        ? fmt::format(", of which {} bytes are retained storages after their last access",
+                                      floor_retained_bytes_)
                         : std::string(""),
                     floor_.bytes));
   }
   return ok_status();
+}
+
+UnavoidableFloor ResidencyMilp::floor_of(const Trace& trace) {
+  ResidencyMilp milp;
+  milp.trace_ = &trace;
+  milp.index_trace();
+  milp.find_floor();
+  return milp.floor_;
 }
 
 void ResidencyMilp::find_free_gaps() {

@@ -95,6 +95,8 @@ class ResidencyMilp {
   // trace beyond the options' limits.
   static Result<ResidencyMilp> build(const Trace& trace, std::int64_t budget_bytes,
                                      const ResidencyMilpOptions& options = {});
+  // The floor (below) of a trace, without building a program. O(accesses).
+  static UnavoidableFloor floor_of(const Trace& trace);
 
   const MilpProblem& problem() const { return problem_; }
   // The program's unit of time, in ms (its objective times this is ms).
@@ -154,7 +156,10 @@ class ResidencyMilp {
   ResidencyMilp() = default;
   // The steps of build(), in order.
   void index_trace();
-  Status check_floor();
+  // Sets floor_ (and floor_retained_bytes_); check_floor() fails when the
+  // budget is below it.
+  void find_floor();
+  Status check_floor() const;
   void find_free_gaps();
   void find_candidates();
   Status allocate_cells();
@@ -179,6 +184,7 @@ class ResidencyMilp {
   ResidencyMilpOptions options_;
   MilpProblem problem_;
   UnavoidableFloor floor_;
+  std::int64_t floor_retained_bytes_ = 0;  // retained storages past their last access, at the floor's op
   std::vector<std::int64_t> unplanned_;           // per op: resident bytes with no schedule
   std::vector<StorageModel> storages_;            // only storages with accesses
   std::vector<int> model_of_;                     // StorageIndex -> position in storages_, -1 if none
