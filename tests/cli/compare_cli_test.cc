@@ -264,6 +264,22 @@ TEST(ScoreWeightCli, RejectsNegativeWeightsAndWeightsForGreedy) {
   EXPECT_THAT(run.err, HasSubstr("--score-weight: score weights apply to the peak and hybrid planners, not to greedy"));
 }
 
+TEST(PlanCli, AppliesTheSessionsBudgetPolicyAGreedyPlanOverABudgetAboveTheFloorIsThePeakPlannersAndCompareShowsGreedyAsItIs) {
+  // At 200 B greedy plans nothing and peaks at 300 B, though the floor is 200
+  // B: plan (as the session does) replaces it with the peak planner's plan and
+  // says so; compare keeps greedy's own row (infeasible), to compare planners.
+  ScratchDir dir;
+  const std::string trace = dir.write("t.json", kTrace);
+  const testing::CliRun run = run_cli({"plan", trace, "--planner", "greedy", "--budget", "200"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("(the plan is peak's: see the note)"));
+  EXPECT_THAT(run.out, HasSubstr("peak      300 B unplanned (op 3) -> 200 B planned"));
+  EXPECT_THAT(run.out, HasSubstr("note      planner \"greedy\" peaked at 300 B (300 bytes), above the budget of 200 B; "
+                                 "the step was planned with \"peak\", which keeps to it"));
+  const testing::CliRun compared = run_cli({"compare", trace, "--budget", "200", "--planners", "greedy"});
+  EXPECT_THAT(compared.out, HasSubstr("greedy   no          300 B"));
+}
+
 TEST(PeakPlanCli, ReportsTheFloorAndABudgetBelowItButStillPlans) {
   ScratchDir dir;
   const std::string schedule = (dir / "s.json").string();

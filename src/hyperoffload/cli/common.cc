@@ -25,13 +25,6 @@ std::optional<std::int64_t> resolve_budget_option(const Trace& trace, const std:
   return resolve_budget_bytes(spec, unplanned_peak(trace).bytes);
 }
 
-TimedPlan plan_timed(const Planner& planner, const Trace& trace, std::optional<std::int64_t> budget_bytes) {
-  const auto start = std::chrono::steady_clock::now();
-  PlanResult result = value_or_throw(planner.plan(trace, budget_bytes));
-  const auto end = std::chrono::steady_clock::now();
-  return {std::move(result), std::chrono::duration<double, std::milli>(end - start).count()};
-}
-
 DeviceMemory parse_memory_cap(const std::string& text) {
   if (text == "unlimited") return DeviceMemory::kUnlimited;
   if (text == "budget") return DeviceMemory::kBudget;

@@ -25,12 +25,6 @@ Schedule load_schedule(const std::string& path);
 // Percentages are of the unplanned op-granular peak.
 std::optional<std::int64_t> resolve_budget_option(const Trace& trace, const std::string& budget_text);
 
-struct TimedPlan {
-  PlanResult result;
-  double planning_ms = 0.0;
-};
-TimedPlan plan_timed(const Planner& planner, const Trace& trace, std::optional<std::int64_t> budget_bytes);
-
 // --memory-cap: "unlimited" or "budget" (sim/simulator.h, DeviceMemory).
 DeviceMemory parse_memory_cap(const std::string& text);
 

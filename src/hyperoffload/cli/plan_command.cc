@@ -1,11 +1,14 @@
 // hyperoffload plan TRACE [--budget B] [--planner NAME] [--score-weight N=V]... [--time-limit S] [-o SCHEDULE]
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "hyperoffload/cli/command.h"
 #include "hyperoffload/cli/common.h"
 #include "hyperoffload/io/schedule_json.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/budget.h"
+#include "hyperoffload/plan/budget_policy.h"
 #include "hyperoffload/sim/simulator.h"
 
 namespace hyperoffload::cli {
@@ -28,15 +31,21 @@ int run_plan(const PlanArgs& args) {
   planner_options.device_memory = parse_memory_cap(args.device_memory);
   planner_options.time_limit_s = args.time_limit_s;
   planner_options.solver_progress = print_solver_progress;
-  Result<std::unique_ptr<Planner>> made = make_planner(args.planner, planner_options);
-  if (!made && !args.score_weights.empty()) {
+  if (Result<std::unique_ptr<Planner>> made = make_planner(args.planner, planner_options);
+      !made && !args.score_weights.empty()) {
     throw HyperoffloadError({made.error().code, fmt::format("--score-weight: {}", made.error().message)});
   }
-  const std::unique_ptr<Planner> planner = value_or_throw(std::move(made));
   const std::optional<std::int64_t> budget = resolve_budget_option(trace, args.budget);
   const PeakBytes unplanned = unplanned_peak(trace);
 
-  TimedPlan plan = plan_timed(*planner, trace, budget);
+  // The budget policy the runtime session applies too (plan/budget_policy.h),
+  // so this plan is the one a session would replay.
+  const auto start = std::chrono::steady_clock::now();
+  BudgetedPlan plan = value_or_throw(plan_within_budget(trace, budget, args.planner, planner_options));
+  const double planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (plan.outcome == BudgetOutcome::kRefused) {
+    throw HyperoffloadError({ErrorCode::kInvalidArgument, plan.refusal});
+  }
   plan.result.schedule.budget_bytes = budget;  // simulate's device, unless told another
   // The simulation validates the schedule too (one walk of each).
   SimulatorOptions sim_options;
@@ -59,7 +68,10 @@ int run_plan(const PlanArgs& args) {
     fmt::print("budget    {} ({} bytes, {:.1f}% of the unplanned peak)\n", format_bytes(*budget), group_digits(*budget),
                percent);
   }
-  fmt::print("planner   {} in {:.2f} ms\n", planner->name(), plan.planning_ms);
+  fmt::print("planner   {} in {:.2f} ms{}\n", args.planner, planning_ms,
+             plan.result.schedule.planner != args.planner
+                 ? fmt::format(" (the plan is {}'s: see the note)", plan.result.schedule.planner)
+                 : std::string());
   fmt::print("peak      {} unplanned (op {}) -> {} planned (op {}), op-granular\n", format_bytes(unplanned.bytes),
              unplanned.op, format_bytes(check.peak_bytes), check.peak_op);
   if (budget && check.peak_bytes > *budget) {

@@ -4,8 +4,8 @@
 
 #include <utility>
 
-#include "hyperoffload/check/validator.h"
-#include "hyperoffload/plan/budget.h"
+#include "hyperoffload/ir/byte_format.h"
+#include "hyperoffload/plan/budget_policy.h"
 
 namespace hyperoffload {
 
@@ -18,14 +18,14 @@ Result<std::unique_ptr<Session>> Session::create(Backend& backend, SessionOption
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("session host capacity must be >= 0 bytes, got {}", options.host_capacity_bytes));
   }
-  HO_ASSIGN_OR_RETURN(std::unique_ptr<Planner> planner, make_planner(options.planner, options.planner_options));
-  return std::unique_ptr<Session>(new Session(backend, std::move(options), std::move(planner)));
+  // Fails now on an unknown planner or bad options, not after the first step.
+  HO_RETURN_IF_ERROR(make_planner(options.planner, options.planner_options));
+  return std::unique_ptr<Session>(new Session(backend, std::move(options)));
 }
 
-Session::Session(Backend& backend, SessionOptions options, std::unique_ptr<Planner> planner)
+Session::Session(Backend& backend, SessionOptions options)
     : backend_(backend),
       options_(std::move(options)),
-      planner_(std::move(planner)),
       events_(std::make_unique<EventPool>(backend)),
       pool_(std::make_unique<PinnedHostPool>(backend, PinnedHostPoolOptions{options_.host_capacity_bytes})),
       residency_(std::make_unique<ResidencyManager>(backend, *pool_, *events_,
@@ -60,27 +60,6 @@ Status Session::begin_step() {
 }
 
 namespace {
-// The plan's peak on the device it was planned for, with the validator's
-// verdict: on a device that holds only the budget the peak held in time (the
-// capped simulation, which validates the schedule as well), else the
-// op-granular peak. The budget is kept to on this number.
-struct CheckedPlan {
-  ValidationReport report;
-  std::int64_t peak_bytes = 0;
-};
-CheckedPlan check_plan(const Trace& trace, const Schedule& schedule, const SessionOptions& options) {
-  if (options.planner_options.device_memory != DeviceMemory::kBudget || !options.budget_bytes) {
-    ValidationReport report = validate_schedule(trace, schedule);
-    const std::int64_t peak = report.peak_bytes;
-    return {std::move(report), peak};
-  }
-  SimulatorOptions sim_options;
-  sim_options.budget_bytes = options.budget_bytes;
-  sim_options.device_memory = DeviceMemory::kBudget;
-  SimulationResult simulated = simulate(trace, schedule, sim_options);
-  return {std::move(simulated.validation), simulated.peak_bytes_timed};
-}
-
 Error not_in_step(std::string_view hook) {
   return Error{ErrorCode::kFailedPrecondition, fmt::format("{} outside a step: call begin_step() first", hook)};
 }
@@ -165,66 +144,33 @@ Status Session::finish_warmup() {
   // Kept until a plan exists, so a failed planning still leaves the trace.
   unplanned_trace_ = warmed->trace;
   floor_.reset();
-  Result<PlanResult> planned = planner_->plan(warmed->trace, options_.budget_bytes);
+  Result<BudgetedPlan> planned =
+      plan_within_budget(warmed->trace, options_.budget_bytes, options_.planner, options_.planner_options);
   if (!planned) {
     return make_error(planned.error().code, fmt::format("planning the traced step with \"{}\": {}", options_.planner,
                                                         planned.error().message));
   }
   floor_ = planned->floor;
-  if (!floor_ && options_.budget_bytes) {
-    // Planners that do not compute the floor (greedy) would replay a schedule
-    // that cannot keep to the budget; the peak planner's model says where.
-    floor_ = offload_floor(warmed->trace);
+  switch (planned->outcome) {
+    case BudgetOutcome::kWithinBudget: break;
+    case BudgetOutcome::kRefused:
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("planning the traced step with \"{}\": the planner refused it: {}",
+                                    options_.planner, planned->refusal));
+    case BudgetOutcome::kOverBudget:  // the policy falls back to a plan that keeps it
+      return make_error(ErrorCode::kInternal, "the budget policy returned a plan over the budget");
+    case BudgetOutcome::kBelowFloor:
+      return make_error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("the budget of {} ({} bytes) is below the unavoidable floor of {} ({} bytes, "
+                      "reached at op {} ({})): no schedule can keep the step within it; raise the budget",
+                      format_bytes(*options_.budget_bytes), *options_.budget_bytes, format_bytes(floor_->bytes),
+                      floor_->bytes, floor_->op, warmed->trace.op_name(floor_->op)));
   }
-  if (floor_ && options_.budget_bytes && floor_->bytes > *options_.budget_bytes) {
-    return make_error(
-        ErrorCode::kInvalidArgument,
-        fmt::format("the budget of {} ({} bytes) is below the unavoidable floor of {} ({} bytes, "
-                    "reached at op {} ({})): no schedule can keep the step within it; raise the budget",
-                    format_bytes(*options_.budget_bytes), *options_.budget_bytes, format_bytes(floor_->bytes),
-                    floor_->bytes, floor_->op, warmed->trace.op_name(floor_->op)));
-  }
-  CheckedPlan checked = check_plan(warmed->trace, planned->schedule, options_);
-  if (!checked.report.valid()) {
-    return make_error(ErrorCode::kInternal,
-                      fmt::format("planner \"{}\" produced a schedule the validator rejects: {}", options_.planner,
-                                  checked.report.problems.empty() ? std::string("(no details)")
-                                                                  : checked.report.problems.front()));
-  }
-  // The budget is a promise to the user. A heuristic planner (greedy) can miss
-  // it although the floor allows it; the peak planner keeps to any budget at or
-  // above the floor, so the step is planned again with it, and a note says so.
-  if (options_.budget_bytes && checked.peak_bytes > *options_.budget_bytes && options_.planner != "peak") {
-    HO_ASSIGN_OR_RETURN(std::unique_ptr<Planner> fallback, make_planner("peak", options_.planner_options));
-    Result<PlanResult> replanned = fallback->plan(warmed->trace, options_.budget_bytes);
-    if (replanned) {
-      CheckedPlan second = check_plan(warmed->trace, replanned->schedule, options_);
-      if (second.report.valid() && second.peak_bytes <= *options_.budget_bytes) {
-        planned->notes.push_back(fmt::format(
-            "planner \"{}\" peaked at {} ({} bytes), above the budget of {}; the step was planned with \"peak\", "
-            "which keeps to it",
-            options_.planner, format_bytes(checked.peak_bytes), checked.peak_bytes,
-            format_bytes(*options_.budget_bytes)));
-        for (std::string& note : planned->notes) replanned->notes.push_back(std::move(note));
-        if (!replanned->floor) replanned->floor = floor_;
-        *planned = std::move(*replanned);
-        checked = std::move(second);
-      }
-    }
-  }
-  if (options_.budget_bytes && checked.peak_bytes > *options_.budget_bytes) {
-    // The peak planner keeps to every budget at or above the floor: a bug.
-    return make_error(ErrorCode::kInternal,
-                      fmt::format("the plan peaks at {} ({} bytes; op-granular peak at op {}), above the budget of "
-                                  "{} ({} bytes) although the floor is {}",
-                                  format_bytes(checked.peak_bytes), checked.peak_bytes, checked.report.peak_op,
-                                  format_bytes(*options_.budget_bytes), *options_.budget_bytes,
-                                  format_bytes(floor_ ? floor_->bytes : 0)));
-  }
-  for (std::string& note : planned->notes) notes_.push_back(std::move(note));
-  Schedule schedule = std::move(planned->schedule);
+  for (std::string& note : planned->result.notes) notes_.push_back(std::move(note));
+  Schedule schedule = std::move(planned->result.schedule);
   schedule.budget_bytes = options_.budget_bytes;  // as `hyperoffload plan` records it
-  plan_result_ = std::move(*planned);
+  plan_result_ = std::move(planned->result);
   plan_result_.schedule = Schedule{schedule.planner, {}};
   HO_ASSIGN_OR_RETURN(plan_, ReplayPlan::create(std::move(warmed->trace), std::move(schedule)));
   unplanned_trace_.reset();

@@ -160,7 +160,7 @@ class Session final : public StepHooks {
   EventPool& events() { return *events_; }
 
  private:
-  Session(Backend& backend, SessionOptions options, std::unique_ptr<Planner> planner);
+  Session(Backend& backend, SessionOptions options);
 
   StepHooks* active();
   // Records a hook failure (the step is then failed) and passes it on.
@@ -179,7 +179,6 @@ class Session final : public StepHooks {
 
   Backend& backend_;
   SessionOptions options_;
-  std::unique_ptr<Planner> planner_;
   std::unique_ptr<EventPool> events_;
   std::unique_ptr<PinnedHostPool> pool_;
   std::unique_ptr<ResidencyManager> residency_;

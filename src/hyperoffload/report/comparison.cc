@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/budget_policy.h"
 #include "hyperoffload/report/overhead_bound.h"
 #include "hyperoffload/report/stall_bound.h"
 
@@ -14,7 +15,7 @@ namespace {
 
 struct NamedPlanner {
   std::string name;
-  std::unique_ptr<Planner> planner;
+  PlannerOptions options;  // checked by make_planner
 };
 
 Result<std::vector<NamedPlanner>> make_planners(const ComparisonOptions& options) {
@@ -35,8 +36,8 @@ Result<std::vector<NamedPlanner>> make_planners(const ComparisonOptions& options
       planner_options.score_weights = options.score_weights;
       weights_used = true;
     }
-    HO_ASSIGN_OR_RETURN(std::unique_ptr<Planner> planner, make_planner(name, planner_options));
-    planners.push_back({name, std::move(planner)});
+    HO_RETURN_IF_ERROR(make_planner(name, planner_options));  // an unknown name or bad options fail here
+    planners.push_back({name, std::move(planner_options)});
   }
   if (!options.score_weights.empty() && !weights_used) {
     return make_error(ErrorCode::kInvalidArgument,
@@ -50,19 +51,22 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   ComparisonRow row;
   row.planner = planner.name;
   row.budget_bytes = budget;
+  // The budget policy every caller applies (plan/budget_policy.h), without
+  // the fallback to the peak planner: each row shows its planner as it is.
   const auto start = std::chrono::steady_clock::now();
-  Result<PlanResult> planned = planner.planner->plan(trace, budget);
+  Result<BudgetedPlan> planned =
+      plan_within_budget(trace, budget, planner.name, planner.options, FallbackToPeak::kNo);
   row.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (!planned && planned.error().code == ErrorCode::kInvalidArgument) {
-    row.refused = planned.error().message;
-    row.valid = true;  // nothing was planned, so nothing is invalid
-    return row;
-  }
   if (!planned) {
     return make_error(planned.error().code, fmt::format("planner {} at budget {}: {}", planner.name,
                                                         format_bytes(budget), planned.error().message));
   }
-  const PlanResult& plan = *planned;
+  if (planned->outcome == BudgetOutcome::kRefused) {
+    row.refused = planned->refusal;
+    row.valid = true;  // nothing was planned, so nothing is invalid
+    return row;
+  }
+  const PlanResult& plan = planned->result;
   row.floor = plan.floor;
   row.notes = plan.notes;
   row.solver = plan.solver;
