@@ -301,6 +301,9 @@ py::dict stats_dict(const TorchSession& torch_session) {
   stats["steps"] = torch_session.steps();
   stats["ops"] = s.ops;
   stats["peak_resident_bytes"] = s.peak_resident_bytes;
+  stats["peak_held_bytes"] = s.peak_held_bytes;
+  stats["memory_wait_ms"] = s.memory_wait_ms;
+  stats["over_budget_allocations"] = s.over_budget_allocations;
   stats["resident_at_end_bytes"] = s.resident_at_end_bytes;
   stats["peak_host_bytes"] = s.peak_host_bytes;
   stats["offloaded_bytes"] = s.d2h_bytes;
@@ -327,7 +330,8 @@ class Runtime final : public OpHandler {
  public:
   Runtime(std::optional<std::int64_t> budget_bytes, std::optional<std::int64_t> host_capacity_bytes,
           std::string planner, int copy_engines, std::optional<std::string> device, py::object compute_stream,
-          bool rewarm_once, std::int64_t calibration_bytes, std::optional<double> copy_bandwidth_gib_per_s) {
+          bool rewarm_once, std::int64_t calibration_bytes, std::optional<double> copy_bandwidth_gib_per_s,
+          std::optional<double> emulated_copy_bandwidth_gib_per_s) {
     TorchSessionOptions options;
     options.budget_bytes = budget_bytes;
     if (host_capacity_bytes) options.host_capacity_bytes = *host_capacity_bytes;
@@ -346,6 +350,7 @@ class Runtime final : public OpHandler {
     options.rewarm = rewarm_once ? RewarmPolicy::kOnce : RewarmPolicy::kNever;
     options.calibration_bytes = calibration_bytes;
     options.copy_bandwidth_gib_per_s = copy_bandwidth_gib_per_s;
+    options.emulated_copy_bandwidth_gib_per_s = emulated_copy_bandwidth_gib_per_s;
     TorchSession::ComputeStreamFn stream_fn;
     if (!compute_stream.is_none()) {
       stream_fn = [compute_stream](c10::Device d) -> Result<std::uintptr_t> {
@@ -628,10 +633,12 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Runtime>(m, "Runtime")
       .def(py::init<std::optional<std::int64_t>, std::optional<std::int64_t>, std::string, int,
-                    std::optional<std::string>, py::object, bool, std::int64_t, std::optional<double>>(),
+                    std::optional<std::string>, py::object, bool, std::int64_t, std::optional<double>,
+                    std::optional<double>>(),
            py::arg("budget_bytes"), py::arg("host_capacity_bytes"), py::arg("planner"), py::arg("copy_engines"),
            py::arg("device"), py::arg("compute_stream"), py::arg("rewarm_once"),
-           py::arg("calibration_bytes"), py::arg("copy_bandwidth_gib_per_s") = py::none())
+           py::arg("calibration_bytes"), py::arg("copy_bandwidth_gib_per_s") = py::none(),
+           py::arg("emulated_copy_bandwidth_gib_per_s") = py::none())
       .def("begin_step", &Runtime::begin_step)
       .def("end_step", &Runtime::end_step)
       .def("abort_step", &Runtime::abort_step)

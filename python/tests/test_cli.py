@@ -51,7 +51,7 @@ def test_validate_accepts_the_sessions_schedule_within_the_budget(captured):
     report = json.loads(run_cli("validate", trace_path, schedule_path, "--json").stdout)
     # The replay's measured peak is the validator's op-granular peak.
     assert report["peak_bytes"] <= budget
-    assert session.stats()["peak_resident_bytes"] <= budget
+    assert session.stats()["peak_held_bytes"] <= budget
 
 
 def test_plan_reproduces_the_sessions_schedule(captured, tmp_path):

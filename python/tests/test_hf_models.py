@@ -131,7 +131,7 @@ def test_training_is_bit_identical_within_the_budget(variant, planner, fraction)
     assert kinds == ["warmup"] + ["replay"] * (STEPS - 1)
     for step, r in enumerate(results):
         assert r.stats["budget_bytes"] == budget
-        assert r.stats["peak_resident_bytes"] <= budget, f"step {step} ({kinds[step]})"
+        assert r.stats["peak_held_bytes"] <= budget, f"step {step} ({kinds[step]})"
         assert r.stats["offloaded_bytes"] > 0, f"step {step} ({kinds[step]}): the budget binds"
     assert [r.stats["faults"] for r in results[1:]] == [0] * (STEPS - 1)
     assert session.schedule()["planner"] == planner

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "hyperoffload/ir/ids.h"
 #include "hyperoffload/runtime/internal/mpsc_ring.h"
 
 namespace hyperoffload {
@@ -50,6 +52,7 @@ struct CopyTask {
   void* dst = nullptr;
   const void* src = nullptr;
   std::size_t bytes = 0;
+  std::int64_t link_ns = 0;  // emulated duration on the link (Note [Emulated link]); 0: none
 };
 struct RecordTask {
   std::shared_ptr<RecordNode> node;  // completed when the stream reaches it
@@ -91,6 +94,26 @@ bool spin_until(Ready ready, std::chrono::microseconds spin) {
 }
 
 void wait_for(const RecordNode& node);
+
+// Note [Emulated link]: with HostBackendOptions::emulated_copy_bandwidth_gib_per_s
+// a device↔host copy takes bytes / bandwidth from when its stream starts it
+// (its memcpy runs inside that window; a slower memcpy is not hidden). The
+// thread running it sleeps to just before the end, then yields until the end:
+// a plain sleep overshoots by the kernel's timer slack (~50 µs), which over a
+// step of many small copies would add up to a slower link than the one asked
+// for. Copies on one stream run back to back, so the stream is one link of
+// that bandwidth, FIFO, as a copy engine is in the simulator's model.
+void pace_until(Clock::time_point end) {
+  constexpr auto kSleepMargin = std::chrono::microseconds(200);
+  if (end - Clock::now() > kSleepMargin) std::this_thread::sleep_until(end - kSleepMargin);
+  while (Clock::now() < end) std::this_thread::yield();
+}
+
+void run_copy(const CopyTask& copy) {
+  const Clock::time_point start = copy.link_ns > 0 ? Clock::now() : Clock::time_point{};
+  std::memcpy(copy.dst, copy.src, copy.bytes);
+  if (copy.link_ns > 0) pace_until(start + std::chrono::nanoseconds(copy.link_ns));
+}
 
 // Note [Spin before sleep]: a waiter (a worker with an empty queue, a thread
 // synchronizing, a producer facing a full queue) first polls for `spin_`
@@ -216,11 +239,9 @@ class WorkerStream {
 
   static void execute(Task& task) {
     switch (task.index()) {
-      case 1: {
-        const CopyTask& copy = *std::get_if<CopyTask>(&task);
-        std::memcpy(copy.dst, copy.src, copy.bytes);
+      case 1:
+        run_copy(*std::get_if<CopyTask>(&task));
         return;
-      }
       case 2:
         (*std::get_if<std::function<void()>>(&task))();
         return;
@@ -294,6 +315,9 @@ class HostBackend::Impl {
  public:
   Impl(std::unique_ptr<DeviceArena> arena, const HostBackendOptions& options)
       : arena_(std::move(arena)),
+        link_ns_per_byte_(options.emulated_copy_bandwidth_gib_per_s
+                              ? 1e9 / (*options.emulated_copy_bandwidth_gib_per_s * static_cast<double>(kBytesPerGiB))
+                              : 0.0),
         spin_(options.spin_before_sleep_us),
         queue_capacity_(static_cast<std::size_t>(options.stream_queue_capacity)) {
     streams_.push_back(std::make_unique<WorkerStream>(spin_, queue_capacity_));
@@ -362,7 +386,14 @@ class HostBackend::Impl {
     node->target = worker->enqueue(RecordTask{node});
   }
 
+  // The emulated duration of a copy of `bytes` of `kind`, in ns (0: none).
+  std::int64_t link_ns(std::int64_t bytes, CopyKind kind) const {
+    if (link_ns_per_byte_ <= 0.0 || (kind != CopyKind::kDeviceToHost && kind != CopyKind::kHostToDevice)) return 0;
+    return std::max<std::int64_t>(1, std::llround(static_cast<double>(bytes) * link_ns_per_byte_));
+  }
+
   std::unique_ptr<DeviceArena> arena_;
+  const double link_ns_per_byte_;  // Note [Emulated link]; 0: no emulated link
   const std::chrono::microseconds spin_;
   const std::size_t queue_capacity_;
 
@@ -390,6 +421,12 @@ Result<std::unique_ptr<HostBackend>> HostBackend::create(const HostBackendOption
       DeviceArena::create(DeviceArenaOptions{options.device_capacity_bytes, options.device_alignment_bytes}));
   if (options.spin_before_sleep_us < 0) {
     return make_error(ErrorCode::kInvalidArgument, "host backend: spin_before_sleep_us must be >= 0");
+  }
+  if (const std::optional<double> link = options.emulated_copy_bandwidth_gib_per_s;
+      link && !(std::isfinite(*link) && *link > 0.0)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("host backend: emulated_copy_bandwidth_gib_per_s must be a finite number > 0, got {}",
+                                  *link));
   }
   const std::int64_t capacity = options.stream_queue_capacity;
   if (capacity < 2 || capacity > (std::int64_t{1} << 24) || (capacity & (capacity - 1)) != 0) {
@@ -467,7 +504,7 @@ Result<Stream> HostBackend::create_stream() {
   return handle;
 }
 
-Status HostBackend::copy_async(Stream stream, void* dst, const void* src, std::int64_t bytes, CopyKind /*kind*/) {
+Status HostBackend::copy_async(Stream stream, void* dst, const void* src, std::int64_t bytes, CopyKind kind) {
   if (bytes < 0) {
     return make_error(ErrorCode::kInvalidArgument, fmt::format("copy of {} bytes: size must be >= 0", bytes));
   }
@@ -476,11 +513,12 @@ Status HostBackend::copy_async(Stream stream, void* dst, const void* src, std::i
     return make_error(ErrorCode::kInvalidArgument, "copy: null source or destination");
   }
   HO_ASSIGN_OR_RETURN(WorkerStream * worker, impl_->resolve(stream));
+  const CopyTask copy{dst, src, static_cast<std::size_t>(bytes), impl_->link_ns(bytes, kind)};
   if (worker == nullptr) {
-    std::memcpy(dst, src, static_cast<std::size_t>(bytes));
+    run_copy(copy);  // the compute stream is the caller (a fault: Note [Emulated link])
     return ok_status();
   }
-  worker->enqueue(CopyTask{dst, src, static_cast<std::size_t>(bytes)});
+  worker->enqueue(copy);
   return ok_status();
 }
 
