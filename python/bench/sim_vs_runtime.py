@@ -51,7 +51,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 # Bigger than the tests' shapes, so that compute dominates the per-op
 # interception cost (a few µs per op) and the link's copies matter.
 GPT_SHAPE = dict(vocab=512, context=128, width=128, heads=4, layers=4, ffn=512, batch=8)
-GPT2_SHAPE = dict(vocab=512, context=128, width=128, heads=4, layers=4, batch=8, dropout=0.1)
+GPT2_SHAPE = dict(vocab=512, context=128, width=128, heads=4, layers=4, batch=4, dropout=0.1)
 
 
 def build_gpt():
@@ -135,7 +135,7 @@ def cpu_model() -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--link", type=float, default=0.05, help="emulated copy link, GiB/s (both directions)")
+    parser.add_argument("--link", type=float, default=0.1, help="emulated copy link, GiB/s (both directions)")
     parser.add_argument("--models", default="gpt,gpt2")
     parser.add_argument("--planners", default="hybrid,peak,recompute,greedy")
     parser.add_argument("--fractions", default="0.3,0.5,0.7")

@@ -17,6 +17,10 @@
 #include <variant>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 #include "hyperoffload/ir/ids.h"
 #include "hyperoffload/runtime/internal/mpsc_ring.h"
 
@@ -53,6 +57,7 @@ struct CopyTask {
   const void* src = nullptr;
   std::size_t bytes = 0;
   std::int64_t link_ns = 0;  // emulated duration on the link (Note [Emulated link]); 0: none
+  Clock::time_point enqueued;  // set only with link_ns > 0
 };
 struct RecordTask {
   std::shared_ptr<RecordNode> node;  // completed when the stream reaches it
@@ -96,23 +101,27 @@ bool spin_until(Ready ready, std::chrono::microseconds spin) {
 void wait_for(const RecordNode& node);
 
 // Note [Emulated link]: with HostBackendOptions::emulated_copy_bandwidth_gib_per_s
-// a device↔host copy takes bytes / bandwidth from when its stream starts it
-// (its memcpy runs inside that window; a slower memcpy is not hidden). The
-// thread running it sleeps to just before the end, then yields until the end:
-// a plain sleep overshoots by the kernel's timer slack (~50 µs), which over a
-// step of many small copies would add up to a slower link than the one asked
-// for. Copies on one stream run back to back, so the stream is one link of
-// that bandwidth, FIFO, as a copy engine is in the simulator's model.
-void pace_until(Clock::time_point end) {
-  constexpr auto kSleepMargin = std::chrono::microseconds(200);
-  if (end - Clock::now() > kSleepMargin) std::this_thread::sleep_until(end - kSleepMargin);
-  while (Clock::now() < end) std::this_thread::yield();
+// a device↔host copy takes bytes / bandwidth on its stream's link. Copies on
+// one stream are one link of that bandwidth, FIFO, as a copy engine is in the
+// simulator's model: a copy starts on the link when it was enqueued, the
+// previous copy has left the link and the stream's earlier waits have
+// returned, whichever is last, and ends bytes / bandwidth later (its memcpy
+// runs inside that window; a slower memcpy is not hidden). The link's clock
+// is virtual: the thread sleeps until the copy's end, and when it wakes late
+// (on a loaded machine a sleeping thread is woken milliseconds late, and a
+// yield hands the core away for a whole time slice) the next copies still
+// start at the previous one's end on the link, not at the late wake-up, so
+// lateness does not add up along the queue; a copy whose end has passed
+// already runs at once. The worker threads' timer slack is 1 µs, so a sleep
+// ends on time when the core is free. A copy on the compute stream (a fault)
+// runs on the caller, from when it is called.
+void sleep_until(Clock::time_point end) {
+  if (Clock::now() < end) std::this_thread::sleep_until(end);
 }
 
-void run_copy(const CopyTask& copy) {
-  const Clock::time_point start = copy.link_ns > 0 ? Clock::now() : Clock::time_point{};
+void run_copy(const CopyTask& copy, Clock::time_point link_start) {
   std::memcpy(copy.dst, copy.src, copy.bytes);
-  if (copy.link_ns > 0) pace_until(start + std::chrono::nanoseconds(copy.link_ns));
+  if (copy.link_ns > 0) sleep_until(link_start + std::chrono::nanoseconds(copy.link_ns));
 }
 
 // Note [Spin before sleep]: a waiter (a worker with an empty queue, a thread
@@ -148,8 +157,8 @@ void run_copy(const CopyTask& copy) {
 // its record (RecordNode::target).
 class WorkerStream {
  public:
-  WorkerStream(std::chrono::microseconds spin, std::size_t queue_capacity)
-      : spin_(spin), ring_(queue_capacity), thread_([this] { run(); }) {}
+  WorkerStream(std::chrono::microseconds spin, std::size_t queue_capacity, bool emulated_link)
+      : spin_(spin), ring_(queue_capacity), emulated_link_(emulated_link), thread_([this] { run(); }) {}
   ~WorkerStream() {
     {
       std::lock_guard lock(mu_);
@@ -237,11 +246,20 @@ class WorkerStream {
     done_cv_.notify_all();
   }
 
-  static void execute(Task& task) {
+  void execute(Task& task) {
     switch (task.index()) {
-      case 1:
-        run_copy(*std::get_if<CopyTask>(&task));
+      case 1: {
+        const CopyTask& copy = *std::get_if<CopyTask>(&task);
+        if (copy.link_ns == 0) {
+          run_copy(copy, {});
+          return;
+        }
+        // Note [Emulated link]: the virtual link clock.
+        const Clock::time_point start = std::max({copy.enqueued, link_free_at_, ready_at_});
+        run_copy(copy, start);
+        link_free_at_ = start + std::chrono::nanoseconds(copy.link_ns);
         return;
+      }
       case 2:
         (*std::get_if<std::function<void()>>(&task))();
         return;
@@ -251,15 +269,27 @@ class WorkerStream {
         node.done.store(true, std::memory_order_release);
         return;
       }
-      case 4:
-        wait_for(*std::get_if<WaitTask>(&task)->node);
+      case 4: {
+        const RecordNode& node = *std::get_if<WaitTask>(&task)->node;
+        if (emulated_link_ && !node.done.load(std::memory_order_acquire) && node.stream != nullptr) {
+          wait_for(node);
+          ready_at_ = Clock::now();  // later copies start on the link no earlier
+          return;
+        }
+        wait_for(node);
         return;
+      }
       default:
         return;
     }
   }
 
   void run() {
+#if defined(__linux__)
+    // Note [Emulated link]: sleeps that pace the link end within 1 µs of their
+    // deadline, not the default 50 µs slack.
+    if (emulated_link_) (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+#endif
     std::uint64_t completed = 0;
     for (;;) {
       Task* task = ring_.front();
@@ -297,6 +327,10 @@ class WorkerStream {
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
   std::condition_variable space_cv_;
+  // The emulated link (Note [Emulated link]); the worker's own.
+  const bool emulated_link_;
+  Clock::time_point link_free_at_;  // when the last copy leaves the link
+  Clock::time_point ready_at_;      // when the last wait that blocked returned
   std::thread thread_;  // last: starts after the fields it uses
 };
 
@@ -320,9 +354,9 @@ class HostBackend::Impl {
                               : 0.0),
         spin_(options.spin_before_sleep_us),
         queue_capacity_(static_cast<std::size_t>(options.stream_queue_capacity)) {
-    streams_.push_back(std::make_unique<WorkerStream>(spin_, queue_capacity_));
+    streams_.push_back(std::make_unique<WorkerStream>(spin_, queue_capacity_, emulated_link()));
     if (options.copy_engines == CopyEngines::kTwo) {
-      streams_.push_back(std::make_unique<WorkerStream>(spin_, queue_capacity_));
+      streams_.push_back(std::make_unique<WorkerStream>(spin_, queue_capacity_, emulated_link()));
     }
     d2h_ = streams_.front().get();
     h2d_ = streams_.back().get();
@@ -391,6 +425,8 @@ class HostBackend::Impl {
     if (link_ns_per_byte_ <= 0.0 || (kind != CopyKind::kDeviceToHost && kind != CopyKind::kHostToDevice)) return 0;
     return std::max<std::int64_t>(1, std::llround(static_cast<double>(bytes) * link_ns_per_byte_));
   }
+
+  bool emulated_link() const { return link_ns_per_byte_ > 0.0; }
 
   std::unique_ptr<DeviceArena> arena_;
   const double link_ns_per_byte_;  // Note [Emulated link]; 0: no emulated link
@@ -497,7 +533,7 @@ Stream HostBackend::stream(StreamRole role) const {
 }
 
 Result<Stream> HostBackend::create_stream() {
-  auto stream = std::make_unique<WorkerStream>(impl_->spin_, impl_->queue_capacity_);
+  auto stream = std::make_unique<WorkerStream>(impl_->spin_, impl_->queue_capacity_, impl_->emulated_link());
   Stream handle = impl_->handle_of(stream.get());
   std::lock_guard lock(impl_->streams_mu_);
   impl_->streams_.push_back(std::move(stream));
@@ -513,9 +549,10 @@ Status HostBackend::copy_async(Stream stream, void* dst, const void* src, std::i
     return make_error(ErrorCode::kInvalidArgument, "copy: null source or destination");
   }
   HO_ASSIGN_OR_RETURN(WorkerStream * worker, impl_->resolve(stream));
-  const CopyTask copy{dst, src, static_cast<std::size_t>(bytes), impl_->link_ns(bytes, kind)};
+  CopyTask copy{dst, src, static_cast<std::size_t>(bytes), impl_->link_ns(bytes, kind), {}};
+  if (copy.link_ns > 0) copy.enqueued = Clock::now();
   if (worker == nullptr) {
-    run_copy(copy);  // the compute stream is the caller (a fault: Note [Emulated link])
+    run_copy(copy, copy.enqueued);  // the compute stream is the caller (a fault: Note [Emulated link])
     return ok_status();
   }
   worker->enqueue(copy);

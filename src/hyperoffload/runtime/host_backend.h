@@ -50,10 +50,12 @@ struct HostBackendOptions {
   std::int64_t stream_queue_capacity = 1024;
   // Note [Emulated link]: when set (GiB/s, GiB = 2^30 bytes; finite, > 0), each
   // device→host and host→device copy takes max(its memcpy, bytes / bandwidth).
-  // A copy on a worker stream paces that stream's thread (one link per copy
-  // stream: two with CopyEngines::kTwo, one shared with kOne), never the
-  // caller's; a copy on the compute stream (a fault: a synchronous demand page,
-  // as the simulator models it) paces the caller, whose stream it is.
+  // A copy on a worker stream paces that stream's thread (one FIFO link per
+  // copy stream: two with CopyEngines::kTwo, one shared with kOne), never the
+  // caller's, on a virtual link clock so that a late wake-up does not delay
+  // the copies queued behind it; a copy on the compute stream (a fault: a
+  // synchronous demand page, as the simulator models it) paces the caller,
+  // whose stream it is.
   // Device-to-device and host-to-host copies are not on the link. nullopt
   // (the default): copies take their memcpy time.
   std::optional<double> emulated_copy_bandwidth_gib_per_s;
