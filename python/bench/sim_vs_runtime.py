@@ -17,7 +17,16 @@ then simulated by the CLI with the device capped at the budget
 (`hyperoffload simulate --memory-cap budget --json`), and compared:
 
   step       median replay step (wall time of the `with session:` block) against
-             eager median + simulated overhead (stall + recompute): ratio
+             eager median + simulated overhead (stall + recompute): ratio; and
+             against a session without a budget (the same interception, no
+             copies) + simulated overhead: ratio vs unbudgeted
+  compute    the simulation's compute: the warmup's measured op times
+  replay-timed  the same schedule simulated on the same trace with each op's
+             duration taken from the replays themselves (median over rounds of
+             the op spans of session.last_timeline(), record_timeline=True):
+             its overhead, and the replay step against eager + it. Where this
+             agrees and the plain simulation does not, the simulator is right
+             and its input (one warmup's op times) is what is off.
   held       max over rounds of stats()["peak_held_bytes"] against the
              simulation's timed peak (peak_bytes_timed): ratio; "<=B" when every
              step held at most the budget
@@ -109,10 +118,15 @@ def cli() -> pathlib.Path:
     return pathlib.Path(os.environ.get("HYPEROFFLOAD_CLI", REPO / "build" / "bin" / "hyperoffload"))
 
 
-def simulate(session: ho.OffloadSession, copy_engines: int) -> dict:
+def simulate(session: ho.OffloadSession, copy_engines: int, op_ms=None) -> dict:
+    """The capped simulation of the session's trace and schedule (op durations replaced by `op_ms` if given)."""
     with tempfile.TemporaryDirectory() as directory:
         trace, schedule = pathlib.Path(directory, "trace.json"), pathlib.Path(directory, "schedule.json")
-        session.save_trace(trace)
+        document = session.trace()
+        if op_ms is not None:
+            for op, ms in zip(document["ops"], op_ms):
+                op["duration_ms"] = ms
+        trace.write_text(json.dumps(document))
         session.save_schedule(schedule)
         out = subprocess.run([str(cli()), "simulate", str(trace), str(schedule), "--memory-cap", "budget",
                               "--copy-engines", str(copy_engines), "--json"],
@@ -152,7 +166,7 @@ def main():
         probe = ho.OffloadSession()
         step(model, loss_fn, probe)
         peak = probe.unplanned_peak_bytes()
-        variants = {"eager": None}
+        variants = {"eager": None, "no budget": probe}
         skipped = []
         for fraction in (float(f) for f in args.fractions.split(",")):
             budget = int(peak * fraction)
@@ -160,7 +174,8 @@ def main():
                 name = f"{planner} {round(fraction * 100)}%"
                 session = ho.OffloadSession(ho.OffloadConfig(
                     max_resident_activation_bytes=budget, planner=planner, copy_engines=args.copy_engines,
-                    copy_bandwidth_gib_per_s=args.link, emulate_copy_bandwidth=True, rewarm_once=False))
+                    copy_bandwidth_gib_per_s=args.link, emulate_copy_bandwidth=True, rewarm_once=False,
+                    record_timeline=True))
                 try:
                     step(model, loss_fn, session)  # warmup
                     step(model, loss_fn, session)  # first replay
@@ -171,6 +186,7 @@ def main():
         times = {name: [] for name in variants}
         held = {name: [] for name in variants}
         waits = {name: [] for name in variants}
+        op_ms = {name: [] for name in variants}  # per round: each op's duration in the replay
         order = list(variants)
         for _ in range(args.rounds):
             random.shuffle(order)
@@ -181,17 +197,23 @@ def main():
                     assert stats["kind"] == "replay", (name, stats["kind"])
                     held[name].append(stats["peak_held_bytes"])
                     waits[name].append(stats["memory_wait_ms"])
+                    spans = [s for s in variants[name].last_timeline()["spans"] if s["kind"] == "op"]
+                    op_ms[name].append([s["end_ms"] - s["start_ms"] for s in sorted(spans, key=lambda s: s["op"])])
         eager_ms = statistics.median(times["eager"])
+        unbudgeted_ms = statistics.median(times["no budget"])
         print()
         print(f"{title} {shape}: unplanned activation peak {peak / 2**20:.2f} MiB; eager step "
-              f"{eager_ms:.1f} ms (median, {min(times['eager']):.1f}-{max(times['eager']):.1f})")
-        print(f"| {'variant':<14} | {'replay ms':>9} | {'eager+sim ms':>12} | {'ratio':>5} | {'meas. ovh ms':>12} | "
-              f"{'sim ovh ms':>10} | {'held KiB':>9} | {'sim peak KiB':>12} | {'ratio':>5} | {'<=B':>3} | "
-              f"{'wait ms':>7} | {'sim wait ms':>11} | {'spread':>6} |")
-        print("|" + "|".join("-" * (w + 2) for w in (14, 9, 12, 5, 12, 10, 9, 12, 5, 3, 7, 11, 6)) + "|")
-        within, total = 0, 0
+              f"{eager_ms:.1f} ms (median, {min(times['eager']):.1f}-{max(times['eager']):.1f}); session without a "
+              f"budget {unbudgeted_ms:.1f} ms ({min(times['no budget']):.1f}-{max(times['no budget']):.1f})")
+        print(f"| {'variant':<14} | {'replay ms':>9} | {'eager+sim ms':>12} | {'ratio':>5} | {'vs unbudg.':>10} | "
+              f"{'meas. ovh ms':>12} | {'sim ovh ms':>10} | {'sim compute':>11} | {'rt ovh ms':>9} | "
+              f"{'rt ratio':>8} | {'held KiB':>9} | {'sim peak KiB':>12} | {'ratio':>5} | {'<=B':>3} | "
+              f"{'wait ms':>7} | {'sim wait ms':>11} | {'rt wait ms':>10} | {'spread':>6} |")
+        print("|" + "|".join("-" * (w + 2) for w in (14, 9, 12, 5, 10, 12, 10, 11, 9, 8, 9, 12, 5, 3, 7, 11, 10, 6))
+              + "|")
+        within, within_rt, total = 0, 0, 0
         for name, session in variants.items():
-            if session is None:
+            if session is None or name == "no budget":
                 continue
             sim = simulate(session, args.copy_engines)
             budget = session.config.budget_bytes
@@ -203,13 +225,21 @@ def main():
             held_ratio = peak_held / sim["peak_bytes_timed"] if sim["peak_bytes_timed"] else float("nan")
             fits = all(h <= budget for h in held[name])
             spread = (max(times[name]) - min(times[name])) / replay_ms
+            replay_op_ms = [statistics.median(column) for column in zip(*op_ms[name])]
+            timed = simulate(session, args.copy_engines, replay_op_ms)
+            timed_overhead = timed["stall_ms"] + timed["recompute_ms"]
+            timed_ratio = replay_ms / (eager_ms + timed_overhead)
             total += 1
             within += abs(ratio - 1) <= 0.15
-            print(f"| {name:<14} | {replay_ms:9.1f} | {predicted:12.1f} | {ratio:5.2f} | {replay_ms - eager_ms:12.1f} | "
-                  f"{sim_overhead:10.1f} | {peak_held / 1024:9.0f} | {sim['peak_bytes_timed'] / 1024:12.0f} | "
-                  f"{held_ratio:5.2f} | {'yes' if fits else 'NO':>3} | {statistics.median(waits[name]):7.1f} | "
-                  f"{sim['memory_stall_ms']:11.1f} | {spread:6.2f} |")
-        print(f"{within} of {total} variants within 15% of eager + simulated overhead")
+            within_rt += abs(timed_ratio - 1) <= 0.15
+            print(f"| {name:<14} | {replay_ms:9.1f} | {predicted:12.1f} | {ratio:5.2f} | "
+                  f"{replay_ms / (unbudgeted_ms + sim_overhead):10.2f} | {replay_ms - eager_ms:12.1f} | "
+                  f"{sim_overhead:10.1f} | {sim['compute_ms']:11.1f} | {timed_overhead:9.1f} | {timed_ratio:8.2f} | "
+                  f"{peak_held / 1024:9.0f} | {sim['peak_bytes_timed'] / 1024:12.0f} | {held_ratio:5.2f} | "
+                  f"{'yes' if fits else 'NO':>3} | {statistics.median(waits[name]):7.1f} | "
+                  f"{sim['memory_stall_ms']:11.1f} | {timed['memory_stall_ms']:10.1f} | {spread:6.2f} |")
+        print(f"{within} of {total} variants within 15% of eager + simulated overhead; {within_rt} of {total} "
+              f"with the replay-timed simulation")
         for line in skipped:
             print(f"  not run: {line}")
 

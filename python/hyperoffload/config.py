@@ -95,6 +95,12 @@ class OffloadConfig:
             runs in time as on a device with that link — to check the
             simulator against the runtime, or a plan for a slow link, without
             a GPU. Requires ``copy_bandwidth_gib_per_s``. Default ``False``.
+        record_timeline: record every replayed step's timeline
+            (:meth:`OffloadSession.last_timeline`): op spans, stalls, faults
+            and copies with their times, and the held device bytes over time,
+            in the simulator's schema — to compare a measured step with
+            ``hyperoffload simulate``'s. Costs two events per op. Default
+            ``False``.
         interception: how a step's ops reach the session. ``"auto"`` (the
             default): a C++ dispatcher fallback just below PyTorch's Python key
             (~7 µs per replayed op on this project's machine), or the session's
@@ -118,6 +124,7 @@ class OffloadConfig:
     interception: str = "auto"
     copy_bandwidth_gib_per_s: Optional[float] = None
     emulate_copy_bandwidth: bool = False
+    record_timeline: bool = False
 
     def __post_init__(self) -> None:
         # Validates eagerly, so a bad configuration fails where it is written:
@@ -160,6 +167,8 @@ class OffloadConfig:
                                  "link to emulate, in GiB/s")
             if self.device is not None and torch.device(self.device).type != "cpu":
                 raise ValueError(f"emulate_copy_bandwidth applies to CPU sessions only, got device {self.device!r}")
+        if not isinstance(self.record_timeline, bool):
+            raise TypeError(f"record_timeline must be a bool, got {type(self.record_timeline).__name__}")
         if self.interception not in INTERCEPTIONS:
             raise ValueError(f"interception must be one of {', '.join(map(repr, INTERCEPTIONS))}, "
                              f"got {self.interception!r}")

@@ -128,6 +128,7 @@ class OffloadSession:
             calibration_bytes=self.config.calibration_bytes,
             copy_bandwidth_gib_per_s=self.config.copy_bandwidth_gib_per_s,
             emulated_copy_bandwidth_gib_per_s=self.config.emulated_copy_bandwidth_gib_per_s,
+            record_timeline=self.config.record_timeline,
         )
         self._in_step = False
         # The step's TorchDispatchMode; None while the C++ fallback intercepts (or between steps).
@@ -271,6 +272,18 @@ class OffloadSession:
         (``logging.basicConfig(level=logging.INFO)`` shows it).
         """
         return _summary_line(self._rt.plan_summary(), self._rt.stats())
+
+    def last_timeline(self) -> Optional[dict]:
+        """The last replayed step's timeline, with ``OffloadConfig(record_timeline=True)``; else None.
+
+        Keys: ``spans`` (dicts with ``kind`` — "op", "stall", "fault",
+        "copy_d2h", "copy_h2d", "recompute" — ``lane`` ("compute", "copy0",
+        "copy1"), ``op`` (the traced op index), ``storage`` (traced id, -1 for
+        none), ``bytes``, ``start_ms``, ``end_ms``, milliseconds from the
+        step's start), ``memory`` ((ms, held device bytes) at every change) and
+        ``budget_bytes``: the simulator's timeline schema (docs/SIMULATOR.md).
+        """
+        return self._rt.last_timeline()
 
     def unplanned_peak_bytes(self) -> Optional[int]:
         """Peak activation bytes of the traced step with nothing offloaded, or None before a trace."""

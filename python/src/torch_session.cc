@@ -135,6 +135,7 @@ TorchStatus TorchSession::make_session() {
   options.calibration_bytes = options_.calibration_bytes;
   options.copy_bandwidth_gib_per_s = options_.copy_bandwidth_gib_per_s;
   options.rewarm = options_.rewarm;
+  options.record_timeline = options_.record_timeline;
   StorageRegistry* registry = registry_.get();
   options.rematerialize = [registry](StorageId id, std::int64_t size_bytes) {
     return registry->rematerialize(id, size_bytes);

@@ -43,6 +43,9 @@ struct RecordNode {
   // node is shared.
   WorkerStream* stream = nullptr;
   std::uint64_t target = 0;
+  // When the record was enqueued on a stream with an emulated link (Note
+  // [Emulated link]): its time is then the link's virtual time.
+  Clock::time_point enqueued;
 };
 
 struct HostEvent {
@@ -112,9 +115,11 @@ void wait_for(const RecordNode& node);
 // yield hands the core away for a whole time slice) the next copies still
 // start at the previous one's end on the link, not at the late wake-up, so
 // lateness does not add up along the queue; a copy whose end has passed
-// already runs at once. The worker threads' timer slack is 1 µs, so a sleep
-// ends on time when the core is free. A copy on the compute stream (a fault)
-// runs on the caller, from when it is called.
+// already runs at once. Event records on the stream take the same virtual
+// time (at most the real one), so a copy's span between two records is its
+// time on the link. The worker threads' timer slack is 1 µs, so a sleep ends
+// on time when the core is free. A copy on the compute stream (a fault) runs
+// on the caller, from when it is called.
 void sleep_until(Clock::time_point end) {
   if (Clock::now() < end) std::this_thread::sleep_until(end);
 }
@@ -266,6 +271,10 @@ class WorkerStream {
       case 3: {
         RecordNode& node = *std::get_if<RecordTask>(&task)->node;
         node.time = Clock::now();
+        // Note [Emulated link]: on the link's virtual clock, so a copy's span
+        // between two records is its time on the link even when the worker
+        // reached the records late.
+        if (emulated_link_) node.time = std::min(node.time, std::max({node.enqueued, link_free_at_, ready_at_}));
         node.done.store(true, std::memory_order_release);
         return;
       }
@@ -417,6 +426,7 @@ class HostBackend::Impl {
       return;
     }
     node->stream = worker;
+    node->enqueued = Clock::now();
     node->target = worker->enqueue(RecordTask{node});
   }
 
