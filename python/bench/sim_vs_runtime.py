@@ -20,7 +20,8 @@ then simulated by the CLI with the device capped at the budget
              eager median + simulated overhead (stall + recompute): ratio; and
              against a session without a budget (the same interception, no
              copies) + simulated overhead: ratio vs unbudgeted
-  compute    the simulation's compute: the warmup's measured op times
+  compute    the simulation's compute: the warmup's measured op times, and
+             the replays' (sum of the median op spans)
   replay-timed  the same schedule simulated on the same trace with each op's
              duration taken from the replays themselves (median over rounds of
              the op spans of session.last_timeline(), record_timeline=True):
@@ -197,8 +198,10 @@ def main():
                     assert stats["kind"] == "replay", (name, stats["kind"])
                     held[name].append(stats["peak_held_bytes"])
                     waits[name].append(stats["memory_wait_ms"])
-                    spans = [s for s in variants[name].last_timeline()["spans"] if s["kind"] == "op"]
-                    op_ms[name].append([s["end_ms"] - s["start_ms"] for s in sorted(spans, key=lambda s: s["op"])])
+                    timeline = variants[name].last_timeline()
+                    if timeline is not None:  # the unbudgeted probe records none
+                        spans = sorted((s for s in timeline["spans"] if s["kind"] == "op"), key=lambda s: s["op"])
+                        op_ms[name].append([s["end_ms"] - s["start_ms"] for s in spans])
         eager_ms = statistics.median(times["eager"])
         unbudgeted_ms = statistics.median(times["no budget"])
         print()
@@ -206,10 +209,10 @@ def main():
               f"{eager_ms:.1f} ms (median, {min(times['eager']):.1f}-{max(times['eager']):.1f}); session without a "
               f"budget {unbudgeted_ms:.1f} ms ({min(times['no budget']):.1f}-{max(times['no budget']):.1f})")
         print(f"| {'variant':<14} | {'replay ms':>9} | {'eager+sim ms':>12} | {'ratio':>5} | {'vs unbudg.':>10} | "
-              f"{'meas. ovh ms':>12} | {'sim ovh ms':>10} | {'sim compute':>11} | {'rt ovh ms':>9} | "
+              f"{'meas. ovh ms':>12} | {'sim ovh ms':>10} | {'sim compute':>11} | {'rt compute':>10} | {'rt ovh ms':>9} | "
               f"{'rt ratio':>8} | {'held KiB':>9} | {'sim peak KiB':>12} | {'ratio':>5} | {'<=B':>3} | "
               f"{'wait ms':>7} | {'sim wait ms':>11} | {'rt wait ms':>10} | {'spread':>6} |")
-        print("|" + "|".join("-" * (w + 2) for w in (14, 9, 12, 5, 10, 12, 10, 11, 9, 8, 9, 12, 5, 3, 7, 11, 10, 6))
+        print("|" + "|".join("-" * (w + 2) for w in (14, 9, 12, 5, 10, 12, 10, 11, 10, 9, 8, 9, 12, 5, 3, 7, 11, 10, 6))
               + "|")
         within, within_rt, total = 0, 0, 0
         for name, session in variants.items():
@@ -234,7 +237,8 @@ def main():
             within_rt += abs(timed_ratio - 1) <= 0.15
             print(f"| {name:<14} | {replay_ms:9.1f} | {predicted:12.1f} | {ratio:5.2f} | "
                   f"{replay_ms / (unbudgeted_ms + sim_overhead):10.2f} | {replay_ms - eager_ms:12.1f} | "
-                  f"{sim_overhead:10.1f} | {sim['compute_ms']:11.1f} | {timed_overhead:9.1f} | {timed_ratio:8.2f} | "
+                  f"{sim_overhead:10.1f} | {sim['compute_ms']:11.1f} | {timed['compute_ms']:10.1f} | "
+                  f"{timed_overhead:9.1f} | {timed_ratio:8.2f} | "
                   f"{peak_held / 1024:9.0f} | {sim['peak_bytes_timed'] / 1024:12.0f} | {held_ratio:5.2f} | "
                   f"{'yes' if fits else 'NO':>3} | {statistics.median(waits[name]):7.1f} | "
                   f"{sim['memory_stall_ms']:11.1f} | {timed['memory_stall_ms']:10.1f} | {spread:6.2f} |")
