@@ -88,6 +88,19 @@ class OffloadConfig:
             directions (GiB/s, > 0) instead of the one the warmup measured —
             to plan on the CPU for a GPU's PCIe link, or conservatively.
             ``None`` (the default): measured.
+        emulate_copy_bandwidth: CPU sessions only: make every copy between the
+            emulated device and the host take ``bytes / copy_bandwidth_gib_per_s``
+            (a copy stream's thread waits out the rest; a fault waits on the
+            step's own thread, as a synchronous demand page does), so a CPU step
+            runs in time as on a device with that link — to check the
+            simulator against the runtime, or a plan for a slow link, without
+            a GPU. Requires ``copy_bandwidth_gib_per_s``. Default ``False``.
+        record_timeline: record every replayed step's timeline
+            (:meth:`OffloadSession.last_timeline`): op spans, stalls, faults
+            and copies with their times, and the held device bytes over time,
+            in the simulator's schema — to compare a measured step with
+            ``hyperoffload simulate``'s. Costs two events per op. Default
+            ``False``.
         interception: how a step's ops reach the session. ``"auto"`` (the
             default): a C++ dispatcher fallback just below PyTorch's Python key
             (~7 µs per replayed op on this project's machine), or the session's
@@ -110,6 +123,8 @@ class OffloadConfig:
     calibration_bytes: int = 4 << 20
     interception: str = "auto"
     copy_bandwidth_gib_per_s: Optional[float] = None
+    emulate_copy_bandwidth: bool = False
+    record_timeline: bool = False
 
     def __post_init__(self) -> None:
         # Validates eagerly, so a bad configuration fails where it is written:
@@ -144,6 +159,16 @@ class OffloadConfig:
                 raise TypeError(f"copy_bandwidth_gib_per_s must be a number, got {type(value).__name__}")
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"copy_bandwidth_gib_per_s must be a finite number > 0, got {value!r}")
+        if not isinstance(self.emulate_copy_bandwidth, bool):
+            raise TypeError(f"emulate_copy_bandwidth must be a bool, got {type(self.emulate_copy_bandwidth).__name__}")
+        if self.emulate_copy_bandwidth:
+            if self.copy_bandwidth_gib_per_s is None:
+                raise ValueError("emulate_copy_bandwidth=True needs copy_bandwidth_gib_per_s: the bandwidth of the "
+                                 "link to emulate, in GiB/s")
+            if self.device is not None and torch.device(self.device).type != "cpu":
+                raise ValueError(f"emulate_copy_bandwidth applies to CPU sessions only, got device {self.device!r}")
+        if not isinstance(self.record_timeline, bool):
+            raise TypeError(f"record_timeline must be a bool, got {type(self.record_timeline).__name__}")
         if self.interception not in INTERCEPTIONS:
             raise ValueError(f"interception must be one of {', '.join(map(repr, INTERCEPTIONS))}, "
                              f"got {self.interception!r}")
@@ -159,6 +184,11 @@ class OffloadConfig:
         """The offloaded (pinned host) activation limit in bytes, or None."""
         return _bytes_from(self.max_offload_activation_mb, self.max_offload_activation_bytes,
                            "max_offload_activation")
+
+    @property
+    def emulated_copy_bandwidth_gib_per_s(self) -> Optional[float]:
+        """The bandwidth a CPU session's copies are paced to (GiB/s), or None."""
+        return float(self.copy_bandwidth_gib_per_s) if self.emulate_copy_bandwidth else None
 
     def device_name(self) -> Optional[str]:
         """The configured device as "type:index", or None."""

@@ -45,6 +45,15 @@ def _size(n: Optional[int]) -> str:
     return f"{n} B"  # unreachable
 
 
+def _step_part(stats: dict) -> str:
+    """The last step's measured peaks: held (device memory in time) and resident."""
+    if stats.get("kind") is None or stats.get("passthrough"):
+        return ""
+    return (f"; last step ({stats['kind']}): held peak {_size(stats['peak_held_bytes'])}, "
+            f"resident peak {_size(stats['peak_resident_bytes'])}, "
+            f"{stats['memory_wait_ms']:.3f} ms waiting for memory")
+
+
 def _summary_line(plan: Optional[dict], stats: dict) -> str:
     if plan is None:
         if stats.get("kind") is None:
@@ -53,13 +62,14 @@ def _summary_line(plan: Optional[dict], stats: dict) -> str:
     budget = plan["budget_bytes"]
     head = f"hyperoffload: planned {plan['ops']} ops with {plan['planner']}"
     if budget is None:
-        return (f"{head}: no budget, nothing offloaded; activation peak {_size(plan['unplanned_peak_bytes'])}")
+        return (f"{head}: no budget, nothing offloaded; activation peak {_size(plan['unplanned_peak_bytes'])}"
+                + _step_part(stats))
     return (f"{head}: budget {_size(budget)}, floor {_size(plan['floor_bytes'])}, "
             f"peak {_size(plan['unplanned_peak_bytes'])} -> {_size(plan['planned_peak_bytes'])}; "
             f"offloads {_size(plan['offloaded_bytes'])} "
             f"({plan['offload_count']} {'copy' if plan['offload_count'] == 1 else 'copies'}), "
             f"recomputes {_size(plan['recomputed_bytes'])}; simulated overhead {plan['overhead_percent']:.1f}% "
-            f"({plan['stall_ms']:.3f} ms stall on {plan['compute_ms']:.3f} ms of compute)")
+            f"({plan['stall_ms']:.3f} ms stall on {plan['compute_ms']:.3f} ms of compute)" + _step_part(stats))
 
 def _compute_stream(device: str) -> int:
     """The CUDA stream PyTorch runs `device`'s kernels on (the runtime's compute stream)."""
@@ -117,6 +127,8 @@ class OffloadSession:
             rewarm_once=self.config.rewarm_once,
             calibration_bytes=self.config.calibration_bytes,
             copy_bandwidth_gib_per_s=self.config.copy_bandwidth_gib_per_s,
+            emulated_copy_bandwidth_gib_per_s=self.config.emulated_copy_bandwidth_gib_per_s,
+            record_timeline=self.config.record_timeline,
         )
         self._in_step = False
         # The step's TorchDispatchMode; None while the C++ fallback intercepts (or between steps).
@@ -219,8 +231,17 @@ class OffloadSession:
         """Measurements of the last completed step.
 
         Keys: ``kind`` ("warmup", "replay", or None before any step ran with
-        tracked tensors), ``peak_resident_bytes`` (peak of resident activation
-        bytes, measured by the runtime), ``offloaded_bytes`` (= ``d2h_bytes``),
+        tracked tensors), ``peak_held_bytes`` (peak of the device memory the
+        step held for activations in time — resident ones, buffers still read
+        by a copy to host, outputs reserved before their op runs: what an
+        out-of-memory depends on, and what stays within the budget),
+        ``peak_resident_bytes`` (peak of resident activation bytes: a buffer
+        counts until its release, not until its copy has read it),
+        ``memory_wait_ms`` (time the step's thread waited for copies to finish
+        so their memory could be reused), ``over_budget_allocations``
+        (allocations that went over the budget with no copy left to wait for:
+        memory the plan does not know of; a note says so),
+        ``offloaded_bytes`` (= ``d2h_bytes``),
         ``faults``, ``fault_bytes``, ``d2h_count``, ``h2d_count``, ``h2d_bytes``,
         ``peak_host_bytes``, ``resident_at_end_bytes``, ``evictions`` (warmup),
         ``end_restores``, ``ops``, ``step_ms``, ``budget_bytes``, ``device``,
@@ -243,13 +264,26 @@ class OffloadSession:
 
     def summary(self) -> str:
         """One line: budget, floor, peak before and after, bytes offloaded and
-        recomputed, and the plan's simulated overhead.
+        recomputed, the plan's simulated overhead, and the last step's measured
+        held and resident peaks and memory wait.
 
         The session logs the same line at INFO level on the ``hyperoffload``
         logger after every warmup step
         (``logging.basicConfig(level=logging.INFO)`` shows it).
         """
         return _summary_line(self._rt.plan_summary(), self._rt.stats())
+
+    def last_timeline(self) -> Optional[dict]:
+        """The last replayed step's timeline, with ``OffloadConfig(record_timeline=True)``; else None.
+
+        Keys: ``spans`` (dicts with ``kind`` — "op", "stall", "fault",
+        "copy_d2h", "copy_h2d", "recompute" — ``lane`` ("compute", "copy0",
+        "copy1"), ``op`` (the traced op index), ``storage`` (traced id, -1 for
+        none), ``bytes``, ``start_ms``, ``end_ms``, milliseconds from the
+        step's start), ``memory`` ((ms, held device bytes) at every change) and
+        ``budget_bytes``: the simulator's timeline schema (docs/SIMULATOR.md).
+        """
+        return self._rt.last_timeline()
 
     def unplanned_peak_bytes(self) -> Optional[int]:
         """Peak activation bytes of the traced step with nothing offloaded, or None before a trace."""

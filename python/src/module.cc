@@ -301,6 +301,9 @@ py::dict stats_dict(const TorchSession& torch_session) {
   stats["steps"] = torch_session.steps();
   stats["ops"] = s.ops;
   stats["peak_resident_bytes"] = s.peak_resident_bytes;
+  stats["peak_held_bytes"] = s.peak_held_bytes;
+  stats["memory_wait_ms"] = s.memory_wait_ms;
+  stats["over_budget_allocations"] = s.over_budget_allocations;
   stats["resident_at_end_bytes"] = s.resident_at_end_bytes;
   stats["peak_host_bytes"] = s.peak_host_bytes;
   stats["offloaded_bytes"] = s.d2h_bytes;
@@ -327,7 +330,8 @@ class Runtime final : public OpHandler {
  public:
   Runtime(std::optional<std::int64_t> budget_bytes, std::optional<std::int64_t> host_capacity_bytes,
           std::string planner, int copy_engines, std::optional<std::string> device, py::object compute_stream,
-          bool rewarm_once, std::int64_t calibration_bytes, std::optional<double> copy_bandwidth_gib_per_s) {
+          bool rewarm_once, std::int64_t calibration_bytes, std::optional<double> copy_bandwidth_gib_per_s,
+          std::optional<double> emulated_copy_bandwidth_gib_per_s, bool record_timeline) {
     TorchSessionOptions options;
     options.budget_bytes = budget_bytes;
     if (host_capacity_bytes) options.host_capacity_bytes = *host_capacity_bytes;
@@ -346,6 +350,8 @@ class Runtime final : public OpHandler {
     options.rewarm = rewarm_once ? RewarmPolicy::kOnce : RewarmPolicy::kNever;
     options.calibration_bytes = calibration_bytes;
     options.copy_bandwidth_gib_per_s = copy_bandwidth_gib_per_s;
+    options.emulated_copy_bandwidth_gib_per_s = emulated_copy_bandwidth_gib_per_s;
+    options.record_timeline = record_timeline ? RecordTimeline::kYes : RecordTimeline::kNo;
     TorchSession::ComputeStreamFn stream_fn;
     if (!compute_stream.is_none()) {
       stream_fn = [compute_stream](c10::Device d) -> Result<std::uintptr_t> {
@@ -557,6 +563,37 @@ class Runtime final : public OpHandler {
     summary["notes"] = notes;
     return summary;
   }
+  // The last replayed step's timeline (record_timeline=True), in the
+  // simulator's schema (ir/timeline.h), or None.
+  py::object last_timeline() const {
+    const Session* session = session_->session();
+    if (session == nullptr || session_->options().record_timeline != RecordTimeline::kYes ||
+        session->last_timeline().spans.empty()) {
+      return py::none();
+    }
+    static constexpr const char* kKinds[] = {"op", "stall", "fault", "copy_d2h", "copy_h2d", "recompute"};
+    static constexpr const char* kLanes[] = {"compute", "copy0", "copy1"};
+    const Timeline& timeline = session->last_timeline();
+    py::list spans;
+    for (const TimelineSpan& span : timeline.spans) {
+      py::dict entry;
+      entry["kind"] = kKinds[static_cast<int>(span.kind)];
+      entry["lane"] = kLanes[static_cast<int>(span.lane)];
+      entry["op"] = span.op;
+      entry["storage"] = span.storage;
+      entry["bytes"] = span.bytes;
+      entry["start_ms"] = span.start_ms;
+      entry["end_ms"] = span.end_ms;
+      spans.append(entry);
+    }
+    py::list memory;
+    for (const MemorySample& sample : timeline.memory) memory.append(py::make_tuple(sample.time_ms, sample.device_bytes));
+    py::dict result;
+    result["spans"] = spans;
+    result["memory"] = memory;
+    result["budget_bytes"] = timeline.budget_bytes;
+    return result;
+  }
   std::vector<std::string> take_warnings() { return session_->take_warnings(); }
   void fail_recompute_after(std::int64_t n) { session_->fail_recompute_after(n); }
   std::size_t tracked_storages() const { return session_->tracked_storages(); }
@@ -628,10 +665,12 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Runtime>(m, "Runtime")
       .def(py::init<std::optional<std::int64_t>, std::optional<std::int64_t>, std::string, int,
-                    std::optional<std::string>, py::object, bool, std::int64_t, std::optional<double>>(),
+                    std::optional<std::string>, py::object, bool, std::int64_t, std::optional<double>,
+                    std::optional<double>, bool>(),
            py::arg("budget_bytes"), py::arg("host_capacity_bytes"), py::arg("planner"), py::arg("copy_engines"),
            py::arg("device"), py::arg("compute_stream"), py::arg("rewarm_once"),
-           py::arg("calibration_bytes"), py::arg("copy_bandwidth_gib_per_s") = py::none())
+           py::arg("calibration_bytes"), py::arg("copy_bandwidth_gib_per_s") = py::none(),
+           py::arg("emulated_copy_bandwidth_gib_per_s") = py::none(), py::arg("record_timeline") = false)
       .def("begin_step", &Runtime::begin_step)
       .def("end_step", &Runtime::end_step)
       .def("abort_step", &Runtime::abort_step)
@@ -654,6 +693,7 @@ PYBIND11_MODULE(_C, m) {
       .def("notes", &Runtime::notes)
       .def("stats", &Runtime::stats)
       .def("plan_summary", &Runtime::plan_summary)
+      .def("last_timeline", &Runtime::last_timeline)
       .def("take_warnings", &Runtime::take_warnings)
       .def("tracked_storages", &Runtime::tracked_storages)
       .def("_fail_recompute_after", &Runtime::fail_recompute_after, py::arg("n"),

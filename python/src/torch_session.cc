@@ -87,10 +87,18 @@ TorchStatus TorchSession::bind_device(c10::Device device) {
     HostBackendOptions host;
     host.device_capacity_bytes = std::max<std::int64_t>(std::int64_t{64} << 20, 2 * options_.calibration_bytes);
     host.copy_engines = options_.copy_engines;
+    host.emulated_copy_bandwidth_gib_per_s = options_.emulated_copy_bandwidth_gib_per_s;
     Result<std::unique_ptr<HostBackend>> backend = HostBackend::create(host);
     if (!backend) return std::unexpected(runtime_error(backend.error()));
     backend_ = std::move(*backend);
   } else if (device.is_cuda()) {
+    if (options_.emulated_copy_bandwidth_gib_per_s) {
+      return std::unexpected(TorchError{
+          ErrorKind::kInvalidConfig,
+          fmt::format("emulate_copy_bandwidth applies to CPU sessions only; this session would be bound to {}, whose "
+                      "copies run on its real link",
+                      device.str())});
+    }
     if (!stream_fn_) {
       return std::unexpected(TorchError{ErrorKind::kRuntime, "no way to ask PyTorch for the CUDA compute stream"});
     }
@@ -127,6 +135,7 @@ TorchStatus TorchSession::make_session() {
   options.calibration_bytes = options_.calibration_bytes;
   options.copy_bandwidth_gib_per_s = options_.copy_bandwidth_gib_per_s;
   options.rewarm = options_.rewarm;
+  options.record_timeline = options_.record_timeline;
   StorageRegistry* registry = registry_.get();
   options.rematerialize = [registry](StorageId id, std::int64_t size_bytes) {
     return registry->rematerialize(id, size_bytes);

@@ -110,6 +110,13 @@ struct TorchSessionOptions {
   // Plan for this copy bandwidth (GiB/s) instead of the measured one
   // (exec/warmup_executor.h).
   std::optional<double> copy_bandwidth_gib_per_s;
+  // CPU sessions only: the HostBackend's copies take bytes / this bandwidth
+  // (GiB/s; runtime/host_backend.h, Note [Emulated link]), so a CPU step runs
+  // in time as on a device with that link. A CUDA session refuses it.
+  std::optional<double> emulated_copy_bandwidth_gib_per_s;
+  // Record each replayed step's timeline (Session::last_timeline(), the
+  // simulator's schema), to compare a measured step with a simulated one.
+  RecordTimeline record_timeline = RecordTimeline::kNo;
 };
 
 // How ops run in the current step.

@@ -45,7 +45,7 @@ from models import GptDecoder  # noqa: E402
 # A smaller GptDecoder than models.GPT_SHAPE keeps a 2-process run on a shared
 # 2-core machine quick; same layout (embeddings, 2 pre-norm causal layers, head).
 SHAPE = dict(vocab=128, context=16, width=32, heads=4, layers=2, ffn=128, batch=4)
-STAT_KEYS = ("kind", "passthrough", "ops", "peak_resident_bytes", "budget_bytes", "offloaded_bytes", "d2h_count",
+STAT_KEYS = ("kind", "passthrough", "ops", "peak_resident_bytes", "peak_held_bytes", "budget_bytes", "offloaded_bytes", "d2h_count",
              "h2d_count", "h2d_bytes", "faults", "evictions", "end_restores", "resident_at_end_bytes")
 
 

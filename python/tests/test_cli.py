@@ -51,7 +51,7 @@ def test_validate_accepts_the_sessions_schedule_within_the_budget(captured):
     report = json.loads(run_cli("validate", trace_path, schedule_path, "--json").stdout)
     # The replay's measured peak is the validator's op-granular peak.
     assert report["peak_bytes"] <= budget
-    assert session.stats()["peak_resident_bytes"] <= budget
+    assert session.stats()["peak_held_bytes"] <= budget
 
 
 def test_plan_reproduces_the_sessions_schedule(captured, tmp_path):
@@ -91,6 +91,9 @@ def test_the_shipped_example_traces_describe_their_model_and_compare(name):
     assert meta["unplanned_peak_bytes"] == ho.unplanned_peak(document)
     assert document["memory_limit_bytes"] == meta["unplanned_peak_bytes"] // 2
     assert meta["replay_peak_resident_bytes"] <= document["memory_limit_bytes"]
+    # Held bytes (device memory in time) are recorded by captures made since
+    # the runtime counts them; the shipped files may predate it.
+    assert meta.get("replay_peak_held_bytes", 0) <= document["memory_limit_bytes"]
     result = run_cli("compare", path, "--budget", "50%", "--json")
     assert result.returncode == 0, result.stderr
     assert document["version"] == 2 and any(op.get("recomputable") for op in document["ops"])

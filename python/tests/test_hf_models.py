@@ -131,7 +131,7 @@ def test_training_is_bit_identical_within_the_budget(variant, planner, fraction)
     assert kinds == ["warmup"] + ["replay"] * (STEPS - 1)
     for step, r in enumerate(results):
         assert r.stats["budget_bytes"] == budget
-        assert r.stats["peak_resident_bytes"] <= budget, f"step {step} ({kinds[step]})"
+        assert r.stats["peak_held_bytes"] <= budget, f"step {step} ({kinds[step]})"
         assert r.stats["offloaded_bytes"] > 0, f"step {step} ({kinds[step]}): the budget binds"
     assert [r.stats["faults"] for r in results[1:]] == [0] * (STEPS - 1)
     assert session.schedule()["planner"] == planner
@@ -150,6 +150,9 @@ def test_the_shipped_example_traces_describe_their_model_and_compare(name):
     assert meta["unplanned_peak_bytes"] == ho.unplanned_peak(document)
     assert document["memory_limit_bytes"] == meta["unplanned_peak_bytes"] // 2
     assert meta["replay_peak_resident_bytes"] <= document["memory_limit_bytes"]
+    # Held bytes (device memory in time) are recorded by captures made since
+    # the runtime counts them; the shipped files may predate it.
+    assert meta.get("replay_peak_held_bytes", 0) <= document["memory_limit_bytes"]
     variant = name[len("hf_"):]
     if meta["transformers"] == transformers.__version__ and meta["torch"] == torch.__version__:
         assert meta["unplanned_peak_bytes"] == reference(variant)[3], "the shipped trace is stale: recapture it"

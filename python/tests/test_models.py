@@ -50,7 +50,7 @@ def test_training_is_bit_identical_within_half_the_activation_peak(case, planner
     kinds = [r.stats["kind"] for r in results]
     assert kinds == ["warmup", "replay", "replay"]
     for step, r in enumerate(results):
-        assert r.stats["peak_resident_bytes"] <= budget, f"step {step} ({kinds[step]})"
+        assert r.stats["peak_held_bytes"] <= budget, f"step {step} ({kinds[step]})"
         assert r.stats["offloaded_bytes"] > 0, "the budget binds: something is offloaded"
         assert r.stats["budget_bytes"] == budget
     # The plan hides every copy back: replays never demand-page.
@@ -95,7 +95,7 @@ def test_a_loop_whose_first_step_creates_the_gradients_warms_up_again_once():
     assert [r.stats["kind"] for r in results] == ["warmup", "warmup", "replay", "replay", "replay"]
     assert len(warned) == 1 and "below the unavoidable floor" in warned[0]
     for r in results[1:]:
-        assert r.stats["peak_resident_bytes"] <= budget
+        assert r.stats["peak_held_bytes"] <= budget
 
 
 def test_a_loop_that_resets_gradients_to_none_offloads_them_too():
@@ -110,7 +110,7 @@ def test_a_loop_that_resets_gradients_to_none_offloads_them_too():
     assert warned == []
     assert [r.stats["kind"] for r in results] == ["warmup", "replay", "replay"]
     for r in results:
-        assert r.stats["peak_resident_bytes"] <= budget
+        assert r.stats["peak_held_bytes"] <= budget
         assert r.stats["offloaded_bytes"] > 0
     # Every parameter's new .grad is retained by the step.
     retained = sum(s["size_bytes"] for s in session.trace()["storages"] if s["retained"])

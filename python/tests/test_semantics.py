@@ -82,7 +82,7 @@ def test_in_place_ops_and_views_stay_correct_while_offloaded(program_peak, plann
     stats = session.stats()
     assert stats["kind"] == "replay"
     assert stats["offloaded_bytes"] > 0
-    assert stats["peak_resident_bytes"] <= budget
+    assert stats["peak_held_bytes"] <= budget
 
 
 def test_in_place_ops_are_recorded_as_writes_and_views_share_their_storage():
@@ -207,7 +207,7 @@ def test_tensors_held_after_the_step_keep_their_data():
         for e, h in zip(expected_held, held):
             assert torch.equal(e, h)
         assert torch.equal(total, expected_total)
-        assert stats["peak_resident_bytes"] <= probe.floor_bytes()
+        assert stats["peak_held_bytes"] <= probe.floor_bytes()
 
 
 # ---- skip_offload ---------------------------------------------------------------------------
@@ -325,7 +325,7 @@ def assert_recovered_with_offloading(session, budget):
     assert stats["kind"] == "replay" and not stats["passthrough"]
     assert stats["offloaded_bytes"] > 0
     assert stats["h2d_count"] > 0
-    assert stats["peak_resident_bytes"] <= budget
+    assert stats["peak_held_bytes"] <= budget
 
 
 def test_a_step_that_raises_midway_is_aborted_and_the_next_step_is_correct():

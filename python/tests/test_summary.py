@@ -8,6 +8,7 @@ import torch
 
 import hyperoffload as ho
 from conftest import train
+from hyperoffload.session import _size
 from models import CASES
 
 
@@ -47,10 +48,19 @@ def test_the_summary_reports_the_plan_the_session_replays(caplog):
     assert line.startswith(f"hyperoffload: planned {plan['ops']} ops with peak: budget ")
     assert f"({plan['offload_count']} copies)" in line and "recomputes 0 B" in line
     assert f"simulated overhead {plan['overhead_percent']:.1f}%" in line
-    # One INFO line, after the warmup only (steps 2 and 3 replay).
+    # Then the last step's measured peaks: held (in time) and resident.
+    stats = session.stats()
+    held = stats["peak_held_bytes"]
+    assert stats["peak_resident_bytes"] <= held <= budget
+    assert line.endswith(f"; last step (replay): held peak {_size(held)}, resident peak "
+                         f"{_size(stats['peak_resident_bytes'])}, {stats['memory_wait_ms']:.3f} ms waiting for memory")
+    # One INFO line, after the warmup only (steps 2 and 3 replay): the same
+    # plan, and the warmup's peaks.
     records = [r for r in caplog.records if r.name == "hyperoffload"]
     assert [r.levelno for r in records] == [logging.INFO]
-    assert records[0].getMessage() == line
+    logged_plan, logged_step = records[0].getMessage().split("; last step ")
+    assert logged_plan == line.split("; last step ")[0]
+    assert logged_step.startswith("(warmup): held peak ")
 
 
 def test_without_a_budget_the_summary_says_nothing_is_offloaded():
@@ -60,8 +70,8 @@ def test_without_a_budget_the_summary_says_nothing_is_offloaded():
         (x.exp() * 2).sum().backward()
     plan = session.plan_summary()
     assert plan["budget_bytes"] is None and plan["offloaded_bytes"] == 0 and plan["offload_count"] == 0
-    assert session.summary().endswith(f"no budget, nothing offloaded; activation peak "
-                                      f"{plan['unplanned_peak_bytes'] / 1024:.2f} KiB")
+    assert f"no budget, nothing offloaded; activation peak {plan['unplanned_peak_bytes'] / 1024:.2f} KiB; " \
+           f"last step (warmup): held peak " in session.summary()
 
 
 def test_a_greedy_plan_over_the_budget_is_replaced_by_the_peak_planners():
@@ -83,7 +93,7 @@ def test_a_greedy_plan_over_the_budget_is_replaced_by_the_peak_planners():
     assert [r.stats["kind"] for r in results] == ["warmup", "replay", "replay"]
     for e, r in zip(eager, results):
         assert torch.equal(e.loss, r.loss)
-        assert r.stats["peak_resident_bytes"] <= budget and r.stats["offloaded_bytes"] > 0
+        assert r.stats["peak_held_bytes"] <= budget and r.stats["offloaded_bytes"] > 0
     notes = [n for n in session.notes() if 'planned with "peak"' in n]
     assert len(notes) == 1 and notes[0].startswith('planner "greedy" peaked at ')
     assert session.schedule()["planner"] == "peak"

@@ -101,6 +101,8 @@ def capture_once(name: str) -> tuple[ho.OffloadSession, dict]:
         budget="memory_limit_bytes = 50% of the unplanned peak",
         warmup_peak_resident_bytes=results[0].stats["peak_resident_bytes"],
         replay_peak_resident_bytes=results[1].stats["peak_resident_bytes"],
+        warmup_peak_held_bytes=results[0].stats["peak_held_bytes"],
+        replay_peak_held_bytes=results[1].stats["peak_held_bytes"],
         replay_offloaded_bytes=results[1].stats["offloaded_bytes"],
     )
     if hf:

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 
 #include "hyperoffload/runtime/host_backend.h"
 #include "hyperoffload/runtime/residency_manager.h"
@@ -14,11 +15,13 @@ namespace hyperoffload::testing {
 struct HostRuntime {
   explicit HostRuntime(std::int64_t device_capacity_bytes = 64 << 20,
                        std::int64_t host_capacity_bytes = std::int64_t{1} << 40,
-                       CopyEngines engines = CopyEngines::kTwo, std::int64_t spin_before_sleep_us = 50)
+                       CopyEngines engines = CopyEngines::kTwo, std::int64_t spin_before_sleep_us = 50,
+                       std::optional<double> emulated_link_gib_per_s = std::nullopt)
       : backend(std::move(*HostBackend::create({.device_capacity_bytes = device_capacity_bytes,
                                                 .device_alignment_bytes = 64,
                                                 .copy_engines = engines,
-                                                .spin_before_sleep_us = spin_before_sleep_us}))),
+                                                .spin_before_sleep_us = spin_before_sleep_us,
+                                                .emulated_copy_bandwidth_gib_per_s = emulated_link_gib_per_s}))),
         events(*backend),
         pool(*backend, {.capacity_bytes = host_capacity_bytes}),
         residency(*backend, pool, events) {}

@@ -117,6 +117,32 @@ TEST_F(CudaBackendTest, ResidencyManagerOffloadsPrefetchesAndFaultsOnTheDevice) 
   EXPECT_EQ(backend_->device_memory_stats().in_use_bytes, 0);
 }
 
+TEST_F(CudaBackendTest, UnderAHeldBudgetABindWaitsForTheD2HOfAReleasedBuffer) {
+  // Note [Held bytes]: budget two 64 MiB buffers. 1 is offloaded and released
+  // while its D2H runs (its buffer is held); binding 3 waits on the copy's
+  // event, frees 1's buffer, then allocates: the device never holds three.
+  EventPool events(*backend_);
+  PinnedHostPool pool(*backend_);
+  {
+    constexpr std::int64_t kBytes = 64 << 20;
+    ResidencyManager residency(*backend_, pool, events, ResidencyOptions{.held_budget_bytes = 2 * kBytes});
+    ASSERT_TRUE(residency.bind(1, kBytes));
+    ASSERT_TRUE(residency.bind(2, kBytes));
+    ASSERT_TRUE(residency.copy_d2h(1));
+    ASSERT_TRUE(residency.release_device(1));
+    ASSERT_TRUE(residency.bind(3, kBytes));
+    const ResidencyStats stats = residency.stats();
+    EXPECT_EQ(stats.peak_held_bytes, 2 * kBytes);
+    EXPECT_EQ(stats.over_budget_allocations, 0);
+    EXPECT_EQ(backend_->device_memory_stats().in_use_bytes, 2 * kBytes);
+    EXPECT_EQ(backend_->device_memory_stats().peak_bytes, 2 * kBytes);
+    ASSERT_TRUE(residency.reset());
+  }
+  ASSERT_TRUE(pool.drain());
+  ASSERT_TRUE(pool.trim());
+  EXPECT_EQ(backend_->device_memory_stats().in_use_bytes, 0);
+}
+
 TEST_F(CudaBackendTest, ASessionReplaysAPlanOnTheDevice) {
   // Ops are copies on the compute stream: op k copies activation k-1 into a
   // new activation k; activations 0 and 1 are read again by a last op, so they
@@ -160,7 +186,8 @@ TEST_F(CudaBackendTest, ASessionReplaysAPlanOnTheDevice) {
     ASSERT_TRUE(ended.has_value()) << ended.error().message;
   }
   EXPECT_GT(session->last_step_stats().d2h_bytes, 0);
-  EXPECT_LE(session->last_step_stats().peak_resident_bytes, 4 * kBytes);
+  EXPECT_LE(session->last_step_stats().peak_held_bytes, 4 * kBytes);
+  EXPECT_EQ(session->last_step_stats().over_budget_allocations, 0);
   ASSERT_TRUE(session->abort_step());
   EXPECT_EQ(backend_->device_memory_stats().in_use_bytes, 0);
 }

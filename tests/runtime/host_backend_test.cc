@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -215,6 +216,61 @@ TEST(HostBackend, RejectsAQueueCapacityThatIsNotAPowerOfTwo) {
     ASSERT_FALSE(backend.has_value()) << capacity;
     EXPECT_EQ(backend.error().code, ErrorCode::kInvalidArgument);
     EXPECT_THAT(backend.error().message, HasSubstr("must be a power of two in [2, 2^24]"));
+  }
+}
+
+TEST(HostBackend, AnEmulatedLinkMakesEachCopyTakeBytesOverBandwidthOnItsStreamNotTheCaller) {
+  // 1 MiB over a 0.05 GiB/s link: 2^20 / (0.05 * 2^30) s = 1/51.2 s = 19.53 ms
+  // per copy. Two copies queued back to back on the D2H stream take twice that
+  // (one link, FIFO); the caller only enqueues them.
+  constexpr std::int64_t kBytes = 1 << 20;
+  constexpr double kCopyMs = 1000.0 / 51.2;  // 19.53125
+  auto ms_since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+  auto backend = make_backend({.device_capacity_bytes = 4 << 20, .emulated_copy_bandwidth_gib_per_s = 0.05});
+  void* device = *backend->allocate_device(kBytes);
+  void* host = *backend->allocate_host(kBytes);
+  std::memset(device, 0x3c, kBytes);
+  const Stream d2h = backend->stream(StreamRole::kDeviceToHost);
+  const Event start = *backend->create_event();
+  const Event end = *backend->create_event();
+  const auto enqueue_start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(backend->record_event(start, d2h));
+  ASSERT_TRUE(backend->copy_async(d2h, host, device, kBytes, CopyKind::kDeviceToHost));
+  ASSERT_TRUE(backend->copy_async(d2h, host, device, kBytes, CopyKind::kDeviceToHost));
+  ASSERT_TRUE(backend->record_event(end, d2h));
+  EXPECT_LT(ms_since(enqueue_start), kCopyMs);  // the caller was not paced
+  ASSERT_TRUE(backend->synchronize_event(end));
+  Result<double> ms = backend->elapsed_ms(start, end);
+  ASSERT_TRUE(ms.has_value());
+  EXPECT_GE(*ms, 2 * kCopyMs);
+  EXPECT_LT(*ms, 2 * kCopyMs + 1000.0);  // generous: a loaded machine
+  EXPECT_EQ(static_cast<const unsigned char*>(host)[kBytes - 1], 0x3c);
+  // A copy on the compute stream (a fault) is synchronous: it paces the caller.
+  const auto fault_start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(backend->copy_async(backend->stream(StreamRole::kCompute), device, host, kBytes,
+                                  CopyKind::kHostToDevice));
+  EXPECT_GE(ms_since(fault_start), kCopyMs);
+  // Device-to-device copies are not on the link.
+  void* other = *backend->allocate_device(kBytes);
+  const auto d2d_start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(backend->copy_async(backend->stream(StreamRole::kCompute), other, device, kBytes,
+                                  CopyKind::kDeviceToDevice));
+  EXPECT_LT(ms_since(d2d_start), kCopyMs);
+  ASSERT_TRUE(backend->destroy_event(start));
+  ASSERT_TRUE(backend->destroy_event(end));
+  ASSERT_TRUE(backend->free_device(other));
+  ASSERT_TRUE(backend->free_device(device));
+  ASSERT_TRUE(backend->free_host(host));
+}
+
+TEST(HostBackend, RejectsAnEmulatedLinkThatIsNotAPositiveFiniteBandwidth) {
+  for (double link : {0.0, -1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    Result<std::unique_ptr<HostBackend>> backend = HostBackend::create({.emulated_copy_bandwidth_gib_per_s = link});
+    ASSERT_FALSE(backend.has_value()) << link;
+    EXPECT_EQ(backend.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_THAT(backend.error().message, HasSubstr("emulated_copy_bandwidth_gib_per_s must be a finite number > 0"));
   }
 }
 

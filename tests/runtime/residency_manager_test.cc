@@ -250,6 +250,110 @@ TEST_F(ResidencyManagerTest, AnAllocationThatDoesNotFitWaitsForDeferredFrees) {
   EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
 }
 
+TEST_F(ResidencyManagerTest, HeldBytesCountABufferUntilItsD2HHasReadIt) {
+  // Note [Held bytes]: released at once (resident 0), held until the copy ran.
+  ASSERT_TRUE(residency_->bind(1, 4096));
+  Gate gate;
+  block(StreamRole::kDeviceToHost, gate);
+  ASSERT_TRUE(residency_->copy_d2h(1));
+  ASSERT_TRUE(residency_->release_device(1));
+  EXPECT_EQ(residency_->resident_bytes(), 0);
+  EXPECT_EQ(residency_->held_bytes(), 4096);
+  gate.open();
+  ASSERT_TRUE(backend_->synchronize_stream(backend_->stream(StreamRole::kDeviceToHost)));
+  ASSERT_TRUE(residency_->poll());
+  EXPECT_EQ(residency_->held_bytes(), 0);
+  EXPECT_EQ(residency_->stats().peak_held_bytes, 4096);
+  expect_nothing_held();
+}
+
+TEST_F(ResidencyManagerTest, UnderAHeldBudgetAnAllocationWaitsForTheOldestDeferredFreesItNeedsOnly) {
+  // Budget 3072 = three 1024-byte storages. 1 and 2 are offloaded and
+  // released while the D2H stream is held by gate A (before 1's copy) and
+  // gate B (between 1's and 2's): held stays 3072 (1024 resident + 2048
+  // deferred). Binding 4 needs 1024 more: it waits for the oldest deferred
+  // free, 1's (a thread opens gate A), which is enough — held 2048 + 1024 =
+  // 3072 — and does not wait for 2's, still behind gate B.
+  residency_->set_held_budget(3072);
+  for (StorageId id : {1, 2, 3}) ASSERT_TRUE(residency_->bind(id, 1024));
+  Gate a, b;
+  block(StreamRole::kDeviceToHost, a);
+  ASSERT_TRUE(residency_->copy_d2h(1));
+  block(StreamRole::kDeviceToHost, b);
+  ASSERT_TRUE(residency_->copy_d2h(2));
+  ASSERT_TRUE(residency_->release_device(1));
+  ASSERT_TRUE(residency_->release_device(2));
+  EXPECT_EQ(residency_->held_bytes(), 3072);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    a.open();
+  });
+  Result<void*> fourth = residency_->bind(4, 1024);
+  opener.join();
+  ASSERT_TRUE(fourth.has_value()) << fourth.error().message;
+  const ResidencyStats stats = residency_->stats();
+  EXPECT_EQ(stats.held_bytes, 3072);       // 3, 4 resident; 2 deferred
+  EXPECT_EQ(stats.peak_held_bytes, 3072);  // never above the budget
+  EXPECT_EQ(stats.pending_device_frees, 1);
+  EXPECT_EQ(backend_->device_memory_stats().in_use_bytes, 3072);
+  EXPECT_EQ(backend_->device_memory_stats().peak_bytes, 3072);
+  EXPECT_GT(stats.memory_wait_ms, 0.0);
+  EXPECT_EQ(stats.over_budget_allocations, 0);
+  b.open();
+  expect_nothing_held();
+}
+
+TEST_F(ResidencyManagerTest, WithNothingToWaitForAnAllocationGoesOverTheHeldBudgetAndIsCounted) {
+  // Budget 1000 < one 1024-byte storage: nothing is pending, so it goes ahead
+  // (never a deadlock) and is counted.
+  residency_->set_held_budget(1000);
+  ASSERT_TRUE(residency_->bind(1, 1024));
+  EXPECT_EQ(residency_->stats().over_budget_allocations, 1);
+  EXPECT_EQ(residency_->stats().peak_held_bytes, 1024);
+  EXPECT_EQ(residency_->stats().memory_wait_ms, 0.0);
+  expect_nothing_held();
+}
+
+TEST_F(ResidencyManagerTest, AReservationMakesRoomFirstAndTheNextAllocationsTakeFromIt) {
+  // Budget 2048. Storage 1 (1024) is offloaded behind a gate and released:
+  // held 1024 (deferred). reserve(2048) must wait for its D2H; then an
+  // adopted 1024-byte output and a bound 1024-byte one take the reservation
+  // (no wait, held stays 2048); a third allocation has no reservation left
+  // and nothing to wait for: it goes over and is counted.
+  residency_->set_held_budget(2048);
+  ASSERT_TRUE(residency_->bind(1, 1024));
+  Gate gate;
+  block(StreamRole::kDeviceToHost, gate);
+  ASSERT_TRUE(residency_->copy_d2h(1));
+  ASSERT_TRUE(residency_->release_device(1));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    gate.open();
+  });
+  Status reserved = residency_->reserve(2048);
+  opener.join();
+  ASSERT_TRUE(reserved.has_value()) << reserved.error().message;
+  EXPECT_EQ(residency_->held_bytes(), 2048);
+  EXPECT_EQ(residency_->stats().reserved_bytes, 2048);
+  const double waited_ms = residency_->stats().memory_wait_ms;
+  EXPECT_GT(waited_ms, 0.0);
+  std::vector<unsigned char> caller_buffer(1024);
+  ASSERT_TRUE(residency_->adopt(2, 1024, AdoptedBuffer{caller_buffer.data(), {}}));
+  ASSERT_TRUE(residency_->bind(3, 1024));
+  EXPECT_EQ(residency_->held_bytes(), 2048);
+  EXPECT_EQ(residency_->stats().reserved_bytes, 0);
+  EXPECT_EQ(residency_->stats().memory_wait_ms, waited_ms);
+  EXPECT_EQ(residency_->stats().over_budget_allocations, 0);
+  ASSERT_TRUE(residency_->bind(4, 1024));
+  EXPECT_EQ(residency_->stats().over_budget_allocations, 1);
+  EXPECT_EQ(residency_->stats().peak_held_bytes, 3072);
+  ASSERT_TRUE(residency_->reserve(64));
+  residency_->cancel_reservation();
+  EXPECT_EQ(residency_->held_bytes(), 3072);
+  EXPECT_EQ(residency_->reserve(-1).error().code, ErrorCode::kInvalidArgument);
+  expect_nothing_held();
+}
+
 TEST_F(ResidencyManagerTest, OutOfMemoryAsksTheReclaimHookThenNamesTheStorage) {
   auto backend = std::move(*HostBackend::create({.device_capacity_bytes = 4096, .device_alignment_bytes = 64}));
   EventPool events(*backend);

@@ -33,6 +33,12 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
   action_storage.reserve(resolved.size());
   std::vector<std::int64_t> last_recompute_of(static_cast<std::size_t>(trace.op_count()), -1);
   std::vector<std::int64_t> last_recompute_read(static_cast<std::size_t>(trace.storage_count()), -1);
+  std::vector<std::int64_t> output_bytes(static_cast<std::size_t>(trace.op_count()), 0);
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    for (StorageIndex output : guide.outputs(op)) {
+      output_bytes[static_cast<std::size_t>(op)] += trace.storage(output).size_bytes;
+    }
+  }
   std::int64_t recomputes = 0;
   for (const ResolvedAction& action : resolved) {
     action_storage.push_back(action.storage);
@@ -61,6 +67,7 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
   plan->recompute_count_ = recomputes;
   plan->last_recompute_of_ = std::move(last_recompute_of);
   plan->last_recompute_read_ = std::move(last_recompute_read);
+  plan->output_bytes_ = std::move(output_bytes);
   return std::shared_ptr<const ReplayPlan>(std::move(plan));
 }
 
@@ -124,6 +131,9 @@ ReplayExecutor::ReplayExecutor(ResidencyManager& residency, std::shared_ptr<cons
       options_(options),
       start_time_(std::chrono::steady_clock::now()),
       caller_of_(static_cast<std::size_t>(plan_->trace().storage_count()), kUnbound) {
+  // Note [Held bytes] in runtime/residency_manager.h: the step holds the
+  // trace's budget in time, as the capped simulation of the plan does.
+  residency_.set_held_budget(plan_->trace().memory_limit_bytes());
   residency_.reset_peak();
   start_stats_ = residency_.stats();
   residency_.set_record_copies(recording() ? RecordCopies::kYes : RecordCopies::kNo);
@@ -132,6 +142,8 @@ ReplayExecutor::ReplayExecutor(ResidencyManager& residency, std::shared_ptr<cons
 }
 
 ReplayExecutor::~ReplayExecutor() {
+  residency_.cancel_reservation();
+  residency_.set_held_budget(std::nullopt);
   residency_.set_record_copies(RecordCopies::kNo);
   residency_.take_spans();
 }
@@ -161,7 +173,7 @@ Result<StorageIndex> ReplayExecutor::traced_index(StorageId caller_id, std::stri
 
 void ReplayExecutor::sample_memory() {
   if (!recording()) return;
-  const std::int64_t bytes = residency_.resident_bytes();
+  const std::int64_t bytes = residency_.held_bytes();
   if (bytes == last_sampled_bytes_) return;
   last_sampled_bytes_ = bytes;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_time_).count();
@@ -260,9 +272,17 @@ Status ReplayExecutor::run_recompute(const Action& action) {
     }
     call.outputs_.push_back(out);
   }
+  // Its regenerated outputs are allocated when it is issued: room first
+  // (Note [Held bytes]), as the capped simulation has it.
+  if (Status reserved = residency_.reserve(needed_bytes); !reserved) {
+    return std::unexpected(in_context(std::move(reserved.error()), context()));
+  }
+  sample_memory();
   Stream compute = residency_.backend().stream(StreamRole::kCompute);
   HO_ASSIGN_OR_RETURN(Fence start, residency_.events().record(compute));
-  if (Status ran = options_.recompute(call); !ran) return std::unexpected(in_context(std::move(ran.error()), context()));
+  Status ran = options_.recompute(call);
+  residency_.cancel_reservation();
+  if (!ran) return std::unexpected(in_context(std::move(ran.error()), context()));
   for (std::size_t j = 0; j < call.outputs_.size(); ++j) {
     if (call.outputs_[j].needed && !call.outputs_[j].regenerated) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -317,6 +337,12 @@ Status ReplayExecutor::on_op_begin(std::string_view name, std::span<const Storag
     if (auto ptr = residency_.device_ptr(id, access); !ptr) {
       return std::unexpected(in_context(std::move(ptr.error()), fmt::format("{}: input storage {}", op_label(), id)));
     }
+  }
+  // The framework allocates the op's outputs while it runs and hands them over
+  // at on_op_end; their room is made now, before the op starts, as the capped
+  // simulation allocates an op's first accesses when it starts.
+  if (Status reserved = residency_.reserve(plan_->output_bytes(op_)); !reserved) {
+    return std::unexpected(in_context(std::move(reserved.error()), op_label()));
   }
   if (recording()) {
     sample_memory();
@@ -386,6 +412,7 @@ Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
     traced_of_.emplace(output.id, traced);
   }
   HO_RETURN_IF_ERROR(current_allocated_.check_all_claimed([this] { return op_label(); }));
+  residency_.cancel_reservation();  // what the outputs did not take (0-byte outputs take nothing)
   const std::span<const StorageIndex> expected_mutated = plan_->guide().mutated(op_);
   bool same = mutated.size() == expected_mutated.size();
   for (std::size_t i = 0; i < mutated.size(); ++i) {

@@ -25,11 +25,22 @@
 // than traced or ends early, an op's inputs, output count, output sizes or
 // mutated inputs differ. Dynamic regions belong in skip_offload (one opaque op).
 //
+// Held bytes. The step keeps the trace's memory limit (the warmup's budget) in
+// time, as the capped simulation of the plan does (runtime/residency_manager.h,
+// Note [Held bytes]): a prefetch's buffer is allocated when its copy_h2d runs,
+// a fault's when the op readies its inputs, a recompute's regenerated outputs
+// are reserved before the framework re-runs the op, and an op's outputs —
+// sizes known from the trace — are reserved before it runs (the framework
+// allocates them inside the op); each waits, when the budget is full, for the
+// copies whose buffers are still held (oldest first). StepStats::peak_held_bytes
+// and memory_wait_ms say what it held and how long it waited.
+//
 // With RecordTimeline::kYes it records a Timeline in the simulator's schema
 // (ir/timeline.h): op spans on the compute lane, stalls and faults there too,
 // copies on the copy lanes (D2H on kCopy0; H2D on kCopy1 with two copy
-// engines), resident-bytes samples at every change. Times are milliseconds
-// since the step began: event times for spans, host time for memory samples.
+// engines), held-bytes samples at every change (the capped simulation's
+// allocated bytes). Times are milliseconds since the step began: event times
+// for spans, host time for memory samples.
 //
 // Thread-safety: one thread drives it (see StepHooks).
 #pragma once
@@ -85,6 +96,8 @@ class ReplayPlan {
   std::int64_t last_recompute_read(StorageIndex s) const {
     return last_recompute_read_[static_cast<std::size_t>(s)];
   }
+  // Bytes of the storages `op` produces (its outputs in the guide).
+  std::int64_t output_bytes(OpIndex op) const { return output_bytes_[static_cast<std::size_t>(op)]; }
 
  private:
   ReplayPlan(Trace trace, ReplayGuide guide, Schedule schedule);
@@ -96,6 +109,7 @@ class ReplayPlan {
   std::int64_t recompute_count_ = 0;
   std::vector<std::int64_t> last_recompute_of_;    // by op
   std::vector<std::int64_t> last_recompute_read_;  // by storage
+  std::vector<std::int64_t> output_bytes_;         // by op
 };
 
 struct ReplayOptions {

@@ -188,6 +188,16 @@ Status Session::finish_replay() {
   ++replays_since_warmup_;
   last_stats_ = replayed->stats;
   last_timeline_ = std::move(replayed->timeline);
+  if (last_stats_.over_budget_allocations > 0 && !replay_over_budget_noted_ && options_.budget_bytes) {
+    // Once per session: a replay that holds more than its plan knows of does
+    // so every step.
+    replay_over_budget_noted_ = true;
+    notes_.push_back(fmt::format(
+        "replay step {} held up to {} ({} bytes) of device memory, above the budget of {}: {} allocations went "
+        "ahead with no copy left to wait for (the step holds memory its plan does not know of)",
+        steps_completed_, format_bytes(last_stats_.peak_held_bytes), last_stats_.peak_held_bytes,
+        format_bytes(*options_.budget_bytes), last_stats_.over_budget_allocations));
+  }
   return ok_status();
 }
 

@@ -146,7 +146,8 @@ class Session final : public StepHooks {
   // one, otherwise the offload-only floor (plan/planner.h, offload_floor).
   // Set also when planning failed because the budget is below it.
   const std::optional<UnavoidableFloor>& floor() const { return floor_; }
-  // Notes from the warmup (bandwidth calibration) and the planner.
+  // Notes from the warmup (bandwidth calibration, held bytes over the budget),
+  // the planner, and the first replay that held more than the budget.
   const std::vector<std::string>& notes() const { return notes_; }
   // Stats of the last completed step.
   const StepStats& last_step_stats() const { return last_stats_; }
@@ -198,6 +199,7 @@ class Session final : public StepHooks {
   StepKind step_kind_ = StepKind::kWarmup;  // of the last step begun
   std::int64_t replays_since_warmup_ = 0;   // completed
   bool rewarm_used_ = false;
+  bool replay_over_budget_noted_ = false;  // a replay went over the budget (notes_)
 };
 
 }  // namespace hyperoffload

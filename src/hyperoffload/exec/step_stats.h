@@ -16,6 +16,17 @@ struct StepStats {
   // Resident bytes of tracked storages, measured by the runtime at every
   // change (so it includes transients inside an op's action list).
   std::int64_t peak_resident_bytes = 0;
+  // Device bytes held for tracked storages in time (runtime/residency_manager.h,
+  // Note [Held bytes]): resident ones, buffers whose free waits for a copy,
+  // outputs reserved before their op runs. What an out-of-memory depends on;
+  // at most the budget whenever the budget is at or above the floor and the
+  // step holds no memory the plan does not know of (over_budget_allocations).
+  std::int64_t peak_held_bytes = 0;
+  // Host time the step's thread waited for copies to finish so that their
+  // buffers could be freed to make room (the capped device's memory stall).
+  double memory_wait_ms = 0.0;
+  // Allocations that went over the budget with no copy left to wait for.
+  std::int64_t over_budget_allocations = 0;
   std::int64_t resident_at_end_bytes = 0;
   std::int64_t peak_host_bytes = 0;  // bytes of host copies
   std::int64_t d2h_count = 0;        // effective copies (no-op copies excluded)

@@ -40,6 +40,10 @@ Result<std::unique_ptr<WarmupExecutor>> WarmupExecutor::start(ResidencyManager& 
 
 WarmupExecutor::WarmupExecutor(ResidencyManager& residency, WarmupOptions options)
     : residency_(residency), options_(options), start_time_(std::chrono::steady_clock::now()) {
+  // Note [Held bytes] in runtime/residency_manager.h: evictions make resident
+  // room; each allocation then waits, when the budget is full, for the
+  // evictions' copies to finish so their buffers are freed.
+  residency_.set_held_budget(options_.budget_bytes);
   residency_.reset_peak();
   start_stats_ = residency_.stats();
   residency_.set_record_copies(RecordCopies::kYes);
@@ -47,6 +51,7 @@ WarmupExecutor::WarmupExecutor(ResidencyManager& residency, WarmupOptions option
 }
 
 WarmupExecutor::~WarmupExecutor() {
+  residency_.set_held_budget(std::nullopt);
   residency_.set_reclaimer({});
   residency_.set_record_copies(RecordCopies::kNo);
   residency_.take_spans();
@@ -354,6 +359,13 @@ Result<WarmupResult> WarmupExecutor::finish() {
   result.stats = internal::step_stats_between(StepKind::kWarmup, static_cast<OpIndex>(ops_.size()), start_stats_,
                                              residency_.stats(), restores.count, restores.bytes, start_time_);
   result.stats.evictions = evictions_;
+  if (result.stats.over_budget_allocations > 0 && options_.budget_bytes) {
+    result.notes.push_back(fmt::format(
+        "the warmup held up to {} bytes of device memory, above the budget of {} bytes: {} allocations went ahead "
+        "with no copy left to wait for (the budget is below the step's floor: an op's own storages, or the ones "
+        "held at the end of the step, do not fit in it)",
+        result.stats.peak_held_bytes, *options_.budget_bytes, result.stats.over_budget_allocations));
+  }
   return result;
 }
 

@@ -16,6 +16,13 @@
 //    under the same rule, and retries; it fails only when nothing is left to
 //    evict. So with the emulated device's capacity set to the budget, the step
 //    runs within it.
+//  - An eviction's buffer stays held until its D2H has read it (Note [Held
+//    bytes] in runtime/residency_manager.h). The budget is the residency
+//    manager's held budget during the step: each allocation above (an output,
+//    a page-in, an adopted output) first waits for the evictions' copies, oldest
+//    first, until it fits — so held bytes, not only resident ones, stay within
+//    the budget whenever one op's own storages fit in it. Otherwise the
+//    allocation goes ahead over it and a note says so.
 //
 // finish() returns the trace (memory limit = the budget; D2H and H2D bandwidth
 // measured from the step's copies, or from a short calibration copy for a

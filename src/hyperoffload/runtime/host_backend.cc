@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,11 @@
 #include <variant>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
+#include "hyperoffload/ir/ids.h"
 #include "hyperoffload/runtime/internal/mpsc_ring.h"
 
 namespace hyperoffload {
@@ -37,6 +43,9 @@ struct RecordNode {
   // node is shared.
   WorkerStream* stream = nullptr;
   std::uint64_t target = 0;
+  // When the record was enqueued on a stream with an emulated link (Note
+  // [Emulated link]): its time is then the link's virtual time.
+  Clock::time_point enqueued;
 };
 
 struct HostEvent {
@@ -50,6 +59,8 @@ struct CopyTask {
   void* dst = nullptr;
   const void* src = nullptr;
   std::size_t bytes = 0;
+  std::int64_t link_ns = 0;  // emulated duration on the link (Note [Emulated link]); 0: none
+  Clock::time_point enqueued;  // set only with link_ns > 0
 };
 struct RecordTask {
   std::shared_ptr<RecordNode> node;  // completed when the stream reaches it
@@ -92,6 +103,32 @@ bool spin_until(Ready ready, std::chrono::microseconds spin) {
 
 void wait_for(const RecordNode& node);
 
+// Note [Emulated link]: with HostBackendOptions::emulated_copy_bandwidth_gib_per_s
+// a device↔host copy takes bytes / bandwidth on its stream's link. Copies on
+// one stream are one link of that bandwidth, FIFO, as a copy engine is in the
+// simulator's model: a copy starts on the link when it was enqueued, the
+// previous copy has left the link and the stream's earlier waits have
+// returned, whichever is last, and ends bytes / bandwidth later (its memcpy
+// runs inside that window; a slower memcpy is not hidden). The link's clock
+// is virtual: the thread sleeps until the copy's end, and when it wakes late
+// (on a loaded machine a sleeping thread is woken milliseconds late, and a
+// yield hands the core away for a whole time slice) the next copies still
+// start at the previous one's end on the link, not at the late wake-up, so
+// lateness does not add up along the queue; a copy whose end has passed
+// already runs at once. Event records on the stream take the same virtual
+// time (at most the real one), so a copy's span between two records is its
+// time on the link. The worker threads' timer slack is 1 µs, so a sleep ends
+// on time when the core is free. A copy on the compute stream (a fault) runs
+// on the caller, from when it is called.
+void sleep_until(Clock::time_point end) {
+  if (Clock::now() < end) std::this_thread::sleep_until(end);
+}
+
+void run_copy(const CopyTask& copy, Clock::time_point link_start) {
+  std::memcpy(copy.dst, copy.src, copy.bytes);
+  if (copy.link_ns > 0) sleep_until(link_start + std::chrono::nanoseconds(copy.link_ns));
+}
+
 // Note [Spin before sleep]: a waiter (a worker with an empty queue, a thread
 // synchronizing, a producer facing a full queue) first polls for `spin_`
 // (pausing, then yielding), then sleeps on a condition variable. Copies come
@@ -125,8 +162,8 @@ void wait_for(const RecordNode& node);
 // its record (RecordNode::target).
 class WorkerStream {
  public:
-  WorkerStream(std::chrono::microseconds spin, std::size_t queue_capacity)
-      : spin_(spin), ring_(queue_capacity), thread_([this] { run(); }) {}
+  WorkerStream(std::chrono::microseconds spin, std::size_t queue_capacity, bool emulated_link)
+      : spin_(spin), ring_(queue_capacity), emulated_link_(emulated_link), thread_([this] { run(); }) {}
   ~WorkerStream() {
     {
       std::lock_guard lock(mu_);
@@ -214,11 +251,18 @@ class WorkerStream {
     done_cv_.notify_all();
   }
 
-  static void execute(Task& task) {
+  void execute(Task& task) {
     switch (task.index()) {
       case 1: {
         const CopyTask& copy = *std::get_if<CopyTask>(&task);
-        std::memcpy(copy.dst, copy.src, copy.bytes);
+        if (copy.link_ns == 0) {
+          run_copy(copy, {});
+          return;
+        }
+        // Note [Emulated link]: the virtual link clock.
+        const Clock::time_point start = std::max({copy.enqueued, link_free_at_, ready_at_});
+        run_copy(copy, start);
+        link_free_at_ = start + std::chrono::nanoseconds(copy.link_ns);
         return;
       }
       case 2:
@@ -227,18 +271,34 @@ class WorkerStream {
       case 3: {
         RecordNode& node = *std::get_if<RecordTask>(&task)->node;
         node.time = Clock::now();
+        // Note [Emulated link]: on the link's virtual clock, so a copy's span
+        // between two records is its time on the link even when the worker
+        // reached the records late.
+        if (emulated_link_) node.time = std::min(node.time, std::max({node.enqueued, link_free_at_, ready_at_}));
         node.done.store(true, std::memory_order_release);
         return;
       }
-      case 4:
-        wait_for(*std::get_if<WaitTask>(&task)->node);
+      case 4: {
+        const RecordNode& node = *std::get_if<WaitTask>(&task)->node;
+        if (emulated_link_ && !node.done.load(std::memory_order_acquire) && node.stream != nullptr) {
+          wait_for(node);
+          ready_at_ = Clock::now();  // later copies start on the link no earlier
+          return;
+        }
+        wait_for(node);
         return;
+      }
       default:
         return;
     }
   }
 
   void run() {
+#if defined(__linux__)
+    // Note [Emulated link]: sleeps that pace the link end within 1 µs of their
+    // deadline, not the default 50 µs slack.
+    if (emulated_link_) (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+#endif
     std::uint64_t completed = 0;
     for (;;) {
       Task* task = ring_.front();
@@ -276,6 +336,10 @@ class WorkerStream {
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
   std::condition_variable space_cv_;
+  // The emulated link (Note [Emulated link]); the worker's own.
+  const bool emulated_link_;
+  Clock::time_point link_free_at_;  // when the last copy leaves the link
+  Clock::time_point ready_at_;      // when the last wait that blocked returned
   std::thread thread_;  // last: starts after the fields it uses
 };
 
@@ -294,11 +358,14 @@ class HostBackend::Impl {
  public:
   Impl(std::unique_ptr<DeviceArena> arena, const HostBackendOptions& options)
       : arena_(std::move(arena)),
+        link_ns_per_byte_(options.emulated_copy_bandwidth_gib_per_s
+                              ? 1e9 / (*options.emulated_copy_bandwidth_gib_per_s * static_cast<double>(kBytesPerGiB))
+                              : 0.0),
         spin_(options.spin_before_sleep_us),
         queue_capacity_(static_cast<std::size_t>(options.stream_queue_capacity)) {
-    streams_.push_back(std::make_unique<WorkerStream>(spin_, queue_capacity_));
+    streams_.push_back(std::make_unique<WorkerStream>(spin_, queue_capacity_, emulated_link()));
     if (options.copy_engines == CopyEngines::kTwo) {
-      streams_.push_back(std::make_unique<WorkerStream>(spin_, queue_capacity_));
+      streams_.push_back(std::make_unique<WorkerStream>(spin_, queue_capacity_, emulated_link()));
     }
     d2h_ = streams_.front().get();
     h2d_ = streams_.back().get();
@@ -359,10 +426,20 @@ class HostBackend::Impl {
       return;
     }
     node->stream = worker;
+    node->enqueued = Clock::now();
     node->target = worker->enqueue(RecordTask{node});
   }
 
+  // The emulated duration of a copy of `bytes` of `kind`, in ns (0: none).
+  std::int64_t link_ns(std::int64_t bytes, CopyKind kind) const {
+    if (link_ns_per_byte_ <= 0.0 || (kind != CopyKind::kDeviceToHost && kind != CopyKind::kHostToDevice)) return 0;
+    return std::max<std::int64_t>(1, std::llround(static_cast<double>(bytes) * link_ns_per_byte_));
+  }
+
+  bool emulated_link() const { return link_ns_per_byte_ > 0.0; }
+
   std::unique_ptr<DeviceArena> arena_;
+  const double link_ns_per_byte_;  // Note [Emulated link]; 0: no emulated link
   const std::chrono::microseconds spin_;
   const std::size_t queue_capacity_;
 
@@ -390,6 +467,12 @@ Result<std::unique_ptr<HostBackend>> HostBackend::create(const HostBackendOption
       DeviceArena::create(DeviceArenaOptions{options.device_capacity_bytes, options.device_alignment_bytes}));
   if (options.spin_before_sleep_us < 0) {
     return make_error(ErrorCode::kInvalidArgument, "host backend: spin_before_sleep_us must be >= 0");
+  }
+  if (const std::optional<double> link = options.emulated_copy_bandwidth_gib_per_s;
+      link && !(std::isfinite(*link) && *link > 0.0)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("host backend: emulated_copy_bandwidth_gib_per_s must be a finite number > 0, got {}",
+                                  *link));
   }
   const std::int64_t capacity = options.stream_queue_capacity;
   if (capacity < 2 || capacity > (std::int64_t{1} << 24) || (capacity & (capacity - 1)) != 0) {
@@ -460,14 +543,14 @@ Stream HostBackend::stream(StreamRole role) const {
 }
 
 Result<Stream> HostBackend::create_stream() {
-  auto stream = std::make_unique<WorkerStream>(impl_->spin_, impl_->queue_capacity_);
+  auto stream = std::make_unique<WorkerStream>(impl_->spin_, impl_->queue_capacity_, impl_->emulated_link());
   Stream handle = impl_->handle_of(stream.get());
   std::lock_guard lock(impl_->streams_mu_);
   impl_->streams_.push_back(std::move(stream));
   return handle;
 }
 
-Status HostBackend::copy_async(Stream stream, void* dst, const void* src, std::int64_t bytes, CopyKind /*kind*/) {
+Status HostBackend::copy_async(Stream stream, void* dst, const void* src, std::int64_t bytes, CopyKind kind) {
   if (bytes < 0) {
     return make_error(ErrorCode::kInvalidArgument, fmt::format("copy of {} bytes: size must be >= 0", bytes));
   }
@@ -476,11 +559,13 @@ Status HostBackend::copy_async(Stream stream, void* dst, const void* src, std::i
     return make_error(ErrorCode::kInvalidArgument, "copy: null source or destination");
   }
   HO_ASSIGN_OR_RETURN(WorkerStream * worker, impl_->resolve(stream));
+  CopyTask copy{dst, src, static_cast<std::size_t>(bytes), impl_->link_ns(bytes, kind), {}};
+  if (copy.link_ns > 0) copy.enqueued = Clock::now();
   if (worker == nullptr) {
-    std::memcpy(dst, src, static_cast<std::size_t>(bytes));
+    run_copy(copy, copy.enqueued);  // the compute stream is the caller (a fault: Note [Emulated link])
     return ok_status();
   }
-  worker->enqueue(CopyTask{dst, src, static_cast<std::size_t>(bytes)});
+  worker->enqueue(copy);
   return ok_status();
 }
 

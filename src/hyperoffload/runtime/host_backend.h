@@ -16,6 +16,10 @@
 //    `stream_queue_capacity` items; enqueueing onto a full one blocks until
 //    the worker frees a slot.
 //  - Page-locked host memory is ordinary 64-byte-aligned memory.
+//  - Optionally, an emulated copy link (emulated_copy_bandwidth_gib_per_s):
+//    every device→host and host→device copy then takes bytes / bandwidth —
+//    Note [Emulated link] in the .cc — so a CPU run behaves in time as a
+//    device with that link would.
 //
 //   Result<std::unique_ptr<HostBackend>> backend =
 //       HostBackend::create({.device_capacity_bytes = 64 << 20});
@@ -25,6 +29,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "hyperoffload/runtime/backend.h"
 #include "hyperoffload/runtime/device_arena.h"
@@ -43,6 +48,17 @@ struct HostBackendOptions {
   // worker frees a slot (as a full CUDA launch queue blocks the launching
   // thread). A power of two >= 2; each slot is one 64-byte cache line.
   std::int64_t stream_queue_capacity = 1024;
+  // Note [Emulated link]: when set (GiB/s, GiB = 2^30 bytes; finite, > 0), each
+  // device→host and host→device copy takes max(its memcpy, bytes / bandwidth).
+  // A copy on a worker stream paces that stream's thread (one FIFO link per
+  // copy stream: two with CopyEngines::kTwo, one shared with kOne), never the
+  // caller's, on a virtual link clock so that a late wake-up does not delay
+  // the copies queued behind it; a copy on the compute stream (a fault: a
+  // synchronous demand page, as the simulator models it) paces the caller,
+  // whose stream it is.
+  // Device-to-device and host-to-host copies are not on the link. nullopt
+  // (the default): copies take their memcpy time.
+  std::optional<double> emulated_copy_bandwidth_gib_per_s;
 };
 
 class HostBackend final : public Backend {

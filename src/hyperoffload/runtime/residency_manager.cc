@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 namespace hyperoffload {
@@ -42,6 +43,82 @@ Result<ResidencyManager::Entry*> ResidencyManager::find(StorageId id, const char
 void ResidencyManager::add_resident(std::int64_t bytes) {
   stats_.resident_bytes += bytes;
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
+  update_held();
+}
+
+void ResidencyManager::sub_resident(std::int64_t bytes) {
+  stats_.resident_bytes -= bytes;
+  update_held();
+}
+
+void ResidencyManager::update_held() {
+  stats_.held_bytes = stats_.resident_bytes + deferred_bytes_ + stats_.reserved_bytes;
+  stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, stats_.held_bytes);
+  stats_.pending_device_frees = static_cast<std::int64_t>(deferred_.size());
+}
+
+void ResidencyManager::push_deferred(DeferredFree free) {
+  ++stats_.deferred_frees;
+  deferred_bytes_ += free.size_bytes;
+  deferred_.push_back(std::move(free));
+  update_held();
+}
+
+// Note [Held bytes] in the header. The oldest deferred free is waited for
+// first: copies run FIFO per engine, so it is usually the first to pass, and
+// a poll after each wait completes any other that passed meanwhile.
+Status ResidencyManager::make_room(std::int64_t bytes) {
+  if (!options_.held_budget_bytes || bytes <= 0) return ok_status();
+  const std::int64_t budget = *options_.held_budget_bytes;
+  // Frees whose copies have passed are completed first even when the bytes
+  // fit: held bytes are then those of this moment (the capped simulation
+  // frees at the copy's end, not when the host next looks).
+  HO_RETURN_IF_ERROR(poll());
+  if (stats_.held_bytes + bytes <= budget) return ok_status();
+  if (stats_.held_bytes + bytes > budget && !deferred_.empty()) {
+    const auto start = std::chrono::steady_clock::now();
+    Status status = ok_status();
+    while (status && stats_.held_bytes + bytes > budget && !deferred_.empty()) {
+      DeferredFree free = std::move(deferred_.front());
+      deferred_.pop_front();
+      deferred_bytes_ -= free.size_bytes;
+      update_held();
+      for (const Fence& fence : free.fences) {
+        if (Status done = fence.wait(); !done && status) status = std::move(done);
+      }
+      if (Status done = complete_free(free); !done && status) status = std::move(done);
+      if (status) status = poll();
+    }
+    stats_.memory_wait_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    HO_RETURN_IF_ERROR(status);
+  }
+  if (stats_.held_bytes + bytes > budget) ++stats_.over_budget_allocations;
+  return ok_status();
+}
+
+Status ResidencyManager::take_room(std::int64_t size_bytes) {
+  if (size_bytes <= 0) return ok_status();
+  const std::int64_t taken = std::min(stats_.reserved_bytes, size_bytes);
+  HO_RETURN_IF_ERROR(make_room(size_bytes - taken));
+  stats_.reserved_bytes -= taken;
+  update_held();
+  return ok_status();
+}
+
+Status ResidencyManager::reserve(std::int64_t bytes) {
+  if (bytes < 0) {
+    return make_error(ErrorCode::kInvalidArgument, fmt::format("reserve of {} bytes: size is negative", bytes));
+  }
+  HO_RETURN_IF_ERROR(make_room(bytes));
+  stats_.reserved_bytes += bytes;
+  update_held();
+  return ok_status();
+}
+
+void ResidencyManager::cancel_reservation() {
+  stats_.reserved_bytes = 0;
+  update_held();
 }
 
 void ResidencyManager::add_host(std::int64_t bytes) {
@@ -69,6 +146,7 @@ Result<void*> ResidencyManager::bind(StorageId id, std::int64_t size_bytes) {
   }
   Entry entry;
   if (size_bytes > 0) {
+    HO_RETURN_IF_ERROR(take_room(size_bytes));
     HO_ASSIGN_OR_RETURN(entry.device, allocate_device(id, size_bytes));
   }
   void* ptr = entry.device;
@@ -89,6 +167,9 @@ Status ResidencyManager::adopt(StorageId id, std::int64_t size_bytes, AdoptedBuf
     return make_error(ErrorCode::kFailedPrecondition, fmt::format("adopt of storage {}: already bound", id));
   }
   HO_RETURN_IF_ERROR(poll());
+  // The buffer exists already; it is counted as held from now on (the replay
+  // reserved it before the op ran).
+  HO_RETURN_IF_ERROR(take_room(size_bytes));
   Entry entry;
   entry.device = buffer.device_ptr;
   entry.owner = Owner::kCaller;
@@ -117,7 +198,11 @@ Result<void*> ResidencyManager::allocate_device(StorageId id, std::int64_t size_
     }
     // The fallback ladder: memory awaiting a copy, then the reclaim hook.
     if (!deferred_.empty()) {
-      HO_RETURN_IF_ERROR(wait_deferred_frees());
+      const auto start = std::chrono::steady_clock::now();
+      Status waited = wait_deferred_frees();
+      stats_.memory_wait_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      HO_RETURN_IF_ERROR(waited);
       continue;
     }
     if (reclaim_) {
@@ -132,6 +217,7 @@ Result<void*> ResidencyManager::allocate_device(StorageId id, std::int64_t size_
 
 Status ResidencyManager::materialize(StorageId id, Entry& entry) {
   if (entry.size_bytes == 0) return ok_status();
+  HO_RETURN_IF_ERROR(take_room(entry.size_bytes));
   if (entry.caller_managed && options_.rematerialize) {
     HO_ASSIGN_OR_RETURN(AdoptedBuffer buffer, options_.rematerialize(id, entry.size_bytes));
     if (buffer.device_ptr == nullptr) {
@@ -231,6 +317,7 @@ Status ResidencyManager::regenerate_adopted(StorageId id, AdoptedBuffer buffer) 
                                   entry->size_bytes));
   }
   HO_RETURN_IF_ERROR(poll());
+  HO_RETURN_IF_ERROR(take_room(entry->size_bytes));
   entry->device = buffer.device_ptr;
   entry->owner = Owner::kCaller;
   entry->release = std::move(buffer.release);
@@ -337,9 +424,7 @@ Status ResidencyManager::free_device_buffer(Entry& entry, ReleaseCallback* callb
     if (callback_out != nullptr) *callback_out = std::move(free.release);
     return ok_status();
   }
-  ++stats_.deferred_frees;
-  deferred_.push_back(std::move(free));
-  stats_.pending_device_frees = static_cast<std::int64_t>(deferred_.size());
+  push_deferred(std::move(free));
   return ok_status();
 }
 
@@ -348,7 +433,7 @@ Status ResidencyManager::release_device(StorageId id) {
   if (!apply_release_device(entry->residency)) return ok_status();
   void* ptr = entry->device;
   ReleaseCallback callback;
-  stats_.resident_bytes -= entry->size_bytes;
+  sub_resident(entry->size_bytes);
   HO_RETURN_IF_ERROR(free_device_buffer(*entry, &callback));
   if (callback) callback(ptr);  // state is consistent before the caller's code runs
   return ok_status();
@@ -428,23 +513,34 @@ Status ResidencyManager::complete_free(DeferredFree& free) {
 
 Status ResidencyManager::poll() {
   if (deferred_.empty()) return ok_status();
-  // Completed frees are moved out first so callbacks run on a consistent list.
+  // Completed frees are moved out first so callbacks run on a consistent list;
+  // the rest keep their order (oldest first, Note [Held bytes]).
   std::vector<DeferredFree> ready;
-  for (std::size_t i = 0; i < deferred_.size();) {
-    bool passed = true;
+  std::size_t kept = 0;
+  Status polled = ok_status();
+  for (std::size_t i = 0; i < deferred_.size(); ++i) {
+    bool passed = polled.has_value();
     for (const Fence& fence : deferred_[i].fences) {
-      HO_ASSIGN_OR_RETURN(bool done, fence.completed());
-      passed = passed && done;
+      if (!passed) break;
+      Result<bool> done = fence.completed();
+      if (!done) {
+        polled = std::unexpected(std::move(done.error()));
+        passed = false;
+      } else {
+        passed = *done;
+      }
     }
     if (passed) {
+      deferred_bytes_ -= deferred_[i].size_bytes;
       ready.push_back(std::move(deferred_[i]));
-      deferred_[i] = std::move(deferred_.back());
-      deferred_.pop_back();
     } else {
-      ++i;
+      if (kept != i) deferred_[kept] = std::move(deferred_[i]);
+      ++kept;
     }
   }
-  stats_.pending_device_frees = static_cast<std::int64_t>(deferred_.size());
+  deferred_.resize(kept);
+  update_held();
+  HO_RETURN_IF_ERROR(polled);
   Status status = ok_status();
   for (DeferredFree& free : ready) {
     if (Status done = complete_free(free); !done && status) status = std::move(done);
@@ -453,9 +549,10 @@ Status ResidencyManager::poll() {
 }
 
 Status ResidencyManager::wait_deferred_frees() {
-  std::vector<DeferredFree> waiting;
+  std::deque<DeferredFree> waiting;
   waiting.swap(deferred_);
-  stats_.pending_device_frees = 0;
+  deferred_bytes_ = 0;
+  update_held();
   Status status = ok_status();
   for (DeferredFree& free : waiting) {
     for (const Fence& fence : free.fences) {
@@ -469,7 +566,7 @@ Status ResidencyManager::wait_deferred_frees() {
 Status ResidencyManager::forget(StorageId id) {
   HO_ASSIGN_OR_RETURN(Entry * entry, find(id, "forget"));
   Status status = ok_status();
-  if (apply_release_device(entry->residency)) stats_.resident_bytes -= entry->size_bytes;
+  if (apply_release_device(entry->residency)) sub_resident(entry->size_bytes);
   if (entry->device != nullptr) {
     if (entry->owner == Owner::kCaller) {
       // The buffer goes back to the caller, who may free it at once: the copies
@@ -505,6 +602,7 @@ Status ResidencyManager::reset() {
   keep_first(backend_.synchronize_stream(h2d_));
   for (StorageId id : tracked_ids()) keep_first(forget(id));
   keep_first(wait_deferred_frees());
+  cancel_reservation();
   spans_.clear();
   return status;
 }
@@ -541,6 +639,7 @@ ResidencyStats ResidencyManager::stats() const { return stats_; }
 
 void ResidencyManager::reset_peak() {
   stats_.peak_resident_bytes = stats_.resident_bytes;
+  stats_.peak_held_bytes = stats_.held_bytes;
   stats_.peak_host_bytes = stats_.host_bytes;
 }
 

@@ -36,6 +36,24 @@
 // failed backend call) leaves its storage as it was, giving back the host block
 // or device buffer taken for it (Note [Failed copies] in the .cc).
 //
+// Note [Held bytes]: resident bytes say which storages have a device copy;
+// *held* bytes say how much device memory the step holds for its tracked
+// storages at this moment: the resident ones (a buffer being prefetched into
+// included), the buffers whose free waits for a copy still reading or writing
+// them (deferred frees) and the bytes reserved for outputs about to be made
+// (reserve()). A user's out-of-memory depends on held bytes. With a held budget
+// (ResidencyOptions::held_budget_bytes, set_held_budget), every allocation for a
+// tracked storage — bind, adopt, an H2D's or a fault's buffer, a regenerated
+// output, a reservation — first makes room: while held + the new bytes exceed
+// the budget it waits for the deferred frees, oldest first, only as many as
+// needed, and completes them. These are the capped device's semantics
+// (model/capped_memory.h, DeviceMemory::kBudget), which the simulator plays.
+// It waits only on copies already enqueued, so it never deadlocks: with no
+// deferred free left, the allocation goes ahead over the budget (a budget below
+// the floor, or memory the plan does not know of) and is counted
+// (ResidencyStats::over_budget_allocations). The time the calling thread spent
+// waiting is ResidencyStats::memory_wait_ms.
+//
 //   ResidencyManager residency(backend, pool, events);
 //   void* dev = *residency.bind(/*id=*/7, /*size_bytes=*/4096);
 //   ... the producer op writes dev on the compute stream ...
@@ -51,6 +69,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <span>
@@ -99,6 +118,9 @@ enum class RecordCopies : std::uint8_t { kNo, kYes };
 struct ResidencyOptions {
   RematerializeFn rematerialize;  // optional
   RecordCopies record_copies = RecordCopies::kNo;
+  // Limit on held device bytes (Note [Held bytes]), bytes >= 0; nullopt: no
+  // limit (allocations never wait for deferred frees unless the backend is full).
+  std::optional<std::int64_t> held_budget_bytes;
 };
 
 struct ResidencyStats {
@@ -117,6 +139,17 @@ struct ResidencyStats {
   std::int64_t regenerated_bytes = 0;
   std::int64_t deferred_frees = 0;        // device frees that waited for a copy
   std::int64_t pending_device_frees = 0;  // deferred frees not yet done
+  // Note [Held bytes]: resident + deferred-free + reserved bytes, now and at
+  // their peak (since construction or reset_peak()).
+  std::int64_t held_bytes = 0;
+  std::int64_t peak_held_bytes = 0;
+  std::int64_t reserved_bytes = 0;  // reserve()d and not yet taken
+  // Time the calling thread waited for deferred frees to make room (for the
+  // held budget, or for a backend allocation that failed), milliseconds.
+  double memory_wait_ms = 0.0;
+  // Allocations that went over the held budget with no deferred free left to
+  // wait for.
+  std::int64_t over_budget_allocations = 0;
 };
 
 // One timed transfer or wait, for timelines. `start` and `end` are fences on
@@ -174,6 +207,19 @@ class ResidencyManager {
   Result<void*> regenerate(StorageId id);
   Status regenerate_adopted(StorageId id, AdoptedBuffer buffer);
 
+  // ---- Held bytes (Note [Held bytes]) -----------------------------------------------
+  // Makes room for `bytes` (>= 0) under the held budget and holds them for the
+  // next allocations (bind, adopt, materialising a storage, regenerate*), which
+  // take from the reservation before making room for the rest. Used by the
+  // replay for an op's outputs before it runs (the framework allocates them
+  // inside the op) and for a recompute's regenerated outputs. Reservations add
+  // up; cancel_reservation() drops what is left.
+  Status reserve(std::int64_t bytes);
+  void cancel_reservation();
+  // Sets or clears the held budget (ResidencyOptions::held_budget_bytes).
+  void set_held_budget(std::optional<std::int64_t> budget_bytes) { options_.held_budget_bytes = budget_bytes; }
+  std::optional<std::int64_t> held_budget() const { return options_.held_budget_bytes; }
+
   // ---- Use --------------------------------------------------------------------
   Result<void*> device_ptr(StorageId id, DeviceAccess access = DeviceAccess::kReadWrite);
   // Non-blocking: completes deferred frees whose copies have finished (and runs
@@ -187,6 +233,7 @@ class ResidencyManager {
   bool has_current_host_copy(StorageId id) const;
   std::optional<std::int64_t> size_bytes(StorageId id) const;
   std::int64_t resident_bytes() const { return stats_.resident_bytes; }
+  std::int64_t held_bytes() const { return stats_.held_bytes; }
   // Ids of the storages tracked now, in no particular order.
   std::vector<StorageId> tracked_ids() const;
   ResidencyStats stats() const;
@@ -249,7 +296,16 @@ class ResidencyManager {
   Status free_device_buffer(Entry& entry, ReleaseCallback* callback_out);
   Status complete_free(DeferredFree& free);
   Status wait_deferred_frees();
+  // Note [Held bytes]: waits for deferred frees, oldest first, until `bytes`
+  // more fit under the held budget (or none is left).
+  Status make_room(std::int64_t bytes);
+  // Makes room for a new buffer of `size_bytes` for a tracked storage, taking
+  // the reservation first. Call before the allocation; add_resident() after.
+  Status take_room(std::int64_t size_bytes);
+  void push_deferred(DeferredFree free);
   void add_resident(std::int64_t bytes);
+  void sub_resident(std::int64_t bytes);
+  void update_held();
   void add_host(std::int64_t bytes);
   Result<Fence> start_span(Stream stream);
   Status end_span(SpanKind kind, StorageId id, std::int64_t bytes, Fence start, Stream stream);
@@ -264,7 +320,8 @@ class ResidencyManager {
   Stream d2h_;
   Stream h2d_;
   std::unordered_map<StorageId, Entry> entries_;
-  std::vector<DeferredFree> deferred_;
+  std::deque<DeferredFree> deferred_;  // oldest first
+  std::int64_t deferred_bytes_ = 0;    // sum of deferred_'s sizes
   std::vector<TimedSpan> spans_;
   ResidencyStats stats_;
 };

@@ -35,6 +35,9 @@ inline StepStats step_stats_between(StepKind kind, OpIndex ops, const ResidencyS
   stats.kind = kind;
   stats.ops = ops;
   stats.peak_resident_bytes = now.peak_resident_bytes;
+  stats.peak_held_bytes = now.peak_held_bytes;
+  stats.memory_wait_ms = now.memory_wait_ms - start.memory_wait_ms;
+  stats.over_budget_allocations = now.over_budget_allocations - start.over_budget_allocations;
   stats.resident_at_end_bytes = now.resident_bytes;
   stats.peak_host_bytes = now.peak_host_bytes;
   stats.d2h_count = now.d2h_count - start.d2h_count;
