@@ -3,7 +3,7 @@
 ::
 
     import hyperoffload as ho
-    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_mb=512, planner="peak"))
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_mib=512, planner="peak"))
     for step in range(steps):
         with session:              # step 1: warmup (trace + online eviction); later: replay the plan
             loss = model(x).sum()

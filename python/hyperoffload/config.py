@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Optional, Union
 
 import torch
 
-MIB = 1 << 20  # "MB" in sizes means MiB (2**20 bytes), as in PyTorch's memory reports
+MIB = 1 << 20  # MiB: 2**20 bytes; MB is 10**6 bytes, as in the CLI's --budget 512MB
 INTERCEPTIONS = ("auto", "dispatch_mode")
 # Byte counts are 64-bit signed integers in the runtime.
 MAX_BYTES = (1 << 63) - 1
@@ -25,35 +26,46 @@ def _byte_count(value, name: str) -> int:
     return value
 
 
-def _bytes_from(mb: Optional[float], exact: Optional[int], what: str) -> Optional[int]:
-    if mb is not None and exact is not None:
-        raise ValueError(f"give {what} in MB or in bytes, not both")
+def _bytes_from(mib: Optional[float], exact: Optional[int], what: str, mib_name: str = "mib") -> Optional[int]:
+    """Bytes from `what`_mib (or its deprecated name `what`_mb, `mib_name`) or `what`_bytes."""
+    if mib is not None and exact is not None:
+        raise ValueError(f"give {what} in MiB or in bytes, not both")
     if exact is not None:
         return _byte_count(exact, f"{what}_bytes")
-    if mb is not None:
-        if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not math.isfinite(mb):
-            raise ValueError(f"{what}_mb must be a finite number, got {mb!r}")
-        if mb < 0:
-            raise ValueError(f"{what}_mb must be >= 0, got {mb}")
-        # Compared before converting: 1e303 MB is a finite float whose bytes are not.
-        if mb * MIB > MAX_BYTES:
-            raise ValueError(f"{what}_mb must be at most 2**63 - 1 bytes ({MAX_BYTES / MIB:.6g} MB), got {mb}")
-        return int(mb * MIB)  # rounded down: the budget is a limit
+    if mib is not None:
+        name = f"{what}_{mib_name}"
+        if isinstance(mib, bool) or not isinstance(mib, (int, float)) or not math.isfinite(mib):
+            raise ValueError(f"{name} must be a finite number, got {mib!r}")
+        if mib < 0:
+            raise ValueError(f"{name} must be >= 0, got {mib}")
+        # Compared before converting: 1e303 MiB is a finite float whose bytes are not.
+        if mib * MIB > MAX_BYTES:
+            raise ValueError(f"{name} must be at most 2**63 - 1 bytes ({MAX_BYTES / MIB:.6g} MiB), got {mib}")
+        return int(mib * MIB)  # rounded down: the budget is a limit
     return None
+
+
+def _mib_or_deprecated_mb(mib: Optional[float], mb: Optional[float], what: str) -> tuple:
+    """The MiB value and the name it was given under (the `_mb` spelling is deprecated)."""
+    if mb is None:
+        return mib, "mib"
+    if mib is not None:
+        raise ValueError(f"give {what}_mib, not also its old name {what}_mb")
+    return mb, "mb"
 
 
 @dataclasses.dataclass(frozen=True)
 class OffloadConfig:
     """Configuration of an :class:`~hyperoffload.OffloadSession`.
 
-    Sizes are in MB (MiB, 2**20 bytes; fractions allowed) or, exactly, with the
+    Sizes are in MiB (2**20 bytes; fractions allowed) or, exactly, with the
     ``*_bytes`` alternatives.
 
     Attributes:
-        max_resident_activation_mb: limit on the bytes of activations (storages
+        max_resident_activation_mib: limit on the bytes of activations (storages
             produced inside a step) resident on the device at any time. ``None``:
             no limit — the session traces and replays but offloads nothing.
-        max_offload_activation_mb: limit on the pinned host memory holding
+        max_offload_activation_mib: limit on the pinned host memory holding
             offloaded activations. ``None``: no limit.
         planner: ``"hybrid"`` (the default: offloads and recomputes, whichever
             costs the step less; never slower in simulation than ``"peak"``,
@@ -112,8 +124,8 @@ class OffloadConfig:
             docs/PYTHON.md, "How ops are intercepted".
     """
 
-    max_resident_activation_mb: Optional[float] = None
-    max_offload_activation_mb: Optional[float] = None
+    max_resident_activation_mib: Optional[float] = None
+    max_offload_activation_mib: Optional[float] = None
     planner: str = "hybrid"
     copy_engines: int = 2
     max_resident_activation_bytes: Optional[int] = None
@@ -125,8 +137,16 @@ class OffloadConfig:
     copy_bandwidth_gib_per_s: Optional[float] = None
     emulate_copy_bandwidth: bool = False
     record_timeline: bool = False
+    # Deprecated names of the *_mib fields (they always meant MiB; MB is 10**6
+    # bytes everywhere in hyperoffload): a DeprecationWarning, same meaning.
+    max_resident_activation_mb: Optional[float] = None
+    max_offload_activation_mb: Optional[float] = None
 
     def __post_init__(self) -> None:
+        for what in ("max_resident_activation", "max_offload_activation"):
+            if getattr(self, f"{what}_mb") is not None:
+                warnings.warn(f"OffloadConfig({what}_mb=...) is renamed {what}_mib: the value is MiB (2**20 bytes); "
+                              f"MB means 10**6 bytes everywhere in hyperoffload", DeprecationWarning, stacklevel=3)
         # Validates eagerly, so a bad configuration fails where it is written:
         # a value of the wrong type is a TypeError, a wrong value a ValueError,
         # each naming the field (python/tests/test_properties.py checks both).
@@ -176,14 +196,16 @@ class OffloadConfig:
     @property
     def budget_bytes(self) -> Optional[int]:
         """The resident activation limit in bytes, or None."""
-        return _bytes_from(self.max_resident_activation_mb, self.max_resident_activation_bytes,
-                           "max_resident_activation")
+        mib, name = _mib_or_deprecated_mb(self.max_resident_activation_mib, self.max_resident_activation_mb,
+                                          "max_resident_activation")
+        return _bytes_from(mib, self.max_resident_activation_bytes, "max_resident_activation", name)
 
     @property
     def host_capacity_bytes(self) -> Optional[int]:
         """The offloaded (pinned host) activation limit in bytes, or None."""
-        return _bytes_from(self.max_offload_activation_mb, self.max_offload_activation_bytes,
-                           "max_offload_activation")
+        mib, name = _mib_or_deprecated_mb(self.max_offload_activation_mib, self.max_offload_activation_mb,
+                                          "max_offload_activation")
+        return _bytes_from(mib, self.max_offload_activation_bytes, "max_offload_activation", name)
 
     @property
     def emulated_copy_bandwidth_gib_per_s(self) -> Optional[float]:

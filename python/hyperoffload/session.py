@@ -102,7 +102,7 @@ class OffloadSession:
     ::
 
         session = hyperoffload.OffloadSession(
-            hyperoffload.OffloadConfig(max_resident_activation_mb=512, planner="peak"))
+            hyperoffload.OffloadConfig(max_resident_activation_mib=512, planner="peak"))
         for batch in loader:
             with session:          # step 1: warmup; later steps: replay the plan
                 loss = model(batch).sum()

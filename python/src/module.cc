@@ -550,9 +550,10 @@ class Runtime final : public OpHandler {
     summary["floor_bytes"] = session->floor() ? py::object(py::int_(session->floor()->bytes)) : py::object(py::none());
     summary["unplanned_peak_bytes"] = unplanned_peak(trace).bytes;
     summary["planned_peak_bytes"] = simulated.peak_bytes();
+    summary["planned_timed_peak_bytes"] = simulated.peak_bytes_timed;  // on the device that holds only the budget
     summary["offloaded_bytes"] = simulated.d2h_bytes;
     summary["offload_count"] = simulated.d2h_count;
-    summary["recomputed_bytes"] = validate_schedule(trace, schedule).regenerated_bytes;
+    summary["recomputed_bytes"] = simulated.validation.regenerated_bytes;
     summary["recompute_count"] = simulated.recompute_count;
     summary["recompute_ms"] = simulated.recompute_ms;
     summary["compute_ms"] = simulated.compute_ms;
@@ -727,6 +728,16 @@ PYBIND11_MODULE(_C, m) {
       },
       "Every planner name OffloadConfig.planner accepts: the heuristic planners in the order reports list them, "
       "then the MILP planner (\"optimal\", for small steps).");
+  m.def(
+      "defaults",
+      [] {
+        py::dict defaults;
+        defaults["planner"] = std::string(hyperoffload::kDefaultPlannerName);
+        defaults["rewarm_once"] = hyperoffload::kDefaultRewarmPolicy == hyperoffload::RewarmPolicy::kOnce;
+        defaults["memory_cap"] = std::string(hyperoffload::to_string(hyperoffload::kDefaultDeviceMemory));
+        return defaults;
+      },
+      "The library's defaults, each one constant in C++ (OffloadConfig's fields must equal them: a test checks).");
   m.def(
       "unplanned_peak",
       [](const std::string& trace_json) {

@@ -490,8 +490,7 @@ TorchStatus TorchSession::finish_runtime_step() {
     }
     return std::unexpected(std::move(reported));
   }
-  const std::optional<std::int64_t>& budget = options_.budget_bytes;
-  if (session_->schedule() == nullptr && session_->floor() && budget && session_->floor()->bytes > *budget) {
+  if (session_->schedule() == nullptr && session_->budget_outcome() == BudgetOutcome::kBelowFloor) {
     // The session warms up again either way; the first time (Note
     // [Re-warmup]) is a warning.
     if (session_->forgive_and_rewarm(error)) {

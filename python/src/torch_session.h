@@ -100,11 +100,11 @@ struct TorchSessionOptions {
   std::optional<std::int64_t> budget_bytes;
   // Pinned host memory for offloaded copies, in bytes.
   std::int64_t host_capacity_bytes = std::numeric_limits<std::int64_t>::max();
-  std::string planner = "hybrid";
+  std::string planner{kDefaultPlannerName};
   CopyEngines copy_engines = CopyEngines::kTwo;
   // The session's device; nullopt: the first storage a step produces decides.
   std::optional<c10::Device> device;
-  RewarmPolicy rewarm = RewarmPolicy::kOnce;
+  RewarmPolicy rewarm = kDefaultRewarmPolicy;
   // The warmup's bandwidth calibration copy (exec/warmup_executor.h).
   std::int64_t calibration_bytes = std::int64_t{4} << 20;
   // Plan for this copy bandwidth (GiB/s) instead of the measured one

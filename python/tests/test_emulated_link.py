@@ -29,7 +29,7 @@ def gpt():
 
 def test_emulate_copy_bandwidth_needs_the_bandwidth_to_emulate():
     with pytest.raises(ValueError, match="emulate_copy_bandwidth=True needs copy_bandwidth_gib_per_s"):
-        ho.OffloadConfig(max_resident_activation_mb=1, emulate_copy_bandwidth=True)
+        ho.OffloadConfig(max_resident_activation_mib=1, emulate_copy_bandwidth=True)
     with pytest.raises(TypeError, match="emulate_copy_bandwidth must be a bool"):
         ho.OffloadConfig(copy_bandwidth_gib_per_s=1.0, emulate_copy_bandwidth=1)
     with pytest.raises(ValueError, match="applies to CPU sessions only"):

@@ -102,14 +102,14 @@ INVALID = [
     ("max_resident_activation_bytes", not_int(), TypeError, "max_resident_activation_bytes"),
     ("max_offload_activation_bytes", st.integers(max_value=-1), ValueError, "max_offload_activation_bytes"),
     ("max_offload_activation_bytes", not_int(), TypeError, "max_offload_activation_bytes"),
-    ("max_resident_activation_mb", st.floats(max_value=-1e-9), ValueError, "max_resident_activation_mb"),
-    ("max_resident_activation_mb", st.sampled_from([math.nan, math.inf, -math.inf]), ValueError,
-     "max_resident_activation_mb"),
-    ("max_resident_activation_mb", st.floats(min_value=MAX_BYTES / MIB * 1.0001, allow_infinity=False), ValueError,
-     "max_resident_activation_mb"),
-    ("max_resident_activation_mb", st.one_of(st.text(max_size=4), st.booleans()), ValueError,
-     "max_resident_activation_mb"),
-    ("max_offload_activation_mb", st.floats(max_value=-1e-9), ValueError, "max_offload_activation_mb"),
+    ("max_resident_activation_mib", st.floats(max_value=-1e-9), ValueError, "max_resident_activation_mib"),
+    ("max_resident_activation_mib", st.sampled_from([math.nan, math.inf, -math.inf]), ValueError,
+     "max_resident_activation_mib"),
+    ("max_resident_activation_mib", st.floats(min_value=MAX_BYTES / MIB * 1.0001, allow_infinity=False), ValueError,
+     "max_resident_activation_mib"),
+    ("max_resident_activation_mib", st.one_of(st.text(max_size=4), st.booleans()), ValueError,
+     "max_resident_activation_mib"),
+    ("max_offload_activation_mib", st.floats(max_value=-1e-9), ValueError, "max_offload_activation_mib"),
     ("planner", st.text(max_size=12).filter(lambda name: name not in PLANNERS), ValueError, "planner"),
     ("planner", st.one_of(st.integers(), st.booleans(), st.floats()), TypeError, "planner"),
     ("copy_engines", st.integers().filter(lambda n: n not in (1, 2)), ValueError, "copy_engines"),
@@ -140,9 +140,28 @@ def test_an_invalid_field_is_an_error_naming_it(data, kwargs):
     assert named in str(raised.value), f"{error.__name__} for {field}={value!r} does not name it: {raised.value}"
 
 
+def test_the_configs_defaults_are_the_librarys():
+    # One default per setting, in C++; the dataclass repeats them, so this holds them equal.
+    from hyperoffload import _C
+    config = ho.OffloadConfig()
+    assert _C.defaults() == {"planner": config.planner, "rewarm_once": config.rewarm_once, "memory_cap": "budget"}
+
+
+def test_the_old_mb_names_still_mean_mib_with_a_deprecation_warning():
+    # 1.5 MiB = 1.5 * 2**20 = 1572864 bytes under either name.
+    with pytest.warns(DeprecationWarning, match="max_resident_activation_mb=...\\) is renamed max_resident_activation_mib"):
+        old = ho.OffloadConfig(max_resident_activation_mb=1.5)
+    assert old.budget_bytes == ho.OffloadConfig(max_resident_activation_mib=1.5).budget_bytes == 1572864
+    with pytest.raises(ValueError, match="give max_offload_activation_mib, not also its old name"):
+        with pytest.warns(DeprecationWarning):
+            ho.OffloadConfig(max_offload_activation_mib=1, max_offload_activation_mb=1)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="max_resident_activation_mb must be >= 0"):
+        ho.OffloadConfig(max_resident_activation_mb=-1)
+
+
 def test_a_limit_given_both_ways_is_a_value_error_naming_it():
-    with pytest.raises(ValueError, match="give max_offload_activation in MB or in bytes, not both"):
-        ho.OffloadConfig(max_offload_activation_mb=1, max_offload_activation_bytes=1)
+    with pytest.raises(ValueError, match="give max_offload_activation in MiB or in bytes, not both"):
+        ho.OffloadConfig(max_offload_activation_mib=1, max_offload_activation_bytes=1)
 
 
 # ---- Random op programs ------------------------------------------------------------------------

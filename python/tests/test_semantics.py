@@ -529,16 +529,16 @@ def test_a_cpu_session_rejects_gpu_tensors():
 
 def test_configuration_errors_are_value_errors():
     with pytest.raises(ValueError, match="not both"):
-        ho.OffloadConfig(max_resident_activation_mb=1, max_resident_activation_bytes=1)
+        ho.OffloadConfig(max_resident_activation_mib=1, max_resident_activation_bytes=1)
     with pytest.raises(ValueError, match=">= 0"):
-        ho.OffloadConfig(max_resident_activation_mb=-1)
+        ho.OffloadConfig(max_resident_activation_mib=-1)
     with pytest.raises(ValueError, match="copy_engines"):
         ho.OffloadConfig(copy_engines=3)
     with pytest.raises(ValueError, match="interception must be one of 'auto', 'dispatch_mode', got 'python'"):
         ho.OffloadConfig(interception="python")
     with pytest.raises(ValueError, match='unknown planner "clairvoyant"'):
         ho.OffloadSession(ho.OffloadConfig(planner="clairvoyant"))
-    config = ho.OffloadConfig(max_resident_activation_mb=1.5, max_offload_activation_mb=2)
+    config = ho.OffloadConfig(max_resident_activation_mib=1.5, max_offload_activation_mib=2)
     assert config.budget_bytes == 3 << 19
     assert config.host_capacity_bytes == 2 << 20
 

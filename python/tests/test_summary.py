@@ -13,7 +13,7 @@ from models import CASES
 
 
 def test_before_any_step_the_summary_says_the_next_step_is_the_warmup():
-    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_mb=1))
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_mib=1))
     assert session.plan_summary() is None
     assert session.summary() == "hyperoffload: no step traced yet; the next step is the warmup"
 

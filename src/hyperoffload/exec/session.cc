@@ -144,6 +144,7 @@ Status Session::finish_warmup() {
   // Kept until a plan exists, so a failed planning still leaves the trace.
   unplanned_trace_ = warmed->trace;
   floor_.reset();
+  budget_outcome_.reset();
   Result<BudgetedPlan> planned =
       plan_within_budget(warmed->trace, options_.budget_bytes, options_.planner, options_.planner_options);
   if (!planned) {
@@ -151,6 +152,7 @@ Status Session::finish_warmup() {
                                                         planned.error().message));
   }
   floor_ = planned->floor;
+  budget_outcome_ = planned->outcome;
   switch (planned->outcome) {
     case BudgetOutcome::kWithinBudget: break;
     case BudgetOutcome::kRefused:
@@ -204,8 +206,8 @@ Status Session::finish_replay() {
 bool Session::forgive_and_rewarm(const Error& error) {
   if (options_.rewarm != RewarmPolicy::kOnce || rewarm_used_ || in_step()) return false;
   const bool diverged_first_replay = error.code == ErrorCode::kDiverged && in_first_replay();
-  const bool warmup_below_floor = step_kind_ == StepKind::kWarmup && plan_ == nullptr && floor_ &&
-                                  options_.budget_bytes && floor_->bytes > *options_.budget_bytes;
+  const bool warmup_below_floor =
+      step_kind_ == StepKind::kWarmup && plan_ == nullptr && budget_outcome_ == BudgetOutcome::kBelowFloor;
   if (!diverged_first_replay && !warmup_below_floor) return false;
   rewarm_used_ = true;
   plan_.reset();

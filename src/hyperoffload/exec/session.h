@@ -49,6 +49,7 @@
 #include "hyperoffload/exec/replay_executor.h"
 #include "hyperoffload/exec/step_stats.h"
 #include "hyperoffload/exec/warmup_executor.h"
+#include "hyperoffload/plan/budget_policy.h"
 #include "hyperoffload/plan/planner.h"
 #include "hyperoffload/runtime/backend.h"
 #include "hyperoffload/runtime/event_pool.h"
@@ -59,12 +60,18 @@
 namespace hyperoffload {
 
 enum class RewarmPolicy : std::uint8_t { kNever, kOnce };
+// The one default of every entry point (the C++ session, Python's
+// OffloadConfig(rewarm_once=True)): a training loop's first step usually
+// differs from the rest (see above), so forgive it once.
+inline constexpr RewarmPolicy kDefaultRewarmPolicy = RewarmPolicy::kOnce;
 
 struct SessionOptions {
   // Device budget for tracked storages, in bytes: the warmup's online limit
   // and the planning budget. nullopt: unlimited (nothing is offloaded).
   std::optional<std::int64_t> budget_bytes;
-  std::string planner = "greedy";  // any name make_planner() accepts; see finish_warmup() for a plan over the budget
+  // Any name make_planner() accepts; plan/budget_policy.h says what happens to
+  // a plan over the budget.
+  std::string planner{kDefaultPlannerName};
   PlannerOptions planner_options;
   // Pinned host pool limit: the most bytes offloaded at once.
   std::int64_t host_capacity_bytes = std::numeric_limits<std::int64_t>::max();
@@ -76,7 +83,7 @@ struct SessionOptions {
   RecomputeFn recompute;
   std::int64_t calibration_bytes = std::int64_t{4} << 20;  // see WarmupOptions
   std::optional<double> copy_bandwidth_gib_per_s;          // see WarmupOptions
-  RewarmPolicy rewarm = RewarmPolicy::kNever;              // see above
+  RewarmPolicy rewarm = kDefaultRewarmPolicy;              // see above
 };
 
 class Session final : public StepHooks {
@@ -146,6 +153,10 @@ class Session final : public StepHooks {
   // one, otherwise the offload-only floor (plan/planner.h, offload_floor).
   // Set also when planning failed because the budget is below it.
   const std::optional<UnavoidableFloor>& floor() const { return floor_; }
+  // What the budget policy said of the last warmup's plan (plan/budget_policy.h;
+  // kBelowFloor: planning failed because no schedule keeps the budget); unset
+  // before the first warmup ends or when planning failed otherwise.
+  const std::optional<BudgetOutcome>& budget_outcome() const { return budget_outcome_; }
   // Notes from the warmup (bandwidth calibration, held bytes over the budget),
   // the planner, and the first replay that held more than the budget.
   const std::vector<std::string>& notes() const { return notes_; }
@@ -191,6 +202,7 @@ class Session final : public StepHooks {
   std::shared_ptr<const ReplayPlan> plan_;
   std::optional<Trace> unplanned_trace_;  // the last warmup's trace when planning failed
   std::optional<UnavoidableFloor> floor_;
+  std::optional<BudgetOutcome> budget_outcome_;
   PlanResult plan_result_;
   std::vector<std::string> notes_;
   StepStats last_stats_;
