@@ -39,14 +39,24 @@ def test_emulate_copy_bandwidth_needs_the_bandwidth_to_emulate():
     assert ho.OffloadConfig(copy_bandwidth_gib_per_s=2).emulated_copy_bandwidth_gib_per_s is None
 
 
+@pytest.mark.parametrize("percent", [30, 50, 70])
 @pytest.mark.parametrize("planner", ["hybrid", "peak", "recompute", "greedy"])
-def test_on_a_slow_link_every_step_holds_at_most_the_budget_and_trains_bit_identically(gpt, planner):
+def test_on_a_slow_link_every_step_holds_at_most_the_budget_and_trains_bit_identically(gpt, planner, percent):
     build, eager, peak = gpt
-    # Recompute-only cannot offload: its floor is higher than the others'.
-    budget = peak * (85 if planner == "recompute" else 50) // 100
+    budget = peak * percent // 100
     session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner=planner,
                                                  copy_bandwidth_gib_per_s=SLOW_LINK_GIB_PER_S,
                                                  emulate_copy_bandwidth=True))
+    if percent == 30 or planner == "recompute":
+        # Below the floor: this model's op 109 (log_softmax backward) touches
+        # 384 KiB, 31.3% of the unplanned peak, so 30% is below every planner's
+        # floor; recompute-only, which cannot offload what it cannot re-run,
+        # stops at 900 KiB (73.5%). The first warmup warns and warms up again;
+        # the second is the error, naming both numbers.
+        with pytest.warns(RuntimeWarning, match="below the unavoidable floor"), \
+                pytest.raises(ho.BudgetError, match="below the unavoidable floor"):
+            train(build, session, steps=STEPS)
+        return
     results = train(build, session, steps=STEPS)
     assert_bit_identical(eager, results)
     assert [r.stats["kind"] for r in results] == ["warmup", "replay", "replay"]
