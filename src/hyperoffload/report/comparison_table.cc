@@ -6,6 +6,8 @@
 #include <array>
 #include <nlohmann/json.hpp>
 
+#include "hyperoffload/report/internal/comparison_json.h"
+
 namespace hyperoffload {
 namespace {
 
@@ -129,8 +131,9 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
   return out;
 }
 
-std::string comparison_to_json(const Comparison& comparison, std::string_view trace_label) {
-  nlohmann::ordered_json root;
+namespace internal {
+
+void add_comparison_header(nlohmann::ordered_json& root, const Comparison& comparison, std::string_view trace_label) {
   root["trace"] = {{"label", std::string(trace_label)},
                    {"ops", comparison.op_count},
                    {"storages", comparison.storage_count},
@@ -141,6 +144,13 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
                    {"h2d_bandwidth_gib_per_s", comparison.h2d_bandwidth_gib_per_s}};
   root["copy_engines"] = static_cast<int>(comparison.copy_engines);
   root["memory_cap"] = to_string(comparison.device_memory);
+}
+
+}  // namespace internal
+
+std::string comparison_to_json(const Comparison& comparison, std::string_view trace_label) {
+  nlohmann::ordered_json root;
+  internal::add_comparison_header(root, comparison, trace_label);
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   for (std::size_t r = 0; r < comparison.rows.size(); ++r) {
     const ComparisonRow& row = comparison.rows[r];

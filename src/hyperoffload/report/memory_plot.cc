@@ -14,7 +14,10 @@
 namespace hyperoffload {
 namespace {
 
+using internal::append_axes;
+using internal::append_y_grid;
 using internal::nice_step;
+using internal::PlotBox;
 using internal::svg_escape;
 constexpr auto& kColors = internal::kSeriesColors;
 constexpr std::string_view kBudgetColor = internal::kAlertColor;
@@ -82,12 +85,8 @@ void append_panel(std::string& svg, const PlotPanel& panel, double top, const Me
       "<g class=\"panel\">\n<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
       plot_left, top + 22, svg_escape(panel.title));
   // Grid, ticks and tick labels.
-  for (double v = 0.0; v <= y_max + y_step / 2; v += y_step) {
-    const double y = plot_bottom - v / y_max * plot_height;
-    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e0e0e0\"/>\n",
-                       plot_left, y, plot_right, y);
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:g}</text>\n", plot_left - 6, y + 4, v);
-  }
+  const PlotBox box{plot_left, plot_right, plot_top, plot_bottom};
+  append_y_grid(svg, box, y_max, y_step);
   for (double t = 0.0; t <= end_ms + x_step / 2; t += x_step) {
     const double x = x_of(std::min(t, end_ms));
     if (t > end_ms) break;
@@ -96,17 +95,7 @@ void append_panel(std::string& svg, const PlotPanel& panel, double top, const Me
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{:g}</text>\n", x, plot_bottom + 16, t);
   }
   // Axes and their titles, with units.
-  svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"black\"/>\n",
-                     plot_left, plot_top, plot_bottom);
-  svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"black\"/>\n",
-                     plot_left, plot_bottom, plot_right);
-  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">time (ms)</text>\n",
-                     plot_left + plot_width / 2, plot_bottom + 38);
-  svg += fmt::format(
-      "<text x=\"{0:.1f}\" y=\"{1:.1f}\" text-anchor=\"middle\" transform=\"rotate(-90 {0:.1f} {1:.1f})\">device "
-      "memory "
-      "({2})</text>\n",
-      plot_left - 56, plot_top + plot_height / 2, unit.name);
+  append_axes(svg, box, "time (ms)", fmt::format("device memory ({})", unit.name), 56);
 
   // Curves.
   const auto columns = static_cast<std::size_t>(std::max(1.0, plot_width));

@@ -15,7 +15,10 @@ namespace {
 
 using internal::kAlertColor;
 using internal::kSeriesColors;
+using internal::append_axes;
+using internal::append_y_grid;
 using internal::nice_step;
+using internal::PlotBox;
 using internal::svg_escape;
 
 constexpr double kMarginLeft = 78, kMarginRight = 24, kMarginTop = 62, kMarginBottom = 52;
@@ -84,28 +87,15 @@ std::string sweep_plot_svg(const BudgetSweep& sweep, std::string_view trace_labe
       plot_left, svg_escape(std::filesystem::path(trace_label).filename().string()),
       comparison.device_memory == DeviceMemory::kBudget ? "device holds only the budget" : "unlimited device memory");
   // Grid, ticks and tick labels.
-  for (double v = 0.0; v <= y_top + y_step / 2; v += y_step) {
-    const double y = y_of(v);
-    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e0e0e0\"/>\n",
-                       plot_left, y, plot_right, y);
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:g}</text>\n", plot_left - 6, y + 4, v);
-  }
+  const PlotBox box{plot_left, plot_right, plot_top, plot_bottom};
+  append_y_grid(svg, box, y_top, y_step);
   for (double t = x_min; t <= x_max + x_step / 2; t += x_step) {
     const double x = x_of(std::min(t, x_max));
     svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e0e0e0\"/>\n", x,
                        plot_top, x, plot_bottom);
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{:g}</text>\n", x, plot_bottom + 16, t);
   }
-  svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"black\"/>\n",
-                     plot_left, plot_top, plot_bottom);
-  svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"black\"/>\n",
-                     plot_left, plot_bottom, plot_right);
-  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">budget (% of the unplanned peak)</text>\n",
-                     plot_left + plot_width / 2, plot_bottom + 38);
-  svg += fmt::format(
-      "<text x=\"{0:.1f}\" y=\"{1:.1f}\" text-anchor=\"middle\" transform=\"rotate(-90 {0:.1f} {1:.1f})\">overhead "
-      "(% of compute)</text>\n",
-      plot_left - 52, plot_top + plot_height / 2);
+  append_axes(svg, box, "budget (% of the unplanned peak)", "overhead (% of compute)", 52);
 
   // The bound, then each planner's curve and markers, then the violations.
   if (!bound.empty()) {

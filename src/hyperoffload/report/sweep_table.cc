@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hyperoffload/plan/budget.h"
+#include "hyperoffload/report/internal/comparison_json.h"
 
 namespace hyperoffload {
 namespace {
@@ -130,16 +131,7 @@ std::string format_sweep_table(const BudgetSweep& sweep, std::string_view trace_
 std::string sweep_to_json(const BudgetSweep& sweep, std::string_view trace_label) {
   const Comparison& comparison = sweep.comparison;
   nlohmann::ordered_json root;
-  root["trace"] = {{"label", std::string(trace_label)},
-                   {"ops", comparison.op_count},
-                   {"storages", comparison.storage_count},
-                   {"compute_ms", comparison.compute_ms},
-                   {"unplanned_peak_bytes", comparison.unplanned_peak_bytes},
-                   {"unplanned_peak_op", comparison.unplanned_peak_op},
-                   {"d2h_bandwidth_gib_per_s", comparison.d2h_bandwidth_gib_per_s},
-                   {"h2d_bandwidth_gib_per_s", comparison.h2d_bandwidth_gib_per_s}};
-  root["copy_engines"] = static_cast<int>(comparison.copy_engines);
-  root["memory_cap"] = comparison.device_memory == DeviceMemory::kBudget ? "budget" : "unlimited";
+  internal::add_comparison_header(root, comparison, trace_label);
   root["floor_bytes"] = sweep.floor_bytes;
   root["step_percent"] = sweep.step_percent;
   auto optional_ms = [](std::optional<double> ms) { return ms ? nlohmann::ordered_json(*ms) : nullptr; };

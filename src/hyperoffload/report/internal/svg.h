@@ -23,4 +23,23 @@ std::string svg_escape(std::string_view text);
 // at least the smallest double.
 double nice_step(double range, int target);
 
+// A plot's drawing area, in pixels (y grows downwards).
+struct PlotBox {
+  double left = 0.0;
+  double right = 0.0;
+  double top = 0.0;
+  double bottom = 0.0;
+  double width() const { return right - left; }
+  double height() const { return bottom - top; }
+};
+
+// Horizontal grid lines with their labels, every `y_step` from 0 to `y_max`
+// (the box's top).
+void append_y_grid(std::string& svg, const PlotBox& box, double y_max, double y_step);
+
+// The two axes and their titles: `x_title` below the box, `y_title` rotated,
+// `y_title_gap_px` left of it.
+void append_axes(std::string& svg, const PlotBox& box, std::string_view x_title, std::string_view y_title,
+                 double y_title_gap_px);
+
 }  // namespace hyperoffload::internal
