@@ -12,7 +12,7 @@ STRESS_ITERATIONS ?= 2000
 FUZZ_SECONDS ?= 60
 CLI := build/bin/hyperoffload
 
-.PHONY: run test test-pip build bench fuzz deps deps-python test-asan test-tsan test-debug clean distclean
+.PHONY: run test test-long test-pip build bench fuzz deps deps-python test-asan test-tsan test-debug clean distclean
 
 deps:
 	@scripts/install-deps.sh
@@ -31,6 +31,12 @@ run: build
 # few seconds: ctest's fuzz.* tests.
 test: build
 	ctest --preset release -j $(JOBS)
+
+# The long checks `make test` leaves out: the budget sweep over every GPT
+# preset and G10 trace (peak, hybrid and recompute monotone in the budget on
+# the capped device; tests/report/budget_sweep_property_test.cc).
+test-long: build
+	HYPEROFFLOAD_LONG_SWEEP=1 build/bin/report_tests --gtest_filter='*LongSweep*'
 
 # `pip install --no-build-isolation .` into a new virtual environment, then
 # import hyperoffload and run the CLI from elsewhere (scripts/test-pip-install.sh).

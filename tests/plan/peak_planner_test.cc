@@ -552,6 +552,26 @@ TEST(PeakPlannerSelection, BreaksTiesTowardsTheSmallestWhenAsked) {
   EXPECT_EQ(copied_to_host(plan_peak(trace, 300, smallest).schedule.actions), std::vector<StorageId>{2});
 }
 
+// The trace of the host-copy-deadline and lower-budget tests below (their
+// comments derive its numbers).
+Trace host_copy_deadline_trace() {
+  return TraceDsl()
+      .storage(1, 120)
+      .storage(2, 100)
+      .storage(3, 50)
+      .bandwidth(40e3 / static_cast<double>(kBytesPerGiB))
+      .op("a", "W1", 1)
+      .op("b", "", 1)
+      .op("c", "", 1)
+      .op("d", "W2", 1)
+      .op("e", "W3", 1)
+      .op("f", "", 1)
+      .op("g", "R1", 1)
+      .op("h", "", 4)
+      .op("i", "R2")
+      .build();
+}
+
 TEST(PeakPlannerSelection, WithAHostCopyDeadlineCreditsHidingOnlyToCopiesDoneBeforeThePeak) {
   // Copies at 40 B per ms; ops 1 ms but h, 4 ms. s1 (120 B) W@0 R@6, s2
   // (100 B) W@3 R@8, s3 (50 B) at op 4.
@@ -564,21 +584,7 @@ TEST(PeakPlannerSelection, WithAHostCopyDeadlineCreditsHidingOnlyToCopiesDoneBef
   // budget it waits 2.5 ms for that memory. With HostCopyDeadline::kBeforePeak
   // s2 gets no hiding credit (1 < 5/3) and s1, on the host by 4 ms, is taken:
   // op 6 waits 2 ms for its copy back (5 to 8 ms) instead.
-  const Trace trace = TraceDsl()
-                          .storage(1, 120)
-                          .storage(2, 100)
-                          .storage(3, 50)
-                          .bandwidth(40e3 / static_cast<double>(kBytesPerGiB))
-                          .op("a", "W1", 1)
-                          .op("b", "", 1)
-                          .op("c", "", 1)
-                          .op("d", "W2", 1)
-                          .op("e", "W3", 1)
-                          .op("f", "", 1)
-                          .op("g", "R1", 1)
-                          .op("h", "", 4)
-                          .op("i", "R2")
-                          .build();
+  const Trace trace = host_copy_deadline_trace();
   PeakPlannerOptions capped;
   capped.device_memory = DeviceMemory::kBudget;
   capped.lower_budgets = LowerBudgetPlans::kNone;  // the selection for 220 itself
@@ -605,21 +611,7 @@ TEST(PeakPlannerLowerBudgets, KeepsThePlanOfALowerBudgetWhenItIsQuickerWithinThi
   // for s1's copy back, as in the kBeforePeak plan above, and s2's copy to
   // host is done before op e needs the room). No rung's plan is quicker, and
   // the highest one wins ties, so the plan for 162 is kept, with a note.
-  const Trace trace = TraceDsl()
-                          .storage(1, 120)
-                          .storage(2, 100)
-                          .storage(3, 50)
-                          .bandwidth(40e3 / static_cast<double>(kBytesPerGiB))
-                          .op("a", "W1", 1)
-                          .op("b", "", 1)
-                          .op("c", "", 1)
-                          .op("d", "W2", 1)
-                          .op("e", "W3", 1)
-                          .op("f", "", 1)
-                          .op("g", "R1", 1)
-                          .op("h", "", 4)
-                          .op("i", "R2")
-                          .build();
+  const Trace trace = host_copy_deadline_trace();
   PeakPlannerOptions capped;
   capped.device_memory = DeviceMemory::kBudget;
   SimulatorOptions sim;
