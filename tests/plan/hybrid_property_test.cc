@@ -22,7 +22,7 @@
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/hybrid_planner.h"
-#include "hyperoffload/plan/internal/offload_floor.h"
+#include "hyperoffload/plan/internal/offload_step_bound.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/sim/simulator.h"
 
@@ -169,10 +169,10 @@ void check_case(std::uint64_t seed, Coverage& coverage) {
   constexpr double kTolerance = 1e-6;
   if (peak.plan.planned_peak_bytes <= budget) {
     const StorageAccesses accesses(trace);
-    const double floor_ms = internal::offload_only_step_floor_ms(
+    const double bound_ms = internal::offload_only_step_bound_ms(
         trace, accesses, internal::build_peak_model(trace, accesses).resident_bytes, budget, c.device);
-    EXPECT_LE(floor_ms, step_ms(peak.simulation) * (1 + kTolerance) + kTolerance);
-    if (floor_ms > trace.total_compute_ms() * (1 + kTolerance) + kTolerance) ++coverage.offload_floor_above_compute;
+    EXPECT_LE(bound_ms, step_ms(peak.simulation) * (1 + kTolerance) + kTolerance);
+    if (bound_ms > trace.total_compute_ms() * (1 + kTolerance) + kTolerance) ++coverage.offload_floor_above_compute;
   }
   const bool hybrid_fits = hybrid.plan.planned_peak_bytes <= budget;
   for (const Checked* other : {&peak, &recompute}) {

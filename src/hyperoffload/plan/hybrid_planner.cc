@@ -14,7 +14,7 @@
 #include "hyperoffload/plan/budget.h"
 #include "hyperoffload/plan/internal/augmented_trace.h"
 #include "hyperoffload/plan/internal/lower_budgets.h"
-#include "hyperoffload/plan/internal/offload_floor.h"
+#include "hyperoffload/plan/internal/offload_step_bound.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/internal/peak_run.h"
 #include "hyperoffload/plan/internal/recompute_model.h"
@@ -154,7 +154,7 @@ class HybridPlanning {
     // (offload_worker), that plan goes first on the same thread, which needs
     // the recompute model; otherwise the offload-only plan starts now.
     const bool offloads = options_.offload != OffloadUse::kRecomputeOnly;
-    recompute_first_ = offloads && offload_only_floor_ms_ > trace_.total_compute_ms();
+    recompute_first_ = offloads && offload_only_bound_ms_ > trace_.total_compute_ms();
     if (offloads && !recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
     model_ = model_build_.get();
     if (recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
@@ -356,9 +356,9 @@ class HybridPlanning {
   }
 
   // The second thread: the offload-only plan, stopped once another plan beats
-  // it (stop_offload_only_if_beaten). When the offload-only floor is above the
-  // compute, so that the recompute-only plan can stop it, that plan is made
-  // here first when it looks quicker than the floor (the compute plus the
+  // it (stop_offload_only_if_beaten). When the offload-only step bound is above
+  // the compute, so that the recompute-only plan can stop it, that plan is made
+  // here first when it looks quicker than the bound (the compute plus the
   // re-runs of its whole decision sequence, which the plan, a prefix of it,
   // rarely exceeds), and after the offload-only plan otherwise. Deep
   // transformers at tight budgets are the first case: the offload-only plan is
@@ -369,7 +369,7 @@ class HybridPlanning {
     std::optional<RecomputeSelection> sequence;
     if (recompute_first_ && !model_.candidates.empty()) {
       sequence = recompute_only_sequence_if_it_can_fit();
-      if (sequence && compute_and_reruns_ms(*sequence) < offload_only_floor_ms_) {
+      if (sequence && compute_and_reruns_ms(*sequence) < offload_only_bound_ms_) {
         make_recompute_only(*sequence);
         sequence.reset();
       }
@@ -407,7 +407,7 @@ class HybridPlanning {
 
   // Stops the offload-only plan (on its thread) once `candidate` fits the
   // budget and is quicker than any offload-only plan can be
-  // (offload_floor.h): that plan could not win, so the plan chosen does not
+  // (offload_step_bound.h): that plan could not win, so the plan chosen does not
   // depend on whether it finished first. On deep transformers at tight
   // budgets it is the longest job and many times slower than the plans with
   // recomputes. Thread-safe.
@@ -417,7 +417,7 @@ class HybridPlanning {
     }
   }
   bool beats_offload_only(const Candidate& candidate) const {
-    return candidate.peak_bytes <= budget_ && candidate.time_ms < offload_only_floor_ms_;
+    return candidate.peak_bytes <= budget_ && candidate.time_ms < offload_only_bound_ms_;
   }
 
   // How many decision-set plans the trace's size allows.
@@ -699,7 +699,7 @@ class HybridPlanning {
     // A stopped offload-only plan was beaten by one of `others`.
     std::string comparison =
         offload.stopped
-            ? fmt::format("offload-only stopped: no offload-only plan takes less than {:.3f} ms", offload_only_floor_ms_)
+            ? fmt::format("offload-only stopped: no offload-only plan takes less than {:.3f} ms", offload_only_bound_ms_)
             : fmt::format("offload-only {:.3f} ms", offload.time_ms);
     double recompute_only_ms = -1.0;
     Candidate best = std::move(offload);
@@ -729,8 +729,8 @@ class HybridPlanning {
   OpIndex peak_op_ = peak_op();
   double compute_before_peak_ms_ = compute_before_peak_ms();
   std::int64_t offloadable_at_peak_ = offloadable_at_peak();
-  // The least step time of any offload-only plan (offload_floor.h).
-  double offload_only_floor_ms_ = internal::offload_only_step_floor_ms(
+  // The least step time of any offload-only plan (offload_step_bound.h).
+  double offload_only_bound_ms_ = internal::offload_only_step_bound_ms(
       trace_, accesses_, peak_model_.resident_bytes, budget_, options_.peak.device_memory);
   RecomputeModel model_;  // built in the constructor, read-only after it
   // Whether the recompute-only plan is made on the offload-only plan's thread

@@ -42,7 +42,7 @@
 //     for these schedules: compute, recomputes and stall); the quickest within
 //     the budget wins (the lowest peak when none fits). The offload-only plan
 //     is stopped unfinished once a plan that fits is quicker than any
-//     offload-only plan can be (plan/internal/offload_floor.h). So the hybrid
+//     offload-only plan can be (plan/internal/offload_step_bound.h). So the hybrid
 //     plan's simulated step (two copy engines) is never longer than the
 //     `peak` or `recompute` plan's, and it fits the budget whenever either
 //     does.

@@ -1,5 +1,5 @@
 // The hybrid planner's quick lower bound on any offload-only plan's step
-// (plan/internal/offload_floor.h), derived by hand and checked against the
+// (plan/internal/offload_step_bound.h), derived by hand and checked against the
 // peak planner's simulated plan; and the peak planner's run stopping when
 // asked (the hybrid planner stops its offload-only plan with it).
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <stop_token>
 
 #include "hyperoffload/ir/storage_accesses.h"
-#include "hyperoffload/plan/internal/offload_floor.h"
+#include "hyperoffload/plan/internal/offload_step_bound.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/internal/peak_run.h"
 #include "hyperoffload/plan/planner.h"
@@ -34,9 +34,9 @@ Trace two_mib_off_at_op_1(double spike_ms = 0.5, double read_ms = 5.0) {
       .build();
 }
 
-double floor_ms(const Trace& trace, std::int64_t budget, DeviceMemory device) {
+double bound_ms(const Trace& trace, std::int64_t budget, DeviceMemory device) {
   const StorageAccesses accesses(trace);
-  return offload_only_step_floor_ms(trace, accesses, build_peak_model(trace, accesses).resident_bytes, budget, device);
+  return offload_only_step_bound_ms(trace, accesses, build_peak_model(trace, accesses).resident_bytes, budget, device);
 }
 
 double simulated_peak_plan_ms(const Trace& trace, DeviceMemory device) {
@@ -50,7 +50,7 @@ double simulated_peak_plan_ms(const Trace& trace, DeviceMemory device) {
   return simulate(trace, plan.schedule, sim).makespan_ms;
 }
 
-TEST(OffloadOnlyFloor, BoundsTheStepByTheCopiesOfTheExcess) {
+TEST(OffloadOnlyStepBound, BoundsTheStepByTheCopiesOfTheExcess) {
   // E(1) = 2 MiB, compute 6 ms, C(1) = 0.5, C(2) = 1.
   //  - Unlimited: the 2 MiB come back after op 1 ends: 1 + 2 = 3 ms, below
   //    the compute: 6 ms.
@@ -64,20 +64,20 @@ TEST(OffloadOnlyFloor, BoundsTheStepByTheCopiesOfTheExcess) {
   const StorageAccesses accesses(trace);
   ASSERT_EQ(build_peak_model(trace, accesses).resident_bytes,
             (std::vector<std::int64_t>{2 * kMiB, 6 * kMiB, 2 * kMiB}));
-  EXPECT_DOUBLE_EQ(floor_ms(trace, 4 * kMiB, DeviceMemory::kUnlimited), 6.0);
-  EXPECT_DOUBLE_EQ(floor_ms(trace, 4 * kMiB, DeviceMemory::kBudget), 7.5);
+  EXPECT_DOUBLE_EQ(bound_ms(trace, 4 * kMiB, DeviceMemory::kUnlimited), 6.0);
+  EXPECT_DOUBLE_EQ(bound_ms(trace, 4 * kMiB, DeviceMemory::kBudget), 7.5);
   EXPECT_DOUBLE_EQ(simulated_peak_plan_ms(trace, DeviceMemory::kUnlimited), 9.5);
   EXPECT_DOUBLE_EQ(simulated_peak_plan_ms(trace, DeviceMemory::kBudget), 10.0);
 }
 
-TEST(OffloadOnlyFloor, TheCopiesBackBoundTheStepWhenTheExcessComesLate) {
+TEST(OffloadOnlyStepBound, TheCopiesBackBoundTheStepWhenTheExcessComesLate) {
   // Op durations 0.5, 5, 0.5: C(2) = 5.5, so the copies back give 5.5 + 2 =
   // 7.5 ms against 6 ms of compute (both devices; capped: 2 + 5.5 = 7.5 too).
   const Trace trace = two_mib_off_at_op_1(/*spike_ms=*/5.0, /*read_ms=*/0.5);
-  EXPECT_DOUBLE_EQ(floor_ms(trace, 4 * kMiB, DeviceMemory::kUnlimited), 7.5);
-  EXPECT_DOUBLE_EQ(floor_ms(trace, 4 * kMiB, DeviceMemory::kBudget), 7.5);
+  EXPECT_DOUBLE_EQ(bound_ms(trace, 4 * kMiB, DeviceMemory::kUnlimited), 7.5);
+  EXPECT_DOUBLE_EQ(bound_ms(trace, 4 * kMiB, DeviceMemory::kBudget), 7.5);
   // Within the budget nothing must leave: the compute.
-  EXPECT_DOUBLE_EQ(floor_ms(trace, 6 * kMiB, DeviceMemory::kBudget), 6.0);
+  EXPECT_DOUBLE_EQ(bound_ms(trace, 6 * kMiB, DeviceMemory::kBudget), 6.0);
 }
 
 TEST(PeakRun, StopsWhenAsked) {

@@ -1,11 +1,11 @@
-#include "hyperoffload/plan/internal/offload_floor.h"
+#include "hyperoffload/plan/internal/offload_step_bound.h"
 
 #include <algorithm>
 #include <vector>
 
 namespace hyperoffload::internal {
 
-double offload_only_step_floor_ms(const Trace& trace, const StorageAccesses& accesses,
+double offload_only_step_bound_ms(const Trace& trace, const StorageAccesses& accesses,
                                   std::span<const std::int64_t> resident_bytes, std::int64_t budget_bytes,
                                   DeviceMemory device) {
   const auto ops = static_cast<std::size_t>(trace.op_count());
@@ -18,18 +18,18 @@ double offload_only_step_floor_ms(const Trace& trace, const StorageAccesses& acc
     }
   }
   const double total_ms = trace.total_compute_ms();
-  double floor_ms = total_ms;
+  double bound_ms = total_ms;
   double before_ms = 0.0;  // C(q)
   for (std::size_t q = 0; q < ops; ++q) {
     const double duration_ms = trace.op_duration_ms(static_cast<OpIndex>(q));
     const std::int64_t excess = resident_bytes[q] - budget_bytes;
     if (excess > 0) {
-      floor_ms = std::max(floor_ms, before_ms + duration_ms + trace.h2d_ms(excess));
-      if (allocates[q]) floor_ms = std::max(floor_ms, trace.d2h_ms(excess) + (total_ms - before_ms));
+      bound_ms = std::max(bound_ms, before_ms + duration_ms + trace.h2d_ms(excess));
+      if (allocates[q]) bound_ms = std::max(bound_ms, trace.d2h_ms(excess) + (total_ms - before_ms));
     }
     before_ms += duration_ms;
   }
-  return floor_ms;
+  return bound_ms;
 }
 
 }  // namespace hyperoffload::internal

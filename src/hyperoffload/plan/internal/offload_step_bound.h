@@ -35,7 +35,7 @@ namespace hyperoffload::internal {
 
 // In ms. `resident_bytes` is the per-op profile without a plan (the peak
 // model's); `accesses` is of `trace`.
-double offload_only_step_floor_ms(const Trace& trace, const StorageAccesses& accesses,
+double offload_only_step_bound_ms(const Trace& trace, const StorageAccesses& accesses,
                                   std::span<const std::int64_t> resident_bytes, std::int64_t budget_bytes,
                                   DeviceMemory device);
 
