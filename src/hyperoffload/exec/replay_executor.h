@@ -60,7 +60,6 @@
 #include "hyperoffload/ir/timeline.h"
 #include "hyperoffload/ir/trace.h"
 #include "hyperoffload/runtime/residency_manager.h"
-#include "hyperoffload/sim/simulator.h"
 
 namespace hyperoffload {
 

@@ -55,7 +55,7 @@
 #include "hyperoffload/runtime/event_pool.h"
 #include "hyperoffload/runtime/pinned_host_pool.h"
 #include "hyperoffload/runtime/residency_manager.h"
-#include "hyperoffload/sim/simulator.h"
+#include "hyperoffload/ir/timeline.h"
 
 namespace hyperoffload {
 
