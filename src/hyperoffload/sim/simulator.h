@@ -53,11 +53,12 @@
 // until enough released memory has really been freed (releases wait for their
 // D2H; model/capped_memory.h).
 //
-// The timing rules, the copy engines and the capped allocator are the execution
-// model's (model/step_clock.h), shared with the planners' stall estimate; what
-// happens is decided by the residency rules (model/residency_rules.h), shared
-// with the validator. The host, and the compute stream
-// behind it, waits meanwhile: memory_stall_ms, part of stall_ms. The timed peak
+// The simulator is the execution model's step player (model/step_player.h:
+// the timing rules, copy engines and capped allocator of model/step_clock.h)
+// on the one schedule walk (model/schedule_walk.h), which also runs the
+// validator's observer, so what happens is the validator's and when is the
+// planners' stall estimate's, by construction. The host, and the compute
+// stream behind it, waits meanwhile: memory_stall_ms, part of stall_ms. The timed peak
 // then never exceeds the budget when the op-granular peak does not; for a
 // schedule over budget at op granularity, an allocation that cannot fit once
 // every issued release has completed goes ahead and the timed peak shows it.
