@@ -212,6 +212,23 @@ class OffloadConfig:
         """The bandwidth a CPU session's copies are paced to (GiB/s), or None."""
         return float(self.copy_bandwidth_gib_per_s) if self.emulate_copy_bandwidth else None
 
+    def session_options(self):
+        """The runtime session's options (``_C.SessionOptions``, one C++ struct) for this config."""
+        from . import _C
+
+        options = _C.SessionOptions()
+        options.budget_bytes = self.budget_bytes
+        options.host_capacity_bytes = self.host_capacity_bytes
+        options.planner = self.planner
+        options.copy_engines = self.copy_engines
+        options.device = self.device_name()
+        options.rewarm_once = self.rewarm_once
+        options.calibration_bytes = self.calibration_bytes
+        options.copy_bandwidth_gib_per_s = self.copy_bandwidth_gib_per_s
+        options.emulated_copy_bandwidth_gib_per_s = self.emulated_copy_bandwidth_gib_per_s
+        options.record_timeline = self.record_timeline
+        return options
+
     def device_name(self) -> Optional[str]:
         """The configured device as "type:index", or None."""
         if self.device is None:

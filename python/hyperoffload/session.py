@@ -117,19 +117,7 @@ class OffloadSession:
 
     def __init__(self, config: Optional[OffloadConfig] = None) -> None:
         self.config = config if config is not None else OffloadConfig()
-        self._rt = _C.Runtime(
-            budget_bytes=self.config.budget_bytes,
-            host_capacity_bytes=self.config.host_capacity_bytes,
-            planner=self.config.planner,
-            copy_engines=self.config.copy_engines,
-            device=self.config.device_name(),
-            compute_stream=_compute_stream,
-            rewarm_once=self.config.rewarm_once,
-            calibration_bytes=self.config.calibration_bytes,
-            copy_bandwidth_gib_per_s=self.config.copy_bandwidth_gib_per_s,
-            emulated_copy_bandwidth_gib_per_s=self.config.emulated_copy_bandwidth_gib_per_s,
-            record_timeline=self.config.record_timeline,
-        )
+        self._rt = _C.Runtime(self.config.session_options(), compute_stream=_compute_stream)
         self._in_step = False
         # The step's TorchDispatchMode; None while the C++ fallback intercepts (or between steps).
         self._mode: Optional[_StepMode] = None

@@ -13,6 +13,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,7 +22,6 @@
 #include <utility>
 #include <vector>
 
-#include "hyperoffload/check/validator.h"
 #include "hyperoffload/io/file.h"
 #include "hyperoffload/io/schedule_json.h"
 #include "hyperoffload/io/trace_json.h"
@@ -328,30 +328,9 @@ py::dict stats_dict(const TorchSession& torch_session) {
 
 class Runtime final : public OpHandler {
  public:
-  Runtime(std::optional<std::int64_t> budget_bytes, std::optional<std::int64_t> host_capacity_bytes,
-          std::string planner, int copy_engines, std::optional<std::string> device, py::object compute_stream,
-          bool rewarm_once, std::int64_t calibration_bytes, std::optional<double> copy_bandwidth_gib_per_s,
-          std::optional<double> emulated_copy_bandwidth_gib_per_s, bool record_timeline) {
-    TorchSessionOptions options;
-    options.budget_bytes = budget_bytes;
-    if (host_capacity_bytes) options.host_capacity_bytes = *host_capacity_bytes;
-    options.planner = std::move(planner);
-    if (copy_engines != 1 && copy_engines != 2) {
-      raise(TorchError{ErrorKind::kInvalidConfig, "copy_engines must be 1 or 2, got " + std::to_string(copy_engines)});
-    }
-    options.copy_engines = copy_engines == 1 ? CopyEngines::kOne : CopyEngines::kTwo;
-    if (device) {
-      try {
-        options.device = c10::Device(*device);
-      } catch (const std::exception& error) {
-        raise(TorchError{ErrorKind::kInvalidConfig, "device \"" + *device + "\": " + error.what()});
-      }
-    }
-    options.rewarm = rewarm_once ? RewarmPolicy::kOnce : RewarmPolicy::kNever;
-    options.calibration_bytes = calibration_bytes;
-    options.copy_bandwidth_gib_per_s = copy_bandwidth_gib_per_s;
-    options.emulated_copy_bandwidth_gib_per_s = emulated_copy_bandwidth_gib_per_s;
-    options.record_timeline = record_timeline ? RecordTimeline::kYes : RecordTimeline::kNo;
+  // `options` is OffloadConfig's, bound field by field (SessionOptions below):
+  // the one options struct from Python to the runtime session.
+  Runtime(TorchSessionOptions options, py::object compute_stream) {
     TorchSession::ComputeStreamFn stream_fn;
     if (!compute_stream.is_none()) {
       stream_fn = [compute_stream](c10::Device d) -> Result<std::uintptr_t> {
@@ -647,8 +626,15 @@ class Runtime final : public OpHandler {
 }  // namespace hyperoffload::python
 
 PYBIND11_MODULE(_C, m) {
+  using hyperoffload::CopyEngines;
+  using hyperoffload::RecordTimeline;
+  using hyperoffload::RewarmPolicy;
+  using hyperoffload::python::ErrorKind;
   using hyperoffload::python::OpInfo;
+  using hyperoffload::python::raise;
   using hyperoffload::python::Runtime;
+  using hyperoffload::python::TorchError;
+  using hyperoffload::python::TorchSessionOptions;
   m.doc() = "hyperoffload's C++ runtime for PyTorch (see hyperoffload.OffloadSession)";
 
   py::class_<OpInfo>(m, "OpInfo")
@@ -664,14 +650,62 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("written", &OpInfo::written)
       .def_readonly("all_written", &OpInfo::all_written);
 
+  // The session's options as one struct (python/src/torch_session.h,
+  // TorchSessionOptions, which holds exec/session.h's defaults); OffloadConfig
+  // fills it (hyperoffload/session.py). Values a C++ type cannot hold are
+  // ValueErrors naming the field.
+  py::class_<TorchSessionOptions>(m, "SessionOptions")
+      .def(py::init<>())
+      .def_readwrite("budget_bytes", &TorchSessionOptions::budget_bytes)
+      .def_property(
+          "host_capacity_bytes",
+          [](const TorchSessionOptions& o) -> std::optional<std::int64_t> {
+            if (o.host_capacity_bytes == std::numeric_limits<std::int64_t>::max()) return std::nullopt;
+            return o.host_capacity_bytes;
+          },
+          [](TorchSessionOptions& o, std::optional<std::int64_t> bytes) {
+            o.host_capacity_bytes = bytes.value_or(std::numeric_limits<std::int64_t>::max());
+          })
+      .def_readwrite("planner", &TorchSessionOptions::planner)
+      .def_property(
+          "copy_engines", [](const TorchSessionOptions& o) { return static_cast<int>(o.copy_engines); },
+          [](TorchSessionOptions& o, int engines) {
+            if (engines != 1 && engines != 2) {
+              raise(TorchError{ErrorKind::kInvalidConfig, "copy_engines must be 1 or 2, got " + std::to_string(engines)});
+            }
+            o.copy_engines = engines == 1 ? CopyEngines::kOne : CopyEngines::kTwo;
+          })
+      .def_property(
+          "device",
+          [](const TorchSessionOptions& o) -> std::optional<std::string> {
+            if (!o.device) return std::nullopt;
+            return o.device->str();
+          },
+          [](TorchSessionOptions& o, std::optional<std::string> device) {
+            if (!device) {
+              o.device.reset();
+              return;
+            }
+            try {
+              o.device = c10::Device(*device);
+            } catch (const std::exception& error) {
+              raise(TorchError{ErrorKind::kInvalidConfig, "device \"" + *device + "\": " + error.what()});
+            }
+          })
+      .def_property(
+          "rewarm_once", [](const TorchSessionOptions& o) { return o.rewarm == RewarmPolicy::kOnce; },
+          [](TorchSessionOptions& o, bool once) { o.rewarm = once ? RewarmPolicy::kOnce : RewarmPolicy::kNever; })
+      .def_readwrite("calibration_bytes", &TorchSessionOptions::calibration_bytes)
+      .def_readwrite("copy_bandwidth_gib_per_s", &TorchSessionOptions::copy_bandwidth_gib_per_s)
+      .def_readwrite("emulated_copy_bandwidth_gib_per_s", &TorchSessionOptions::emulated_copy_bandwidth_gib_per_s)
+      .def_property(
+          "record_timeline", [](const TorchSessionOptions& o) { return o.record_timeline == RecordTimeline::kYes; },
+          [](TorchSessionOptions& o, bool record) {
+            o.record_timeline = record ? RecordTimeline::kYes : RecordTimeline::kNo;
+          });
+
   py::class_<Runtime>(m, "Runtime")
-      .def(py::init<std::optional<std::int64_t>, std::optional<std::int64_t>, std::string, int,
-                    std::optional<std::string>, py::object, bool, std::int64_t, std::optional<double>,
-                    std::optional<double>, bool>(),
-           py::arg("budget_bytes"), py::arg("host_capacity_bytes"), py::arg("planner"), py::arg("copy_engines"),
-           py::arg("device"), py::arg("compute_stream"), py::arg("rewarm_once"),
-           py::arg("calibration_bytes"), py::arg("copy_bandwidth_gib_per_s") = py::none(),
-           py::arg("emulated_copy_bandwidth_gib_per_s") = py::none(), py::arg("record_timeline") = false)
+      .def(py::init<TorchSessionOptions, py::object>(), py::arg("options"), py::arg("compute_stream"))
       .def("begin_step", &Runtime::begin_step)
       .def("end_step", &Runtime::end_step)
       .def("abort_step", &Runtime::abort_step)

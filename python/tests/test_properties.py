@@ -49,7 +49,7 @@ def limit_kwargs(draw, what: str) -> dict:
     """One limit given as MB, as bytes, or not at all."""
     form = draw(st.sampled_from(["none", "mb", "bytes"]))
     if form == "mb":
-        return {f"{what}_mb": draw(megabytes)}
+        return {f"{what}_mib": draw(megabytes)}
     if form == "bytes":
         return {f"{what}_bytes": draw(byte_counts)}
     return {}
@@ -73,8 +73,8 @@ def valid_configs(draw) -> dict:
 def expected_bytes(kwargs: dict, what: str) -> Optional[int]:
     if f"{what}_bytes" in kwargs:
         return kwargs[f"{what}_bytes"]
-    if f"{what}_mb" in kwargs:
-        return int(kwargs[f"{what}_mb"] * MIB)
+    if f"{what}_mib" in kwargs:
+        return int(kwargs[f"{what}_mib"] * MIB)
     return None
 
 
@@ -145,6 +145,26 @@ def test_the_configs_defaults_are_the_librarys():
     from hyperoffload import _C
     config = ho.OffloadConfig()
     assert _C.defaults() == {"planner": config.planner, "rewarm_once": config.rewarm_once, "memory_cap": "budget"}
+
+
+def test_the_config_reaches_the_runtime_as_one_options_struct():
+    from hyperoffload import _C
+    # A new struct holds the C++ defaults (exec/session.h).
+    fresh = _C.SessionOptions()
+    assert (fresh.planner, fresh.rewarm_once, fresh.copy_engines, fresh.budget_bytes) == ("hybrid", True, 2, None)
+    assert fresh.host_capacity_bytes is None and fresh.device is None
+    # 2 MiB = 2097152 bytes; the rest as written.
+    options = ho.OffloadConfig(max_resident_activation_mib=2, max_offload_activation_bytes=4096, planner="peak",
+                               copy_engines=1, device="cpu", rewarm_once=False,
+                               copy_bandwidth_gib_per_s=0.5).session_options()
+    assert (options.budget_bytes, options.host_capacity_bytes, options.planner, options.copy_engines) == (
+        2097152, 4096, "peak", 1)
+    assert (options.device, options.rewarm_once, options.copy_bandwidth_gib_per_s) == ("cpu", False, 0.5)
+    assert options.emulated_copy_bandwidth_gib_per_s is None and options.record_timeline is False
+    with pytest.raises(ValueError, match="copy_engines must be 1 or 2, got 3"):
+        fresh.copy_engines = 3
+    with pytest.raises(ValueError, match='device "nowhere"'):
+        fresh.device = "nowhere"
 
 
 def test_the_old_mb_names_still_mean_mib_with_a_deprecation_warning():
