@@ -11,6 +11,7 @@
 #include "hyperoffload/plan/budget.h"
 #include "hyperoffload/report/sweep_plot.h"
 #include "hyperoffload/report/sweep_table.h"
+#include "report/retained_trace.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload {
@@ -147,19 +148,7 @@ TEST(FindSweepViolations, ToleratesARelativeDifferenceOfTheStepUpToTheTolerance)
 // At 300 nothing moves: 0%, timed peak 300. Greedy counts s1 only to op 1,
 // plans nothing and peaks at 300: infeasible below 300, so nothing breaks.
 // The recompute planner has nothing to recompute: its floor is 300.
-Trace retained_trace() {
-  return TraceDsl()
-      .storage(1, 100, Retention::kRetained)
-      .storage(2, 100)
-      .storage(3, 100)
-      .bandwidth(100.0 * 1000.0 / static_cast<double>(kBytesPerGiB))
-      .op("a", "W1", 1)
-      .op("b", "R1", 1)
-      .op("c", "W2", 1)
-      .op("d", "W3", 1)
-      .op("e", "R2", 1)
-      .build();
-}
+using testing::retained_trace;
 
 TEST(BudgetSweep, SweepsFromTheFloorToThePeakOnTheCappedDevice) {
   const Result<BudgetSweep> sweep = run_budget_sweep(retained_trace(), BudgetSweepOptions{});

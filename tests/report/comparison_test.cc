@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "report/retained_trace.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload {
@@ -23,19 +24,7 @@ using ::testing::HasSubstr;
 // ms, when the copy ends), prefetch before op 4 (4-5 ms), so op 4 starts at 5:
 // 1 ms of stall on 5 ms of compute (20%), 200 bytes moved, op peak 200. In time,
 // op 3 allocates s3 at 3 ms while s2 is still being copied out: 300 bytes.
-Trace retained_trace() {
-  return TraceDsl()
-      .storage(1, 100, Retention::kRetained)
-      .storage(2, 100)
-      .storage(3, 100)
-      .bandwidth(100.0 * 1000.0 / static_cast<double>(kBytesPerGiB))
-      .op("a", "W1", 1)
-      .op("b", "R1", 1)
-      .op("c", "W2", 1)
-      .op("d", "W3", 1)
-      .op("e", "R2", 1)
-      .build();
-}
+using testing::retained_trace;
 
 TEST(Comparison, OnTheDefaultCappedDeviceTheTimedPeakStaysWithinTheBudgetAndTheWaitIsStall) {
   // The retained trace at budget 200 on a device that holds only the budget
