@@ -5,7 +5,7 @@
 // naming both, whichever planner is configured.
 //
 //   auto backend = *HostBackend::create({.device_capacity_bytes = budget});
-//   auto session = *Session::create(*backend, {.budget_bytes = budget, .planner = "greedy"});
+//   auto session = *Session::create(*backend, {.budget_bytes = budget});  // planner: hybrid
 //   for (int step = 0; step < steps; ++step) {
 //     session->begin_step();
 //     ... the step's ops call session->on_op_begin / on_op_end (exec/hooks.h) ...
@@ -21,7 +21,7 @@
 // below the planner's unavoidable floor, say), end_step() reports it, the step
 // counts as done and the next step warms up again.
 //
-// Re-warmup (RewarmPolicy::kOnce, once per session). The first step of a
+// Re-warmup (RewarmPolicy::kOnce, the default; once per session). The first step of a
 // training loop often differs from the later ones (PyTorch's AccumulateGrad
 // creates .grad in step 1 and adds into it afterwards; optimizers create their
 // state), so its trace does not describe them. forgive_and_rewarm() forgives,
