@@ -319,7 +319,7 @@ py::dict stats_dict(const TorchSession& torch_session) {
   stats["recompute_ms"] = s.recompute_ms;
   stats["recomputed_bytes"] = s.regenerated_bytes;
   stats["step_ms"] = s.step_ms;
-  const auto& budget = torch_session.options().budget_bytes;
+  const auto& budget = torch_session.options().session.budget_bytes;
   stats["budget_bytes"] = budget ? py::object(py::int_(*budget)) : py::object(py::none());
   std::optional<c10::Device> device = torch_session.device();
   stats["device"] = device ? py::object(py::str(device->str())) : py::object(py::none());
@@ -524,7 +524,7 @@ class Runtime final : public OpHandler {
     summary["planner"] = schedule.planner;
     summary["ops"] = trace.op_count();
     summary["storages"] = trace.storage_count();
-    const auto& budget = session_->options().budget_bytes;
+    const auto& budget = session_->options().session.budget_bytes;
     summary["budget_bytes"] = budget ? py::object(py::int_(*budget)) : py::object(py::none());
     summary["floor_bytes"] = session->floor() ? py::object(py::int_(session->floor()->bytes)) : py::object(py::none());
     summary["unplanned_peak_bytes"] = unplanned_peak(trace).bytes;
@@ -547,7 +547,7 @@ class Runtime final : public OpHandler {
   // simulator's schema (ir/timeline.h), or None.
   py::object last_timeline() const {
     const Session* session = session_->session();
-    if (session == nullptr || session_->options().record_timeline != RecordTimeline::kYes ||
+    if (session == nullptr || session_->options().session.record_timeline != RecordTimeline::kYes ||
         session->last_timeline().spans.empty()) {
       return py::none();
     }
@@ -651,22 +651,27 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("all_written", &OpInfo::all_written);
 
   // The session's options as one struct (python/src/torch_session.h,
-  // TorchSessionOptions, which holds exec/session.h's defaults); OffloadConfig
+  // TorchSessionOptions, around exec/session.h's SessionOptions and its
+  // defaults); OffloadConfig
   // fills it (hyperoffload/session.py). Values a C++ type cannot hold are
   // ValueErrors naming the field.
   py::class_<TorchSessionOptions>(m, "SessionOptions")
       .def(py::init<>())
-      .def_readwrite("budget_bytes", &TorchSessionOptions::budget_bytes)
+      .def_property(
+          "budget_bytes", [](const TorchSessionOptions& o) { return o.session.budget_bytes; },
+          [](TorchSessionOptions& o, std::optional<std::int64_t> bytes) { o.session.budget_bytes = bytes; })
       .def_property(
           "host_capacity_bytes",
           [](const TorchSessionOptions& o) -> std::optional<std::int64_t> {
-            if (o.host_capacity_bytes == std::numeric_limits<std::int64_t>::max()) return std::nullopt;
-            return o.host_capacity_bytes;
+            if (o.session.host_capacity_bytes == std::numeric_limits<std::int64_t>::max()) return std::nullopt;
+            return o.session.host_capacity_bytes;
           },
           [](TorchSessionOptions& o, std::optional<std::int64_t> bytes) {
-            o.host_capacity_bytes = bytes.value_or(std::numeric_limits<std::int64_t>::max());
+            o.session.host_capacity_bytes = bytes.value_or(std::numeric_limits<std::int64_t>::max());
           })
-      .def_readwrite("planner", &TorchSessionOptions::planner)
+      .def_property(
+          "planner", [](const TorchSessionOptions& o) { return o.session.planner; },
+          [](TorchSessionOptions& o, std::string planner) { o.session.planner = std::move(planner); })
       .def_property(
           "copy_engines", [](const TorchSessionOptions& o) { return static_cast<int>(o.copy_engines); },
           [](TorchSessionOptions& o, int engines) {
@@ -693,15 +698,22 @@ PYBIND11_MODULE(_C, m) {
             }
           })
       .def_property(
-          "rewarm_once", [](const TorchSessionOptions& o) { return o.rewarm == RewarmPolicy::kOnce; },
-          [](TorchSessionOptions& o, bool once) { o.rewarm = once ? RewarmPolicy::kOnce : RewarmPolicy::kNever; })
-      .def_readwrite("calibration_bytes", &TorchSessionOptions::calibration_bytes)
-      .def_readwrite("copy_bandwidth_gib_per_s", &TorchSessionOptions::copy_bandwidth_gib_per_s)
+          "rewarm_once", [](const TorchSessionOptions& o) { return o.session.rewarm == RewarmPolicy::kOnce; },
+          [](TorchSessionOptions& o, bool once) {
+            o.session.rewarm = once ? RewarmPolicy::kOnce : RewarmPolicy::kNever;
+          })
+      .def_property(
+          "calibration_bytes", [](const TorchSessionOptions& o) { return o.session.calibration_bytes; },
+          [](TorchSessionOptions& o, std::int64_t bytes) { o.session.calibration_bytes = bytes; })
+      .def_property(
+          "copy_bandwidth_gib_per_s", [](const TorchSessionOptions& o) { return o.session.copy_bandwidth_gib_per_s; },
+          [](TorchSessionOptions& o, std::optional<double> gib_per_s) { o.session.copy_bandwidth_gib_per_s = gib_per_s; })
       .def_readwrite("emulated_copy_bandwidth_gib_per_s", &TorchSessionOptions::emulated_copy_bandwidth_gib_per_s)
       .def_property(
-          "record_timeline", [](const TorchSessionOptions& o) { return o.record_timeline == RecordTimeline::kYes; },
+          "record_timeline",
+          [](const TorchSessionOptions& o) { return o.session.record_timeline == RecordTimeline::kYes; },
           [](TorchSessionOptions& o, bool record) {
-            o.record_timeline = record ? RecordTimeline::kYes : RecordTimeline::kNo;
+            o.session.record_timeline = record ? RecordTimeline::kYes : RecordTimeline::kNo;
           });
 
   py::class_<Runtime>(m, "Runtime")

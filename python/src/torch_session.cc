@@ -53,17 +53,18 @@ bool is_collective(std::string_view name) {
 
 TorchResult<std::unique_ptr<TorchSession>> TorchSession::create(TorchSessionOptions options,
                                                                 ComputeStreamFn stream_fn) {
-  if (options.budget_bytes && *options.budget_bytes < 0) {
+  const SessionOptions& runtime = options.session;
+  if (runtime.budget_bytes && *runtime.budget_bytes < 0) {
     return std::unexpected(TorchError{ErrorKind::kInvalidConfig,
                                       fmt::format("the activation budget must be >= 0 bytes, got {}",
-                                                  *options.budget_bytes)});
+                                                  *runtime.budget_bytes)});
   }
-  if (options.host_capacity_bytes < 0) {
+  if (runtime.host_capacity_bytes < 0) {
     return std::unexpected(TorchError{ErrorKind::kInvalidConfig,
                                       fmt::format("the offload capacity must be >= 0 bytes, got {}",
-                                                  options.host_capacity_bytes)});
+                                                  runtime.host_capacity_bytes)});
   }
-  if (Result<std::unique_ptr<Planner>> planner = make_planner(options.planner); !planner) {
+  if (Result<std::unique_ptr<Planner>> planner = make_planner(runtime.planner, runtime.planner_options); !planner) {
     return std::unexpected(TorchError{ErrorKind::kInvalidConfig, planner.error().message});
   }
   std::unique_ptr<TorchSession> session(new TorchSession(std::move(options), std::move(stream_fn)));
@@ -85,7 +86,7 @@ TorchStatus TorchSession::bind_device(c10::Device device) {
     // Tracked storages live in PyTorch's memory; the emulated device's own
     // arena only serves the warmup's bandwidth calibration copy.
     HostBackendOptions host;
-    host.device_capacity_bytes = std::max<std::int64_t>(std::int64_t{64} << 20, 2 * options_.calibration_bytes);
+    host.device_capacity_bytes = std::max<std::int64_t>(std::int64_t{64} << 20, 2 * options_.session.calibration_bytes);
     host.copy_engines = options_.copy_engines;
     host.emulated_copy_bandwidth_gib_per_s = options_.emulated_copy_bandwidth_gib_per_s;
     Result<std::unique_ptr<HostBackend>> backend = HostBackend::create(host);
@@ -128,14 +129,7 @@ TorchStatus TorchSession::bind_device(c10::Device device) {
 
 TorchStatus TorchSession::make_session() {
   session_.reset();
-  SessionOptions options;
-  options.budget_bytes = options_.budget_bytes;
-  options.planner = options_.planner;
-  options.host_capacity_bytes = options_.host_capacity_bytes;
-  options.calibration_bytes = options_.calibration_bytes;
-  options.copy_bandwidth_gib_per_s = options_.copy_bandwidth_gib_per_s;
-  options.rewarm = options_.rewarm;
-  options.record_timeline = options_.record_timeline;
+  SessionOptions options = options_.session;
   StorageRegistry* registry = registry_.get();
   options.rematerialize = [registry](StorageId id, std::int64_t size_bytes) {
     return registry->rematerialize(id, size_bytes);

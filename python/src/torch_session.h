@@ -46,7 +46,6 @@
 #include <cstdint>
 #include <expected>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -96,27 +95,19 @@ class OpCall {
 
 
 struct TorchSessionOptions {
-  // Limit on resident bytes of tracked (activation) storages; nullopt: none.
-  std::optional<std::int64_t> budget_bytes;
-  // Pinned host memory for offloaded copies, in bytes.
-  std::int64_t host_capacity_bytes = std::numeric_limits<std::int64_t>::max();
-  std::string planner{kDefaultPlannerName};
+  // The runtime session's own options (exec/session.h, with their defaults):
+  // the activation budget, planner, pinned host capacity, re-warm policy,
+  // calibration copy, planning bandwidth and timeline recording. Its framework
+  // hooks (rematerialize, recompute) are the TorchSession's, set when it makes
+  // the session.
+  SessionOptions session;
   CopyEngines copy_engines = CopyEngines::kTwo;
   // The session's device; nullopt: the first storage a step produces decides.
   std::optional<c10::Device> device;
-  RewarmPolicy rewarm = kDefaultRewarmPolicy;
-  // The warmup's bandwidth calibration copy (exec/warmup_executor.h).
-  std::int64_t calibration_bytes = std::int64_t{4} << 20;
-  // Plan for this copy bandwidth (GiB/s) instead of the measured one
-  // (exec/warmup_executor.h).
-  std::optional<double> copy_bandwidth_gib_per_s;
   // CPU sessions only: the HostBackend's copies take bytes / this bandwidth
   // (GiB/s; runtime/host_backend.h, Note [Emulated link]), so a CPU step runs
   // in time as on a device with that link. A CUDA session refuses it.
   std::optional<double> emulated_copy_bandwidth_gib_per_s;
-  // Record each replayed step's timeline (Session::last_timeline(), the
-  // simulator's schema), to compare a measured step with a simulated one.
-  RecordTimeline record_timeline = RecordTimeline::kNo;
 };
 
 // How ops run in the current step.
