@@ -260,7 +260,7 @@ class WorkerStream {
           return;
         }
         // Note [Emulated link]: the virtual link clock.
-        const Clock::time_point start = std::max({copy.enqueued, link_free_at_, ready_at_});
+        const Clock::time_point start = link_time(copy.enqueued);
         run_copy(copy, start);
         link_free_at_ = start + std::chrono::nanoseconds(copy.link_ns);
         return;
@@ -274,23 +274,26 @@ class WorkerStream {
         // Note [Emulated link]: on the link's virtual clock, so a copy's span
         // between two records is its time on the link even when the worker
         // reached the records late.
-        if (emulated_link_) node.time = std::min(node.time, std::max({node.enqueued, link_free_at_, ready_at_}));
+        if (emulated_link_) node.time = std::min(node.time, link_time(node.enqueued));
         node.done.store(true, std::memory_order_release);
         return;
       }
       case 4: {
         const RecordNode& node = *std::get_if<WaitTask>(&task)->node;
-        if (emulated_link_ && !node.done.load(std::memory_order_acquire) && node.stream != nullptr) {
-          wait_for(node);
-          ready_at_ = Clock::now();  // later copies start on the link no earlier
-          return;
-        }
+        const bool blocks = emulated_link_ && !node.done.load(std::memory_order_acquire) && node.stream != nullptr;
         wait_for(node);
+        if (blocks) ready_at_ = Clock::now();  // later copies start on the link no earlier
         return;
       }
       default:
         return;
     }
+  }
+
+  // Note [Emulated link]: when something enqueued at `enqueued` gets the
+  // link: after the previous copy has left it and the last blocking wait.
+  Clock::time_point link_time(Clock::time_point enqueued) const {
+    return std::max({enqueued, link_free_at_, ready_at_});
   }
 
   void run() {

@@ -75,26 +75,33 @@ Status ResidencyManager::make_room(std::int64_t bytes) {
   // frees at the copy's end, not when the host next looks).
   HO_RETURN_IF_ERROR(poll());
   if (stats_.held_bytes + bytes <= budget) return ok_status();
-  if (stats_.held_bytes + bytes > budget && !deferred_.empty()) {
-    const auto start = std::chrono::steady_clock::now();
-    Status status = ok_status();
-    while (status && stats_.held_bytes + bytes > budget && !deferred_.empty()) {
-      DeferredFree free = std::move(deferred_.front());
-      deferred_.pop_front();
-      deferred_bytes_ -= free.size_bytes;
-      update_held();
-      for (const Fence& fence : free.fences) {
-        if (Status done = fence.wait(); !done && status) status = std::move(done);
+  // With nothing to wait for (and no wait to time) the allocation goes over.
+  if (!deferred_.empty()) {
+    HO_RETURN_IF_ERROR(timed_wait([&] {
+      Status status = ok_status();
+      while (status && stats_.held_bytes + bytes > budget && !deferred_.empty()) {
+        DeferredFree free = std::move(deferred_.front());
+        deferred_.pop_front();
+        deferred_bytes_ -= free.size_bytes;
+        update_held();
+        for (const Fence& fence : free.fences) {
+          if (Status done = fence.wait(); !done && status) status = std::move(done);
+        }
+        if (Status done = complete_free(free); !done && status) status = std::move(done);
+        if (status) status = poll();
       }
-      if (Status done = complete_free(free); !done && status) status = std::move(done);
-      if (status) status = poll();
-    }
-    stats_.memory_wait_ms +=
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    HO_RETURN_IF_ERROR(status);
+      return status;
+    }));
   }
   if (stats_.held_bytes + bytes > budget) ++stats_.over_budget_allocations;
   return ok_status();
+}
+
+Status ResidencyManager::timed_wait(const std::function<Status()>& wait) {
+  const auto start = std::chrono::steady_clock::now();
+  Status status = wait();
+  stats_.memory_wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return status;
 }
 
 Status ResidencyManager::take_room(std::int64_t size_bytes) {
@@ -198,11 +205,7 @@ Result<void*> ResidencyManager::allocate_device(StorageId id, std::int64_t size_
     }
     // The fallback ladder: memory awaiting a copy, then the reclaim hook.
     if (!deferred_.empty()) {
-      const auto start = std::chrono::steady_clock::now();
-      Status waited = wait_deferred_frees();
-      stats_.memory_wait_ms +=
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      HO_RETURN_IF_ERROR(waited);
+      HO_RETURN_IF_ERROR(timed_wait([this] { return wait_deferred_frees(); }));
       continue;
     }
     if (reclaim_) {

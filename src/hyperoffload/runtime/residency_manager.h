@@ -302,6 +302,9 @@ class ResidencyManager {
   // Makes room for a new buffer of `size_bytes` for a tracked storage, taking
   // the reservation first. Call before the allocation; add_resident() after.
   Status take_room(std::int64_t size_bytes);
+  // Runs `wait` (a wait for deferred frees) and adds its time to
+  // ResidencyStats::memory_wait_ms.
+  Status timed_wait(const std::function<Status()>& wait);
   void push_deferred(DeferredFree free);
   void add_resident(std::int64_t bytes);
   void sub_resident(std::int64_t bytes);
