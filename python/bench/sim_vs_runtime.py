@@ -55,6 +55,7 @@ import torch
 from torch import nn
 
 import hyperoffload as ho
+import hf_models  # python/tests/hf_models.py
 from models import GptDecoder  # python/tests/models.py
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -79,23 +80,8 @@ def build_gpt():
 
 
 def build_gpt2():
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # built from a config: nothing is downloaded
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    s = GPT2_SHAPE
-    torch.manual_seed(11)
-    config = transformers.GPT2Config(
-        vocab_size=s["vocab"], n_positions=s["context"], n_embd=s["width"], n_layer=s["layers"],
-        n_head=s["heads"], resid_pdrop=s["dropout"], embd_pdrop=s["dropout"], attn_pdrop=s["dropout"])
-    model = transformers.GPT2LMHeadModel(config)
-    model.train()
-    tokens = torch.randint(0, s["vocab"], (s["batch"], s["context"]))
-
-    def loss_fn(model):
-        return model(input_ids=tokens, labels=tokens).loss
-
-    return model, loss_fn
+    model, batch, loss = hf_models.build_gpt2(GPT2_SHAPE)  # python/tests/hf_models.py, at this shape
+    return model, lambda model: loss(model, batch)
 
 
 MODELS = {"gpt": ("GPT-style decoder (models.py)", build_gpt, GPT_SHAPE),

@@ -45,8 +45,9 @@ class HfCase:
 GPT2_SHAPE = dict(vocab=128, context=64, width=32, heads=2, layers=4, batch=4, dropout=0.1)
 
 
-def build_gpt2():
-    s = GPT2_SHAPE
+def build_gpt2(shape: dict = GPT2_SHAPE):
+    """The GPT-2 of `shape` (python/bench/sim_vs_runtime.py builds a larger one)."""
+    s = shape
     torch.manual_seed(11)
     config = transformers.GPT2Config(
         vocab_size=s["vocab"], n_positions=s["context"], n_embd=s["width"], n_layer=s["layers"],
