@@ -286,6 +286,34 @@ TEST(ReplayProperty, RandomSchedulesFailExactlyWhereTheValidatorSaysSo) {
 // capacity = budget), planning, replays — checksummed throughout. Budgets lie
 // between the floor and the unplanned peak, so the warmup must evict and the
 // replays must offload.
+// Recompute-only cannot offload: a budget drawn down to the offload floor can
+// be below what recomputing alone reaches on `trace`.
+bool recompute_only_reaches(const Trace& trace, std::int64_t budget) {
+  Result<PlanResult> alone = (*make_planner("recompute"))->plan(trace, budget);
+  return alone && !(alone->floor && alone->floor->bytes > budget);
+}
+
+// Runs three steps of `program` through `session` (a warmup, then replays)
+// and checks that each kept every byte, held at most `budget` in time and made
+// no allocation over it; `check(step, stats)` checks the rest of each step.
+template <class Check>
+void run_three_steps_within_budget(Session& session, ChecksumProgram& program, std::int64_t budget, Check&& check) {
+  for (int step = 0; step < 3; ++step) {
+    const StorageId offset = StorageId{step + 1} << 20;
+    ASSERT_TRUE(session.begin_step());
+    Status ran = program.run(session, offset);
+    ASSERT_TRUE(ran.has_value()) << "step " << step << ": " << ran.error().message;
+    Status ended = session.end_step();
+    ASSERT_TRUE(ended.has_value()) << "step " << step << ": " << ended.error().message;
+    Status retained = program.verify_retained(session, offset);
+    ASSERT_TRUE(retained.has_value()) << retained.error().message;
+    const StepStats& stats = session.last_step_stats();
+    EXPECT_LE(stats.peak_held_bytes, budget) << "step " << step;
+    EXPECT_EQ(stats.over_budget_allocations, 0) << "step " << step;
+    check(step, stats);
+  }
+}
+
 TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
   const int n = std::max(1, iterations() / 4);
   int cases = 0, below_peak = 0, recomputed_steps = 0;
@@ -321,12 +349,7 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
     ++cases;
     below_peak += budget < unplanned ? 1 : 0;
     for (std::string_view name : planner_names()) {
-      // Recompute-only cannot offload: the budget, drawn down to the offload
-      // floor, can be below what recomputing alone reaches.
-      if (name == "recompute") {
-        Result<PlanResult> alone = (*make_planner("recompute"))->plan(*recorded, budget);
-        if (!alone || (alone->floor && alone->floor->bytes > budget)) continue;
-      }
+      if (name == "recompute" && !recompute_only_reaches(*recorded, budget)) continue;
       SCOPED_TRACE(fmt::format("seed {} planner {}, budget {} of {}", seed, name, budget, unplanned));
       // The device holds twice the budget, so arena fragmentation cannot fail a step.
       auto backend = std::move(
@@ -337,18 +360,7 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
       ChecksumProgram program(trace);
       session_options.recompute = [&program](RecomputeCall& call) { return program.recompute(call); };
       auto session = std::move(*Session::create(*backend, session_options));
-      for (int step = 0; step < 3; ++step) {
-        const StorageId offset = StorageId{step + 1} << 20;
-        ASSERT_TRUE(session->begin_step());
-        Status ran = program.run(*session, offset);
-        ASSERT_TRUE(ran.has_value()) << "step " << step << ": " << ran.error().message;
-        Status ended = session->end_step();
-        ASSERT_TRUE(ended.has_value()) << "step " << step << ": " << ended.error().message;
-        Status retained = program.verify_retained(*session, offset);
-        ASSERT_TRUE(retained.has_value()) << retained.error().message;
-        const StepStats& stats = session->last_step_stats();
-        EXPECT_LE(stats.peak_held_bytes, budget) << "step " << step;
-        EXPECT_EQ(stats.over_budget_allocations, 0) << "step " << step;
+      run_three_steps_within_budget(*session, program, budget, [&](int step, const StepStats& stats) {
         recomputed_steps += stats.recompute_count > 0 ? 1 : 0;
         if (budget < unplanned) {
           // Below the unplanned peak the warmup must evict online, and the
@@ -368,7 +380,8 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
             }
           }
         }
-      }
+      });
+      if (::testing::Test::HasFatalFailure()) return;
       ASSERT_TRUE(session->abort_step());
       EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
       EXPECT_EQ(session->host_pool().stats().current_bytes, 0);
@@ -412,10 +425,7 @@ TEST(SessionStress, OnASlowLinkEveryStepHoldsAtMostTheBudgetInTime) {
         std::min(unplanned, std::max(*trace.memory_limit_bytes(), probe->floor->bytes + probe->floor->bytes / 8));
     const double link = links_gib_per_s[static_cast<std::size_t>(i) % std::size(links_gib_per_s)];
     for (std::string_view name : planner_names()) {
-      if (name == "recompute") {
-        Result<PlanResult> alone = (*make_planner("recompute"))->plan(trace, budget);
-        if (!alone || (alone->floor && alone->floor->bytes > budget)) continue;
-      }
+      if (name == "recompute" && !recompute_only_reaches(trace, budget)) continue;
       SCOPED_TRACE(fmt::format("seed {} planner {}, budget {} of {}, link {} GiB/s", seed, name, budget, unplanned,
                                link));
       auto backend = std::move(*HostBackend::create({.device_capacity_bytes = 2 * budget + (256 << 10),
@@ -429,20 +439,11 @@ TEST(SessionStress, OnASlowLinkEveryStepHoldsAtMostTheBudgetInTime) {
       ChecksumProgram program(trace);
       session_options.recompute = [&program](RecomputeCall& call) { return program.recompute(call); };
       auto session = std::move(*Session::create(*backend, session_options));
-      for (int step = 0; step < 3; ++step) {
-        const StorageId offset = StorageId{step + 1} << 20;
-        ASSERT_TRUE(session->begin_step());
-        Status ran = program.run(*session, offset);
-        ASSERT_TRUE(ran.has_value()) << "step " << step << ": " << ran.error().message;
-        Status ended = session->end_step();
-        ASSERT_TRUE(ended.has_value()) << "step " << step << ": " << ended.error().message;
-        ASSERT_TRUE(program.verify_retained(*session, offset).has_value());
-        const StepStats& stats = session->last_step_stats();
-        EXPECT_LE(stats.peak_held_bytes, budget) << "step " << step;
-        EXPECT_EQ(stats.over_budget_allocations, 0) << "step " << step;
+      run_three_steps_within_budget(*session, program, budget, [&](int, const StepStats& stats) {
         steps_that_waited += stats.memory_wait_ms > 0.0 ? 1 : 0;
         replays += stats.kind == StepKind::kReplay ? 1 : 0;
-      }
+      });
+      if (::testing::Test::HasFatalFailure()) return;
       ASSERT_TRUE(session->abort_step());
       EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
       if (::testing::Test::HasFailure()) return;
