@@ -19,6 +19,20 @@
 //    which keeps every budget at or above the floor, with a note; with kNo it
 //    is kept and reported as kOverBudget (compare shows each planner as it is).
 //
+// With a host budget (PlannerOptions::host_budget_bytes) every planner keeps
+// its schedule's peak host bytes within it, and may miss the device budget to
+// do so. Two floors then: the device floor above, and the **host floor**, the
+// host bytes the policy needs to keep a device budget at or above its floor —
+// 0 when the recompute-only plan fits the device budget (recompute needs no
+// host memory), else the peak host bytes of the peak planner's plan without a
+// host budget. A plan over the device budget at or above both floors is
+// replaced, with FallbackToPeak::kYes, by the peak planner's (with the host
+// budget) or else the recompute-only plan, whichever keeps both budgets first;
+// that one always does. Below the host floor, when neither does, the outcome is
+// kBelowHostFloor naming both floors (BudgetedPlan::host_floor_bytes and
+// recompute_floor_bytes, the device budget at which no host memory is needed)
+// with the best effort of the plans tried (the lowest device peak).
+//
 // The peak checked is the op-granular one. On the device the plan was made
 // for that is the truth: with DeviceMemory::kBudget the memory held in time
 // never exceeds the budget when the op-granular peak does not (model/
@@ -45,6 +59,10 @@ enum class BudgetOutcome : std::uint8_t {
   kBelowFloor,    // no plan can: the best effort, at or near the floor
   kOverBudget,    // the planner missed a budget the floor allows (FallbackToPeak::kNo only)
   kRefused,       // the planner refused the trace or budget: no plan
+  // With a host budget: the device budget is at or above its floor but no
+  // plan keeps both it and the host budget (below the host floor); the best
+  // effort keeps the host budget and misses the device budget.
+  kBelowHostFloor,
 };
 const char* to_string(BudgetOutcome outcome);  // "within budget", "below the floor", ...
 
@@ -60,7 +78,19 @@ struct BudgetedPlan {
   std::optional<UnavoidableFloor> floor;  // the planner's, or the offload-only floor; with a budget
   ValidationReport validation;            // of result.schedule
   std::string refusal;                    // kRefused: the planner's reason
+  // With a device and a host budget, when the plan misses either: the host
+  // floor (above) and the device floor of the recompute-only plan, the device
+  // budget at which no host memory is needed (nullopt: the trace has nothing
+  // recomputable or the plan was refused).
+  std::optional<std::int64_t> host_floor_bytes;
+  std::optional<std::int64_t> recompute_floor_bytes;
 };
+
+// "no plan keeps both the device budget of 1 MiB (floor 512 KiB) and the host
+// budget of 0 B (host floor 256 KiB): raise the host budget to 256 KiB or the
+// device budget to 900 KiB, where recompute needs no host memory" — for
+// kBelowHostFloor outcomes (the session's error, the CLI's note).
+std::string describe_host_shortfall(const BudgetedPlan& plan, std::int64_t budget_bytes, std::int64_t host_budget_bytes);
 
 // Plans `trace` for `budget_bytes` (nullopt: unlimited) with the planner
 // named `planner`. Errors: an unknown planner or bad options (as

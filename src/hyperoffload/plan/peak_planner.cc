@@ -11,6 +11,7 @@
 
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/budget.h"
+#include "hyperoffload/plan/internal/host_budget.h"
 #include "hyperoffload/plan/internal/host_copies.h"
 #include "hyperoffload/plan/internal/lower_budgets.h"
 #include "hyperoffload/plan/internal/peak_actions.h"
@@ -60,6 +61,8 @@ using internal::emit_actions;
 using internal::EngineRule;
 using internal::first_releases;
 using internal::HostCopy;
+using internal::HostTrim;
+using internal::trim_to_host_budget;
 using internal::HostCopyOrder;
 using internal::issue_host_copies;
 using internal::op_start_ms;
@@ -97,7 +100,9 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
     if (options_.device_memory == DeviceMemory::kBudget) {
       lower.stall_ms = internal::estimate_stall_ms(trace, lower.result.schedule.actions, *budget_bytes);
     }
-    if (lower.stall_ms < chosen.stall_ms) {
+    // A plan over the budget (one trimmed to the host budget) gives way to
+    // any that fits.
+    if (lower.stall_ms < chosen.stall_ms || chosen.result.planned_peak_bytes > *budget_bytes) {
       chosen = std::move(lower);
       lower_budget = rung;
     }
@@ -168,6 +173,12 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
     const std::vector<HostCopy> host_copies =
         issue_host_copies(model, host_order.versions, first_releases(model, placements, boundary_picks));
     std::vector<Action> actions = emit_actions(trace, model, placements, boundary_picks, host_copies);
+    std::int64_t peak_bytes = tree.max();
+    if (options.host_budget_bytes) {
+      HostTrim trim = trim_to_host_budget(trace, std::move(actions), *options.host_budget_bytes);
+      actions = std::move(trim.actions);
+      if (trim.storages_kept > 0) peak_bytes = trim.peak_bytes;
+    }
     TimedSchedule timed;
     if (timer) {
       timed = timer(std::move(actions));
@@ -175,7 +186,7 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
       timed.stall_ms = internal::estimate_stall_ms(trace, actions, memory_cap);
       timed.actions = std::move(actions);
     }
-    return Variant{std::move(timed.actions), boundary_picks.size(), tree.max(), timed.stall_ms};
+    return Variant{std::move(timed.actions), boundary_picks.size(), peak_bytes, timed.stall_ms};
   };
   Variant chosen;
   if (selected.empty()) {

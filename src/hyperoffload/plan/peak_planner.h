@@ -160,6 +160,10 @@ struct PeakPlannerOptions {
   // PeakPlanner::plan only (the hybrid planner's runs of the peak planner
   // never plan for other budgets; it does that itself).
   LowerBudgetPlans lower_budgets = LowerBudgetPlans::kRungs;
+  // Host bytes the schedule may hold (PlannerOptions::host_budget_bytes;
+  // nullopt: unlimited). Each schedule the run makes is trimmed to it
+  // (plan/internal/host_budget.h) before it is timed.
+  std::optional<std::int64_t> host_budget_bytes;
 };
 
 // The names accepted for score weights, in documentation order.

@@ -8,10 +8,48 @@
 #include "hyperoffload/plan/greedy_planner.h"
 #include "hyperoffload/plan/hybrid_planner.h"
 #include "hyperoffload/plan/optimal_planner.h"
+#include "hyperoffload/ir/byte_format.h"
+#include "hyperoffload/plan/internal/host_budget.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/peak_planner.h"
 
 namespace hyperoffload {
+
+namespace {
+
+// A planner whose schedules know nothing of host memory (greedy, optimal)
+// made to keep a host budget: its schedule is trimmed to it
+// (plan/internal/host_budget.h), keeping on the device what does not fit.
+class HostBudgetPlanner final : public Planner {
+ public:
+  HostBudgetPlanner(std::unique_ptr<Planner> planner, std::int64_t host_budget_bytes)
+      : planner_(std::move(planner)), host_budget_bytes_(host_budget_bytes) {}
+  std::string_view name() const override { return planner_->name(); }
+  Result<PlanResult> plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const override {
+    HO_ASSIGN_OR_RETURN(PlanResult result, planner_->plan(trace, budget_bytes));
+    internal::HostTrim trim =
+        internal::trim_to_host_budget(trace, std::move(result.schedule.actions), host_budget_bytes_);
+    result.schedule.actions = std::move(trim.actions);
+    if (trim.storages_kept > 0) {
+      result.planned_peak_bytes = trim.peak_bytes;
+      result.notes.push_back(fmt::format(
+          "host budget {} ({} bytes): {} storage(s) kept on the device instead of offloaded; peak host {}",
+          format_bytes(host_budget_bytes_), host_budget_bytes_, trim.storages_kept, format_bytes(trim.peak_host_bytes)));
+    }
+    return result;
+  }
+
+ private:
+  std::unique_ptr<Planner> planner_;
+  std::int64_t host_budget_bytes_;
+};
+
+std::unique_ptr<Planner> with_host_budget(std::unique_ptr<Planner> planner, const PlannerOptions& options) {
+  if (!options.host_budget_bytes) return planner;
+  return std::make_unique<HostBudgetPlanner>(std::move(planner), *options.host_budget_bytes);
+}
+
+}  // namespace
 
 std::span<const std::string_view> planner_names() {
   static constexpr std::array<std::string_view, 4> kNames = {"greedy", "peak", "hybrid", "recompute"};
@@ -19,15 +57,20 @@ std::span<const std::string_view> planner_names() {
 }
 
 Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const PlannerOptions& options) {
+  if (options.host_budget_bytes && *options.host_budget_bytes < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("host budget: {} bytes is negative", *options.host_budget_bytes));
+  }
   if (name == "greedy") {
     if (!options.score_weights.empty()) {
       return make_error(ErrorCode::kInvalidArgument, "score weights apply to the peak and hybrid planners, not to greedy");
     }
-    return std::unique_ptr<Planner>(std::make_unique<GreedyPlanner>());
+    return with_host_budget(std::make_unique<GreedyPlanner>(), options);
   }
   if (name == "peak") {
     HO_ASSIGN_OR_RETURN(PeakPlannerOptions peak_options, peak_planner_options(options.score_weights));
     peak_options.device_memory = options.device_memory;
+    peak_options.host_budget_bytes = options.host_budget_bytes;
     return std::unique_ptr<Planner>(std::make_unique<PeakPlanner>(peak_options));
   }
   if (name == kOptimalPlannerName) {
@@ -39,7 +82,7 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
     optimal_options.device_memory = options.device_memory;
     optimal_options.time_limit_s = options.time_limit_s;
     optimal_options.progress = options.solver_progress;
-    return std::unique_ptr<Planner>(std::make_unique<OptimalPlanner>(std::move(optimal_options)));
+    return with_host_budget(std::make_unique<OptimalPlanner>(std::move(optimal_options)), options);
   }
   if (name == "hybrid" || name == "recompute") {
     // The hybrid planner places its offloads with the peak planner, so it takes
@@ -51,6 +94,7 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
     HybridPlannerOptions hybrid_options;
     HO_ASSIGN_OR_RETURN(hybrid_options.peak, peak_planner_options(options.score_weights));
     hybrid_options.peak.device_memory = options.device_memory;
+    hybrid_options.peak.host_budget_bytes = options.host_budget_bytes;
     hybrid_options.offload = name == "hybrid" ? OffloadUse::kOffloadAndRecompute : OffloadUse::kRecomputeOnly;
     return std::unique_ptr<Planner>(std::make_unique<HybridPlanner>(hybrid_options));
   }

@@ -108,6 +108,15 @@ struct PlannerOptions {
   // solver finds a better schedule and about once a second otherwise. Empty:
   // no reports.
   std::function<void(const SolverProgress&)> solver_progress;
+  // Host memory the schedule may hold in host copies, in bytes (nullopt:
+  // unlimited): its peak host bytes, as the validator counts them (a copy
+  // holds its bytes from its copy_d2h to its release_host), stay within it.
+  // Every planner keeps to it; the device budget may then be missed (the
+  // budget policy, budget_policy.h, says when no plan keeps both). Greedy,
+  // peak and optimal keep storages on the device that do not fit on the host
+  // (plan/internal/host_budget.h); hybrid also weighs recomputing them;
+  // recompute-only holds no host bytes.
+  std::optional<std::int64_t> host_budget_bytes;
 };
 
 // The lowest op-granular peak an offload-only schedule can reach on `trace`
