@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,10 @@ struct ValidatorOptions {
   KeepProfile keep_profile = KeepProfile::kNo;
   // Problems beyond this many are counted but not described.
   std::size_t max_described_problems = 100;
+  // Host bytes the schedule may hold in host copies (nullopt: unlimited); a
+  // peak host bytes above it is a problem ("peak host bytes ... exceed the
+  // host budget ..."), reported after the walk.
+  std::optional<std::int64_t> host_budget_bytes;
 };
 
 struct ValidationReport {

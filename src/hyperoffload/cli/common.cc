@@ -25,6 +25,23 @@ std::optional<std::int64_t> resolve_budget_option(const Trace& trace, const std:
   return resolve_budget_bytes(spec, unplanned_peak(trace).bytes);
 }
 
+std::optional<std::int64_t> resolve_host_budget_option(const Trace& trace, const std::string& host_budget_text) {
+  if (host_budget_text.empty()) return trace.host_memory_limit_bytes();
+  Result<BudgetSpec> spec = parse_budget(host_budget_text);
+  if (!spec) {
+    throw HyperoffloadError({spec.error().code, fmt::format("--host-budget: {}", spec.error().message)});
+  }
+  if (spec->unit == BudgetSpec::Unit::kBytes) return resolve_budget_bytes(*spec, 0);
+  return resolve_budget_bytes(*spec, unplanned_peak(trace).bytes);
+}
+
+void add_host_budget_option(CLI::App& app, std::string& target) {
+  app.add_option("--host-budget", target,
+                 "Host-memory budget for the host copies a schedule holds at once: bytes, a size (2GiB, 512MB) "
+                 "or a percentage of the unplanned op-granular peak (10%); overrides the trace's "
+                 "host_memory_limit_bytes; default unlimited");
+}
+
 DeviceMemory parse_memory_cap(const std::string& text) {
   if (text == "unlimited") return DeviceMemory::kUnlimited;
   if (text == "budget") return DeviceMemory::kBudget;

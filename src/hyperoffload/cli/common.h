@@ -25,6 +25,14 @@ Schedule load_schedule(const std::string& path);
 // Percentages are of the unplanned op-granular peak.
 std::optional<std::int64_t> resolve_budget_option(const Trace& trace, const std::string& budget_text);
 
+// Resolves a --host-budget option ("" = the trace's host_memory_limit_bytes):
+// the same syntax as --budget; a percentage is of the unplanned op-granular
+// peak too (the most any plan can offload at once).
+std::optional<std::int64_t> resolve_host_budget_option(const Trace& trace, const std::string& host_budget_text);
+
+// Adds --host-budget to a command.
+void add_host_budget_option(CLI::App& app, std::string& target);
+
 // --memory-cap: "unlimited" or "budget" (sim/simulator.h, DeviceMemory).
 DeviceMemory parse_memory_cap(const std::string& text);
 

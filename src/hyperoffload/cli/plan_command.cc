@@ -17,6 +17,7 @@ namespace {
 struct PlanArgs {
   std::string trace_path;
   std::string budget;
+  std::string host_budget;
   std::string planner{kDefaultPlannerName};
   std::vector<std::string> score_weights;
   std::string device_memory = to_string(kDefaultDeviceMemory);
@@ -31,6 +32,7 @@ int run_plan(const PlanArgs& args) {
   planner_options.device_memory = parse_memory_cap(args.device_memory);
   planner_options.time_limit_s = args.time_limit_s;
   planner_options.solver_progress = print_solver_progress;
+  planner_options.host_budget_bytes = resolve_host_budget_option(trace, args.host_budget);
   if (Result<std::unique_ptr<Planner>> made = make_planner(args.planner, planner_options);
       !made && !args.score_weights.empty()) {
     throw HyperoffloadError({made.error().code, fmt::format("--score-weight: {}", made.error().message)});
@@ -50,6 +52,7 @@ int run_plan(const PlanArgs& args) {
   // The simulation validates the schedule too (one walk of each).
   SimulatorOptions sim_options;
   sim_options.budget_bytes = budget;
+  sim_options.host_budget_bytes = planner_options.host_budget_bytes;
   sim_options.device_memory = planner_options.device_memory;
   const SimulationResult timed = simulate(trace, plan.result.schedule, sim_options);
   const ValidationReport& check = timed.validation;
@@ -88,6 +91,14 @@ int run_plan(const PlanArgs& args) {
                    ? fmt::format("over the budget by {}", format_bytes(timed.peak_bytes_timed - *budget))
                    : std::string("within the budget"),
                timed.overhead_percent());
+  }
+  if (const std::optional<std::int64_t>& host_budget = planner_options.host_budget_bytes) {
+    fmt::print("host      peak host {} {} the host budget of {}\n", format_bytes(check.peak_host_bytes),
+               check.peak_host_bytes > *host_budget ? "EXCEEDS" : "within",
+               format_bytes(*host_budget));
+    if (plan.outcome == BudgetOutcome::kBelowHostFloor && budget) {
+      fmt::print("shortfall {}\n", describe_host_shortfall(plan, *budget, *host_budget));
+    }
   }
   if (plan.result.floor) {
     fmt::print("floor     {} at op {} ({}): the lowest peak this planner reaches\n",
@@ -135,6 +146,7 @@ Command register_plan(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--score-weight", args->score_weights,
                   "Peak planner score weight NAME=VALUE, also for the hybrid planner's offloads (repeatable)");
+  add_host_budget_option(*app, args->host_budget);
   add_memory_cap_option(*app, args->device_memory);
   add_time_limit_option(*app, args->time_limit_s);
   app->add_option("-o,--output", args->output, "Write the schedule here (hyperoffload.schedule JSON; - for stdout)");

@@ -19,11 +19,13 @@ struct SimulateArgs {
   int copy_engines = 2;
   std::string device_memory = to_string(kDefaultDeviceMemory);
   std::string budget;
+  std::string host_budget;
   bool json = false;
   std::string timeline_path;
 };
 
-void print_summary(std::FILE* out, const SimulateArgs& args, const Trace& trace, const SimulationResult& result) {
+void print_summary(std::FILE* out, const SimulateArgs& args, const Trace& trace, const SimulationResult& result,
+                   std::optional<std::int64_t> host_budget) {
   const ValidationReport& check = result.validation;
   fmt::print(out, "{}: {}\n", result.valid() ? "valid" : "INVALID", args.schedule_path);
   fmt::print(out, "trace     {}: {} ops, {} storages; {} copy engine{} at d2h {} GiB/s, h2d {} GiB/s\n",
@@ -50,6 +52,12 @@ void print_summary(std::FILE* out, const SimulateArgs& args, const Trace& trace,
     const std::int64_t over = result.peak_bytes_timed - result.budget_bytes;
     fmt::print(out, "budget    {}: timed peak {}\n", format_bytes(result.budget_bytes),
                over > 0 ? fmt::format("exceeds it by {}", format_bytes(over)) : std::string("within"));
+  }
+  if (host_budget) {
+    const std::int64_t host = result.validation.peak_host_bytes;
+    fmt::print(out, "host      {}: peak host {}\n", format_bytes(*host_budget),
+               host > *host_budget ? fmt::format("{}, exceeds it by {}", format_bytes(host), format_bytes(host - *host_budget))
+                                   : fmt::format("{}, within", format_bytes(host)));
   }
   fmt::print(out, "faults    {}\n", result.faults());
   fmt::print(out, "moved     d2h {} in {} copies, h2d {} in {} copies{}\n", format_bytes(result.d2h_bytes),
@@ -87,6 +95,7 @@ int run_simulate(const SimulateArgs& args) {
     options.budget_bytes = schedule.budget_bytes;
   }
   options.device_memory = parse_memory_cap(args.device_memory);
+  options.host_budget_bytes = resolve_host_budget_option(trace, args.host_budget);
   const SimulationResult result = simulate(trace, schedule, options);
 
   if (!args.timeline_path.empty()) {
@@ -97,7 +106,7 @@ int run_simulate(const SimulateArgs& args) {
   if (args.json) {
     fmt::print(out, "{}\n", simulation_to_json(result));
   } else {
-    print_summary(out, args, trace, result);
+    print_summary(out, args, trace, result, options.host_budget_bytes);
   }
   return result.valid() ? kExitOk : kExitFailed;
 }
@@ -117,6 +126,7 @@ Command register_simulate(CLI::App& root) {
   app->add_option("--budget,-b", args->budget,
                   "The device's budget (bytes, 2GiB, 40%): what it holds with --memory-cap budget, reported and drawn; "
                   "default: the schedule's budget_bytes (written by plan), else the trace's memory_limit_bytes");
+  add_host_budget_option(*app, args->host_budget);
   app->add_flag("--json", args->json, "Print one JSON object");
   app->add_option("--timeline", args->timeline_path,
                   "Write a Chrome trace-event JSON timeline (opens in Perfetto); - for stdout");

@@ -14,6 +14,7 @@ struct ValidateArgs {
   std::string trace_path;
   std::string schedule_path;
   std::string budget;
+  std::string host_budget;
   bool json = false;
 };
 
@@ -24,7 +25,9 @@ int run_validate(const ValidateArgs& args) {
   const std::int64_t budget_bytes =
       args.budget.empty() ? -1 : resolve_budget_option(trace, args.budget).value_or(-1);
   const bool budget = budget_bytes >= 0;
-  const ValidationReport report = validate_schedule(trace, schedule);
+  ValidatorOptions validator_options;
+  validator_options.host_budget_bytes = resolve_host_budget_option(trace, args.host_budget);
+  const ValidationReport report = validate_schedule(trace, schedule, validator_options);
   const bool over_budget = budget && report.peak_bytes > budget_bytes;
   const bool ok = report.valid() && !over_budget;
 
@@ -49,6 +52,10 @@ int run_validate(const ValidateArgs& args) {
       out["budget_bytes"] = budget_bytes;
       out["within_budget"] = !over_budget;
     }
+    if (validator_options.host_budget_bytes) {
+      out["host_budget_bytes"] = *validator_options.host_budget_bytes;
+      out["within_host_budget"] = report.peak_host_bytes <= *validator_options.host_budget_bytes;
+    }
     fmt::print("{}\n", out.dump(1));
     return ok ? kExitOk : kExitFailed;
   }
@@ -64,6 +71,13 @@ int run_validate(const ValidateArgs& args) {
   if (budget) {
     fmt::print("budget    {}: {}\n", format_bytes(budget_bytes),
                over_budget ? fmt::format("EXCEEDED by {}", format_bytes(report.peak_bytes - budget_bytes)) : "within");
+  }
+  if (validator_options.host_budget_bytes) {
+    const std::int64_t host_budget = *validator_options.host_budget_bytes;
+    fmt::print("host      {}: peak host {} {}\n", format_bytes(host_budget), format_bytes(report.peak_host_bytes),
+               report.peak_host_bytes > host_budget
+                   ? fmt::format("EXCEEDED by {}", format_bytes(report.peak_host_bytes - host_budget))
+                   : std::string("within"));
   }
   fmt::print("faults    {}\n", report.faults.size());
   for (std::size_t i = 0; i < report.faults.size() && i < 10; ++i) {
@@ -93,6 +107,7 @@ Command register_validate(CLI::App& root) {
   app->add_option("trace", args->trace_path, "Trace file")->required();
   app->add_option("schedule", args->schedule_path, "Schedule file")->required();
   app->add_option("--budget,-b", args->budget, "Also require the peak to be within this budget (bytes, 2GiB, 40%)");
+  add_host_budget_option(*app, args->host_budget);
   app->add_flag("--json", args->json, "Print one JSON object");
   return {app, [args] { return run_validate(*args); }};
 }

@@ -42,6 +42,12 @@ Result<Trace> build_from_document(simdjson::dom::element document) {
     HO_ASSIGN_OR_RETURN(bytes, as_int64(*limit, "memory_limit_bytes"));
     builder.set_memory_limit_bytes(bytes);
   }
+  if (std::optional<simdjson::dom::element> limit = member(root, "host_memory_limit_bytes");
+      limit && !limit->is_null()) {
+    std::int64_t bytes;
+    HO_ASSIGN_OR_RETURN(bytes, as_int64(*limit, "host_memory_limit_bytes"));
+    builder.set_host_memory_limit_bytes(bytes);
+  }
   double d2h = kDefaultBandwidthGiBPerS;
   double h2d = kDefaultBandwidthGiBPerS;
   HO_RETURN_IF_ERROR(read_bandwidth(root, "d2h_bandwidth_gbps", &d2h));
@@ -190,6 +196,9 @@ std::string trace_to_json(const Trace& trace) {
     fmt::format_to(buffer, " \"memory_limit_bytes\": {},\n", *trace.memory_limit_bytes());
   } else {
     out += " \"memory_limit_bytes\": null,\n";
+  }
+  if (trace.host_memory_limit_bytes()) {
+    fmt::format_to(buffer, " \"host_memory_limit_bytes\": {},\n", *trace.host_memory_limit_bytes());
   }
   fmt::format_to(buffer, " \"d2h_bandwidth_gbps\": {}, \"h2d_bandwidth_gbps\": {},\n",
                  trace.d2h_bandwidth_gib_per_s(), trace.h2d_bandwidth_gib_per_s());

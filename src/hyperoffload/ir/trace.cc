@@ -202,6 +202,10 @@ Result<Trace> TraceBuilder::build() && {
     return make_error(ErrorCode::kInvalidInput,
                       fmt::format("memory_limit_bytes: must be non-negative or null, got {}", *limit_));
   }
+  if (host_limit_ && *host_limit_ < 0) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("host_memory_limit_bytes: must be non-negative or null, got {}", *host_limit_));
+  }
   if (!(d2h_ > 0.0) || !std::isfinite(d2h_)) {
     return make_error(ErrorCode::kInvalidInput,
                       fmt::format("d2h_bandwidth_gbps: must be a positive number, got {}", d2h_));
@@ -211,6 +215,7 @@ Result<Trace> TraceBuilder::build() && {
                       fmt::format("h2d_bandwidth_gbps: must be a positive number, got {}", h2d_));
   }
   trace_.memory_limit_bytes_ = limit_;
+  trace_.host_memory_limit_bytes_ = host_limit_;
   trace_.d2h_bandwidth_gib_per_s_ = d2h_;
   trace_.h2d_bandwidth_gib_per_s_ = h2d_;
   // Copying every storage once must fit in kMaxTotalMs each way: a bandwidth

@@ -93,6 +93,11 @@ class Trace {
   // Device-memory budget the trace asks for; nullopt means unlimited.
   std::optional<std::int64_t> memory_limit_bytes() const { return memory_limit_bytes_; }
   void set_memory_limit_bytes(std::optional<std::int64_t> limit) { memory_limit_bytes_ = limit; }
+  // Host-memory budget the trace asks for (bytes held in host copies);
+  // nullopt means unlimited. Written only when set, so traces without it
+  // read and write as before.
+  std::optional<std::int64_t> host_memory_limit_bytes() const { return host_memory_limit_bytes_; }
+  void set_host_memory_limit_bytes(std::optional<std::int64_t> limit) { host_memory_limit_bytes_ = limit; }
 
   double d2h_bandwidth_gib_per_s() const { return d2h_bandwidth_gib_per_s_; }
   double h2d_bandwidth_gib_per_s() const { return h2d_bandwidth_gib_per_s_; }
@@ -133,6 +138,7 @@ class Trace {
   std::vector<StorageInfo> storages_;
   StorageIdMap id_map_;
   std::optional<std::int64_t> memory_limit_bytes_;
+  std::optional<std::int64_t> host_memory_limit_bytes_;
   std::int64_t recomputable_count_ = 0;
   double d2h_bandwidth_gib_per_s_ = kDefaultBandwidthGiBPerS;
   double h2d_bandwidth_gib_per_s_ = kDefaultBandwidthGiBPerS;
@@ -161,6 +167,7 @@ class TraceBuilder {
   TraceBuilder() = default;
 
   void set_memory_limit_bytes(std::optional<std::int64_t> limit) { limit_ = limit; }
+  void set_host_memory_limit_bytes(std::optional<std::int64_t> limit) { host_limit_ = limit; }
   void set_d2h_bandwidth_gib_per_s(double value) { d2h_ = value; }
   void set_h2d_bandwidth_gib_per_s(double value) { h2d_ = value; }
 
@@ -211,6 +218,7 @@ class TraceBuilder {
   };
   std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> name_to_index_;
   std::optional<std::int64_t> limit_;
+  std::optional<std::int64_t> host_limit_;
   std::int64_t total_storage_bytes_ = 0;  // sum of size_bytes declared so far
   double total_duration_ms_ = 0.0;        // sum of duration_ms so far, as Trace::total_compute_ms() adds it
   double d2h_ = kDefaultBandwidthGiBPerS;

@@ -106,7 +106,9 @@ SimulationResult simulate(const Trace& trace, const Schedule& schedule, const Si
 
   // One walk: the step player times it, the validation observer reports on
   // it exactly as validate_schedule() would (Note [One walk, one player]).
-  internal::ValidationObserver validation(trace, ValidatorOptions{});
+  ValidatorOptions validator_options;
+  validator_options.host_budget_bytes = options.host_budget_bytes;
+  internal::ValidationObserver validation(trace, validator_options);
   const std::vector<ResolvedAction> actions = validation.resolve(schedule);
   Recording recording(trace, record, result.timeline);
   recording.reserve(trace.access_count() / 2 + actions.size() / 2 + 16);

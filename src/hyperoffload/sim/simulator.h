@@ -101,6 +101,9 @@ struct SimulatorOptions {
   std::optional<std::int64_t> budget_bytes;
   // kBudget: allocations wait for memory to be freed (no effect without a budget).
   DeviceMemory device_memory = kDefaultDeviceMemory;
+  // Host bytes the schedule may hold (nullopt: unlimited): over it, the
+  // validation reports a problem (ValidatorOptions::host_budget_bytes).
+  std::optional<std::int64_t> host_budget_bytes;
 };
 
 struct SimulationResult {

@@ -22,6 +22,7 @@
 
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/model/residency_rules.h"
+#include "hyperoffload/ir/byte_format.h"
 #include "hyperoffload/model/schedule_walk.h"
 
 namespace hyperoffload::internal {
@@ -51,6 +52,12 @@ class ValidationObserver : public WalkObserver<ValidationObserver, Explain> {
   // After the walk has run.
   ValidationReport finish() {
     report_.resident_at_end_bytes = memory_->device_bytes;
+    if (options_.host_budget_bytes && report_.peak_host_bytes > *options_.host_budget_bytes) {
+      problem(fmt::format("peak host bytes {} ({} bytes) exceed the host budget of {} ({} bytes); plan with "
+                          "--host-budget to keep within it",
+                          format_bytes(report_.peak_host_bytes), report_.peak_host_bytes,
+                          format_bytes(*options_.host_budget_bytes), *options_.host_budget_bytes));
+    }
     return std::move(report_);
   }
 
