@@ -314,6 +314,7 @@ py::dict stats_dict(const TorchSession& torch_session) {
   stats["faults"] = s.faults;
   stats["fault_bytes"] = s.fault_bytes;
   stats["evictions"] = s.evictions;
+  stats["host_full_kept_storages"] = s.host_full_kept_storages;
   stats["end_restores"] = s.end_restores;
   stats["recompute_count"] = s.recompute_count;
   stats["recompute_ms"] = s.recompute_ms;

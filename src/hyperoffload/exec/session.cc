@@ -145,8 +145,17 @@ Status Session::finish_warmup() {
   unplanned_trace_ = warmed->trace;
   floor_.reset();
   budget_outcome_.reset();
+  // The pinned pool's capacity bounds the plan's host budget (unless the
+  // planner options name one): a plan that needs more host memory than the
+  // pool holds would fail its replay. The pool serves each request from a size
+  // class at most 25% larger (runtime/pinned_host_pool.h), so a plan whose
+  // host copies hold at most 4/5 of the capacity always fits in it.
+  PlannerOptions planner_options = options_.planner_options;
+  if (!planner_options.host_budget_bytes && options_.host_capacity_bytes != std::numeric_limits<std::int64_t>::max()) {
+    planner_options.host_budget_bytes = options_.host_capacity_bytes / 5 * 4;
+  }
   Result<BudgetedPlan> planned =
-      plan_within_budget(warmed->trace, options_.budget_bytes, options_.planner, options_.planner_options);
+      plan_within_budget(warmed->trace, options_.budget_bytes, options_.planner, planner_options);
   if (!planned) {
     return make_error(planned.error().code, fmt::format("planning the traced step with \"{}\": {}", options_.planner,
                                                         planned.error().message));
@@ -168,6 +177,9 @@ Status Session::finish_warmup() {
                       "reached at op {} ({})): no schedule can keep the step within it; raise the budget",
                       format_bytes(*options_.budget_bytes), *options_.budget_bytes, format_bytes(floor_->bytes),
                       floor_->bytes, floor_->op, warmed->trace.op_name(floor_->op)));
+    case BudgetOutcome::kBelowHostFloor:
+      return make_error(ErrorCode::kInvalidArgument,
+                        describe_host_shortfall(*planned, *options_.budget_bytes, *planner_options.host_budget_bytes));
   }
   for (std::string& note : planned->result.notes) notes_.push_back(std::move(note));
   Schedule schedule = std::move(planned->result.schedule);

@@ -36,6 +36,9 @@ struct StepStats {
   std::int64_t faults = 0;           // synchronous demand pages of accessed storages
   std::int64_t fault_bytes = 0;
   std::int64_t evictions = 0;     // warmup: storages evicted online
+  // warmup: storages kept on the device because the pinned host pool was full
+  // (Note [A full host pool in the warmup], exec/warmup_executor.cc)
+  std::int64_t host_full_kept_storages = 0;
   std::int64_t end_restores = 0;  // held storages paged back at the end of the step
   std::int64_t recompute_count = 0;      // replay: recompute actions run (exec/recompute.h)
   std::int64_t regenerated_bytes = 0;    // bytes of the storages they regenerated

@@ -80,12 +80,26 @@ void WarmupExecutor::make_unevictable(StorageId id, StorageRecord& record) {
   record.evictable = false;
 }
 
+// Note [A full host pool in the warmup]
+// The warmup must not fail for lack of host memory: the plan made from it
+// keeps within the host budget (the pool's capacity), so a full pool only
+// means this step offloads less. An eviction whose copy finds the pool full
+// (after the pool waited for blocks whose copies are still in flight) keeps
+// that storage on the device and tries the next one, which may be smaller;
+// when none fits, the step holds more device memory than its budget (the
+// held-bytes wait goes ahead, counted in over_budget_allocations), with a
+// note, and StepStats::host_full_kept_storages says how many storages this
+// kept. The trace is what the step did, so the plan is unaffected.
 Result<bool> WarmupExecutor::evict_one() {
   for (const auto& key : eviction_order_) {
     const StorageId id = std::get<2>(key);
     if (used_by_current_op(id)) continue;
     StorageRecord& record = storages_.at(id);
     if (auto copied = residency_.copy_d2h(id); !copied) {
+      if (copied.error().code == ErrorCode::kOutOfMemory) {
+        if (kept_for_host_.insert(id).second) kept_for_host_bytes_ += record.size_bytes;
+        continue;  // kept on the device: Note [A full host pool in the warmup]
+      }
       return std::unexpected(
           in_context(std::move(copied.error()), fmt::format("{}: evicting storage {}", op_label(), id)));
     }
@@ -359,6 +373,13 @@ Result<WarmupResult> WarmupExecutor::finish() {
   result.stats = internal::step_stats_between(StepKind::kWarmup, static_cast<OpIndex>(ops_.size()), start_stats_,
                                              residency_.stats(), restores.count, restores.bytes, start_time_);
   result.stats.evictions = evictions_;
+  result.stats.host_full_kept_storages = static_cast<std::int64_t>(kept_for_host_.size());
+  if (!kept_for_host_.empty()) {
+    result.notes.push_back(fmt::format(
+        "warning: the pinned host pool was full during the warmup: {} storage(s) ({} bytes) stayed on the device "
+        "instead of being offloaded (the plan keeps within the host budget)",
+        kept_for_host_.size(), kept_for_host_bytes_));
+  }
   if (result.stats.over_budget_allocations > 0 && options_.budget_bytes) {
     result.notes.push_back(fmt::format(
         "the warmup held up to {} bytes of device memory, above the budget of {} bytes: {} allocations went ahead "

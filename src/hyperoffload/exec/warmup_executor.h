@@ -148,6 +148,11 @@ class WarmupExecutor final : public StepHooks {
   internal::OpAllocations current_allocated_;  // outputs allocated for the current op
   Fence current_start_;
   std::int64_t evictions_ = 0;
+  // Storages an eviction kept on the device because the pinned host pool was
+  // full (Note [A full host pool in the warmup], warmup_executor.cc), and
+  // their bytes, each storage counted once.
+  std::set<StorageId> kept_for_host_;
+  std::int64_t kept_for_host_bytes_ = 0;
   std::int64_t largest_storage_bytes_ = 0;
 };
 
