@@ -1,0 +1,136 @@
+// The host budget (PlannerOptions::host_budget_bytes): the trimmer that keeps
+// on the device what does not fit on the host (plan/internal/host_budget.h)
+// and the budget policy's host floor (plan/budget_policy.h), on a trace small
+// enough to derive every number by hand.
+#include <gtest/gtest.h>
+
+#include "hyperoffload/check/validator.h"
+#include "hyperoffload/plan/budget_policy.h"
+#include "hyperoffload/plan/internal/host_budget.h"
+#include "testing/trace_dsl.h"
+
+namespace hyperoffload {
+namespace {
+
+using testing::actions;
+using testing::TraceDsl;
+
+// Three activations, read back in reverse order:
+//   op 0 W1 (100 B)   op 1 W2 (50 B)   op 2 W3 (10 B)   op 3 R3   op 4 R2   op 5 R1
+Trace three_activations() {
+  return TraceDsl()
+      .storage(1, 100)
+      .storage(2, 50)
+      .storage(3, 10)
+      .op("a", "W1")
+      .op("b", "W2")
+      .op("c", "W3")
+      .op("c'", "R3")
+      .op("b'", "R2")
+      .op("a'", "R1")
+      .build();
+}
+
+// Storages 1 and 2 offloaded over their gaps. Device per op: 100, 50, 10, 10,
+// 50, 100 (peak 100 at op 0). Host: 100 after op 0, 150 after op 1 (peak),
+// 100 after op 4, 0 after op 5.
+std::vector<Action> both_offloaded() {
+  return actions(
+      "post 0 copy_d2h 1; post 0 release_device 1; post 1 copy_d2h 2; post 1 release_device 2; "
+      "post 3 release_device 3; pre 4 copy_h2d 2; post 4 release_device 2; post 4 release_host 2; "
+      "pre 5 copy_h2d 1; post 5 release_device 1; post 5 release_host 1");
+}
+
+TEST(HostBudget, ASchedulesPeakHostBytesAreCountedAsTheValidatorCountsThem) {
+  const Trace trace = three_activations();
+  const ValidationReport report = validate_schedule(trace, Schedule{"test", both_offloaded()});
+  ASSERT_TRUE(report.valid()) << report.problems.front();
+  EXPECT_EQ(report.peak_host_bytes, 150);
+  EXPECT_EQ(report.peak_bytes, 100);
+  EXPECT_EQ(internal::peak_host_bytes(trace, both_offloaded()), 150);
+}
+
+TEST(HostBudget, AScheduleWithinTheHostBudgetIsLeftAsItIs) {
+  const internal::HostTrim trim = internal::trim_to_host_budget(three_activations(), both_offloaded(), 150);
+  EXPECT_EQ(trim.actions, both_offloaded());
+  EXPECT_EQ(trim.storages_kept, 0);
+  EXPECT_EQ(trim.peak_host_bytes, 150);
+}
+
+TEST(HostBudget, KeepsOnTheDeviceTheStorageWhoseGapsRaiseTheDevicePeakLeast) {
+  // At the host peak (after op 1) storages 1 and 2 hold host copies. Keeping 1
+  // on the device adds 100 B to ops 1-4: peak 50 + 100 = 150. Keeping 2 adds
+  // 50 B to ops 2-3: 10 + 50 = 60, below the peak of 100. So 2 stays; host
+  // peak 100 <= 120, device peak still 100 (op 0).
+  const internal::HostTrim trim = internal::trim_to_host_budget(three_activations(), both_offloaded(), 120);
+  EXPECT_EQ(trim.storages_kept, 1);
+  EXPECT_EQ(trim.peak_host_bytes, 100);
+  EXPECT_EQ(trim.peak_bytes, 100);
+  EXPECT_EQ(trim.actions, actions("post 0 copy_d2h 1; post 0 release_device 1; post 3 release_device 3; "
+                                  "post 4 release_device 2; pre 5 copy_h2d 1; post 5 release_device 1; "
+                                  "post 5 release_host 1"));
+}
+
+TEST(HostBudget, ANoHostBudgetKeepsEverythingOnTheDevice) {
+  // Both kept: ops 1-4 hold 1 and 2 (150) and ops 2-3 also 3: 160.
+  const internal::HostTrim trim = internal::trim_to_host_budget(three_activations(), both_offloaded(), 0);
+  EXPECT_EQ(trim.storages_kept, 2);
+  EXPECT_EQ(trim.peak_host_bytes, 0);
+  EXPECT_EQ(trim.peak_bytes, 160);
+  EXPECT_EQ(trim.actions,
+            actions("post 3 release_device 3; post 4 release_device 2; post 5 release_device 1"));
+}
+
+TEST(HostBudget, EveryPlannerKeepsTheHostBudget) {
+  const Trace trace = three_activations();
+  for (const std::string_view name : planner_names()) {
+    PlannerOptions options;
+    options.host_budget_bytes = 60;
+    Result<std::unique_ptr<Planner>> planner = make_planner(name, options);
+    ASSERT_TRUE(planner) << planner.error().message;
+    Result<PlanResult> plan = (*planner)->plan(trace, 100);
+    ASSERT_TRUE(plan) << plan.error().message;
+    const ValidationReport report = validate_schedule(trace, plan->schedule);
+    EXPECT_TRUE(report.valid()) << name;
+    EXPECT_LE(report.peak_host_bytes, 60) << name;
+  }
+}
+
+TEST(HostBudget, BelowTheHostFloorThePolicyNamesBothFloors) {
+  // Device budget 100 = the floor (op 0 and op 5 touch 100 B). Ops 1-4 then
+  // need storage 1 off the device (150 > 100 at op 1), and nothing is
+  // recomputable: the host floor is storage 1's 100 B. The recompute-only
+  // floor is the unplanned peak, 160 B (ops 2 and 3).
+  const Trace trace = three_activations();
+  PlannerOptions options;
+  options.host_budget_bytes = 50;
+  Result<BudgetedPlan> planned = plan_within_budget(trace, 100, "hybrid", options);
+  ASSERT_TRUE(planned) << planned.error().message;
+  EXPECT_EQ(planned->outcome, BudgetOutcome::kBelowHostFloor);
+  EXPECT_EQ(planned->host_floor_bytes, 100);
+  EXPECT_EQ(planned->recompute_floor_bytes, 160);
+  EXPECT_LE(planned->validation.peak_host_bytes, 50);
+  EXPECT_EQ(describe_host_shortfall(*planned, 100, 50),
+            "no plan keeps both the device budget of 100 B (100 bytes; floor 100 B) and the host budget of 50 B (50 "
+            "bytes; host floor 100 B = 100 bytes): raise the host budget to 100 B or the device budget to 160 B (160 "
+            "bytes), where recompute needs no host memory");
+
+  // At the host floor the plan keeps both.
+  options.host_budget_bytes = 100;
+  planned = plan_within_budget(trace, 100, "hybrid", options);
+  ASSERT_TRUE(planned) << planned.error().message;
+  EXPECT_EQ(planned->outcome, BudgetOutcome::kWithinBudget);
+  EXPECT_LE(planned->validation.peak_bytes, 100);
+  EXPECT_LE(planned->validation.peak_host_bytes, 100);
+}
+
+TEST(HostBudget, ANegativeHostBudgetIsRefusedByName) {
+  PlannerOptions options;
+  options.host_budget_bytes = -1;
+  Result<std::unique_ptr<Planner>> planner = make_planner("greedy", options);
+  ASSERT_FALSE(planner);
+  EXPECT_EQ(planner.error().message, "host budget: -1 bytes is negative");
+}
+
+}  // namespace
+}  // namespace hyperoffload
