@@ -31,6 +31,7 @@ struct CompareArgs {
   std::string trace_path;
   std::string budget;
   std::string budgets;
+  std::string host_budget;
   std::string planners;  // empty: planner_names(), plus optimal on small traces
   int copy_engines = 2;
   std::string device_memory = to_string(kDefaultDeviceMemory);
@@ -62,6 +63,11 @@ std::vector<std::string> split_list(const std::string& text, std::string_view op
 
 // --sweep: every planner from the floor to the unplanned peak (report/budget_sweep.h).
 int run_sweep(const CompareArgs& args) {
+  if (!args.host_budget.empty()) {
+    throw HyperoffloadError({ErrorCode::kInvalidArgument,
+                             "--sweep sweeps the device budget with unlimited host memory: give --host-budget with "
+                             "--budget or --budgets instead"});
+  }
   if (!args.budget.empty() || !args.budgets.empty()) {
     throw HyperoffloadError({ErrorCode::kInvalidArgument,
                              "--sweep chooses its own budgets (the floor to the unplanned peak): give --sweep-step "
@@ -116,6 +122,7 @@ int run_compare(const CompareArgs& args) {
   options.copy_engines = args.copy_engines == 1 ? CopyEngines::kOne : CopyEngines::kTwo;
   options.device_memory = parse_memory_cap(args.device_memory);
   options.record_timeline = args.plot.empty() ? RecordTimeline::kNo : RecordTimeline::kYes;
+  options.host_budget_bytes = resolve_host_budget_option(trace, args.host_budget);
   const std::string& budget_text = args.budget.empty() ? args.budgets : args.budget;
   if (!budget_text.empty()) {
     for (const std::string& item : split_list(budget_text, args.budget.empty() ? "--budgets" : "--budget")) {
@@ -148,6 +155,7 @@ Command register_compare(CLI::App& root) {
                   "Device-memory budget: bytes, a size (2GiB) or a percentage of the unplanned op-granular peak "
                   "(40%); default: the trace's memory_limit_bytes");
   app->add_option("--budgets", args->budgets, "Compare at several budgets, comma-separated (30%,50%,70%)");
+  add_host_budget_option(*app, args->host_budget);
   app->add_option("--planners", args->planners,
                   "Planners to compare, comma-separated (default: greedy,peak,hybrid,recompute, and optimal when "
                   "the trace has at most 200 ops)");

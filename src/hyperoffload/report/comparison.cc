@@ -32,6 +32,7 @@ Result<std::vector<NamedPlanner>> make_planners(const ComparisonOptions& options
     planner_options.device_memory = options.device_memory;
     planner_options.time_limit_s = options.time_limit_s;
     planner_options.solver_progress = options.solver_progress;
+    planner_options.host_budget_bytes = options.host_budget_bytes;
     if (name == "peak" || name == "hybrid") {
       planner_options.score_weights = options.score_weights;
       weights_used = true;
@@ -76,6 +77,7 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   sim_options.record_timeline = options.record_timeline;
   sim_options.budget_bytes = budget;
   sim_options.device_memory = options.device_memory;
+  sim_options.host_budget_bytes = options.host_budget_bytes;
   SimulationResult sim = simulate(trace, plan.schedule, sim_options);
   row.valid = sim.valid();
   row.problem_count = sim.validation.problem_count;
@@ -91,6 +93,7 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   row.makespan_ms = sim.makespan_ms;
   row.d2h_bytes = sim.d2h_bytes;
   row.h2d_bytes = sim.h2d_bytes;
+  row.peak_host_bytes = sim.validation.peak_host_bytes;
   row.end_ms = sim.makespan_ms;
   if (options.record_timeline == RecordTimeline::kYes) row.memory = std::move(sim.timeline.memory);
   return row;
@@ -113,6 +116,7 @@ Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& o
   comparison.copy_engines = options.copy_engines;
   comparison.device_memory = options.device_memory;
   comparison.planner_count = planners.size();
+  comparison.host_budget_bytes = options.host_budget_bytes;
 
   if (options.budgets.empty()) {
     if (!trace.memory_limit_bytes()) {

@@ -45,6 +45,10 @@ struct ComparisonOptions {
   // its progress reports (PlannerOptions); other planners ignore both.
   double time_limit_s = PlannerOptions{}.time_limit_s;
   std::function<void(const SolverProgress&)> solver_progress;
+  // Host bytes every plan may hold in host copies (nullopt: unlimited;
+  // PlannerOptions::host_budget_bytes). With one, each row also reports its
+  // peak host bytes, and a plan over it is invalid.
+  std::optional<std::int64_t> host_budget_bytes;
 };
 
 struct ComparisonRow {
@@ -66,6 +70,7 @@ struct ComparisonRow {
   double makespan_ms = 0.0;
   std::int64_t d2h_bytes = 0;
   std::int64_t h2d_bytes = 0;  // includes faults
+  std::int64_t peak_host_bytes = 0;  // validator: the most bytes held in host copies
   double planning_ms = 0.0;
   std::optional<UnavoidableFloor> floor;  // when the planner computes one
   std::vector<std::string> notes;         // the planner's
@@ -108,6 +113,7 @@ struct Comparison {
   CopyEngines copy_engines = CopyEngines::kTwo;
   DeviceMemory device_memory = kDefaultDeviceMemory;
   std::vector<std::int64_t> budgets_bytes;  // in the requested order
+  std::optional<std::int64_t> host_budget_bytes;  // ComparisonOptions'
   // Per budget: the least stall any offload-only plan within it can have
   // (report/stall_bound.h) under these copy engines and memory cap; nullopt
   // when no such plan fits it. Plans that recompute can go below it.

@@ -114,6 +114,14 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
                          : std::string("no plan fits it: an op touches more than the budget\n");
     }
     append_table(out, rows, bound_ms);
+    if (comparison.host_budget_bytes) {
+      std::vector<std::string> hosts;
+      for (const ComparisonRow& row : rows) {
+        hosts.push_back(fmt::format("{} {}", row.planner, row.refused.empty() ? format_bytes(row.peak_host_bytes) : "-"));
+      }
+      out += fmt::format("peak host (host budget {}): {}\n", format_bytes(*comparison.host_budget_bytes),
+                         fmt::join(hosts, ", "));
+    }
     for (const ComparisonRow& row : rows) {
       if (!row.refused.empty()) out += fmt::format("refused ({}): {}\n", row.planner, row.refused);
       if (!row.valid)
@@ -186,6 +194,10 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
                                    {"d2h_bytes", row.d2h_bytes},
                                    {"h2d_bytes", row.h2d_bytes},
                                    {"planning_ms", row.planning_ms}};
+    if (comparison.host_budget_bytes) {
+      item["host_budget_bytes"] = *comparison.host_budget_bytes;
+      item["peak_host_bytes"] = row.peak_host_bytes;
+    }
     if (row.floor) item["floor"] = {{"op", row.floor->op}, {"bytes", row.floor->bytes}};
     if (!row.first_problem.empty()) item["first_problem"] = row.first_problem;
     if (!row.refused.empty()) item["refused"] = row.refused;
