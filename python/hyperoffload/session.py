@@ -20,7 +20,7 @@ import logging
 import os
 import types
 import warnings
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -96,6 +96,15 @@ class _StepMode(TorchDispatchMode):
         return self._rt.dispatch(self, func, types, args, kwargs)
 
 
+class _ClosedRuntime:
+    """Stands in for the runtime of a closed session: any use raises a clear error."""
+
+    def __getattr__(self, name: str):
+        raise HyperoffloadError(
+            "this OffloadSession is closed (close() freed its pinned host memory and device buffers); "
+            "create a new OffloadSession to train further")
+
+
 class OffloadSession:
     """Offloads the activations of a training step, step after step.
 
@@ -123,6 +132,43 @@ class OffloadSession:
         self._mode: Optional[_StepMode] = None
         # Ends the step's torch.compile scope (_compile_check: compiled callables run eagerly in a step).
         self._end_compile_scope: Optional[Callable[[], None]] = None
+
+    # ---- The whole run ----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Frees what the session holds across steps: its pinned host pool, its device buffers.
+
+        Call it after the last step (or use ``with session.run():``). Closing
+        twice is fine; using the session afterwards raises HyperoffloadError.
+        Inside a step it raises: end the step first.
+        """
+        if isinstance(self._rt, _ClosedRuntime):
+            return
+        if self._in_step:
+            raise HyperoffloadError("close() inside a step: end the step (leave its `with session:` block) first")
+        runtime, self._rt = self._rt, _ClosedRuntime()
+        del runtime  # the C++ session and its pinned pool go with the last reference
+
+    @property
+    def closed(self) -> bool:
+        return isinstance(self._rt, _ClosedRuntime)
+
+    @contextlib.contextmanager
+    def run(self) -> Iterator["OffloadSession"]:
+        """The whole training run as a context: closes the session at its end, however it ends.
+
+        ::
+
+            with hyperoffload.OffloadSession(config).run() as session:
+                for batch in loader:
+                    with session:      # one step
+                        ...
+        """
+        try:
+            yield self
+        finally:
+            if not self._in_step:
+                self.close()
 
     # ---- Steps -------------------------------------------------------------------
 

@@ -315,6 +315,14 @@ py::dict stats_dict(const TorchSession& torch_session) {
   stats["fault_bytes"] = s.fault_bytes;
   stats["evictions"] = s.evictions;
   stats["host_full_kept_storages"] = s.host_full_kept_storages;
+  if (const Session* session = torch_session.session()) {
+    // The pinned pool after the step: bytes held from the backend (in use,
+    // awaiting copies and cached for reuse, in size-class bytes) and the most
+    // handed out at once.
+    const PinnedPoolStats pool = session->host_pool().stats();
+    stats["host_pool_reserved_bytes"] = pool.reserved_bytes;
+    stats["host_pool_peak_bytes"] = pool.peak_bytes;
+  }
   stats["end_restores"] = s.end_restores;
   stats["recompute_count"] = s.recompute_count;
   stats["recompute_ms"] = s.recompute_ms;

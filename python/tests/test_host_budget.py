@@ -79,3 +79,34 @@ def test_unlimited_host_memory_offloads_three_activations():
     session = ho.OffloadSession(config)
     results = train(build_mlp, session, steps=2)
     assert [r.stats["offloaded_bytes"] for r in results] == [OFFLOADED_BYTES, OFFLOADED_BYTES]
+
+
+def test_the_pinned_pool_stays_flat_across_steps_and_within_the_host_budget():
+    # 256 KiB of host memory: the plan holds at most 4/5 of it in host copies
+    # (the pool's size classes are at most 25% larger than a request), so the
+    # pool never needs more than the capacity, and replays reuse its blocks.
+    host_bytes = 256 << 10
+    config = ho.OffloadConfig(max_resident_activation_bytes=DEVICE_BUDGET_BYTES,
+                              max_offload_activation_bytes=host_bytes, planner="hybrid")
+    with ho.OffloadSession(config).run() as session:
+        results = train(build_mlp, session, steps=STEPS)
+        reserved = [r.stats["host_pool_reserved_bytes"] for r in results]
+        assert all(r <= host_bytes for r in reserved), reserved
+        # Replays neither grow nor shrink the pool: it holds the plan's peak
+        # host bytes, three 64 KiB activations (65,536 = 4 x 2^14 is a size
+        # class of its own, so no rounding): 3 x 65,536 = 196,608.
+        assert reserved[1:] == [196_608] * (STEPS - 1), reserved
+        assert all(r.stats["peak_host_bytes"] <= host_bytes * 4 // 5 for r in results[1:])
+    assert session.closed
+
+
+def test_a_closed_session_says_so_and_closing_twice_is_fine():
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=DEVICE_BUDGET_BYTES))
+    train(build_mlp, session, steps=1)
+    session.close()
+    session.close()
+    with pytest.raises(ho.HyperoffloadError, match="this OffloadSession is closed"):
+        session.stats()
+    with pytest.raises(ho.HyperoffloadError, match="this OffloadSession is closed"):
+        with session:
+            pass

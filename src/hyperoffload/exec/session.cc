@@ -188,6 +188,10 @@ Status Session::finish_warmup() {
   plan_result_.schedule = Schedule{schedule.planner, {}};
   HO_ASSIGN_OR_RETURN(plan_, ReplayPlan::create(std::move(warmed->trace), std::move(schedule)));
   unplanned_trace_.reset();
+  // The pinned pool keeps what the replays reuse: the blocks the warmup
+  // cached beyond the plan's needs go back (the replay's first step acquires
+  // the plan's peak host bytes, in size classes, and later steps reuse them).
+  HO_RETURN_IF_ERROR(pool_->trim());
   return ok_status();
 }
 

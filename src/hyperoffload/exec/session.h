@@ -168,6 +168,7 @@ class Session final : public StepHooks {
   const SessionOptions& options() const { return options_; }
   Backend& backend() const { return backend_; }
   PinnedHostPool& host_pool() { return *pool_; }
+  const PinnedHostPool& host_pool() const { return *pool_; }
   ResidencyManager& residency() { return *residency_; }
   EventPool& events() { return *events_; }
 
