@@ -53,8 +53,8 @@ HybridPlan PlanMaker::offload_only(const PeakPlannerOptions& options, std::strin
                                    PlacementThreads threads) const {
   HybridPlan plan;
   plan.label = std::move(label);
-  PeakRun run = run_peak_planner(models_.trace, models_.accesses, models_.peak, options, models_.budget_bytes, {},
-                                 stop, threads);
+  PeakRun run = run_peak_planner(models_.trace, models_.peak, options, models_.budget_bytes,
+                                 {.timer = {}, .stop = std::move(stop), .threads = threads});
   if (run.stopped) {
     plan.stopped = true;
     return plan;
@@ -82,7 +82,7 @@ HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, s
     timed.stall_ms = estimate_stall_ms(trace, timed.actions, memory_cap);
     return timed;
   };
-  PeakRun run = run_peak_planner(augmented.trace, accesses, model, options, models_.budget_bytes, timer);
+  PeakRun run = run_peak_planner(augmented.trace, model, options, models_.budget_bytes, {.timer = timer, .stop = {}, .threads = PlacementThreads::kTwo});
   const PlanResult& result = run.result;
   HybridPlan plan;
   plan.label = std::move(label);
