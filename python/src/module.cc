@@ -678,7 +678,7 @@ PYBIND11_MODULE(_C, m) {
           [](TorchSessionOptions& o, std::string planner) { o.session.planner = std::move(planner); })
       .def_property(
           "copy_engines", [](const TorchSessionOptions& o) { return static_cast<int>(o.copy_engines); },
-          [](TorchSessionOptions& o, int engines) {
+          [](TorchSessionOptions& o, std::int64_t engines) {
             if (engines != 1 && engines != 2) {
               raise(TorchError{ErrorKind::kInvalidConfig, "copy_engines must be 1 or 2, got " + std::to_string(engines)});
             }
@@ -718,7 +718,13 @@ PYBIND11_MODULE(_C, m) {
           [](const TorchSessionOptions& o) { return o.session.record_timeline == RecordTimeline::kYes; },
           [](TorchSessionOptions& o, bool record) {
             o.session.record_timeline = record ? RecordTimeline::kYes : RecordTimeline::kNo;
-          });
+          })
+      .def(
+          "validate",
+          [](const TorchSessionOptions& o) {
+            if (hyperoffload::python::TorchStatus valid = hyperoffload::python::validate(o); !valid) raise(valid.error());
+          },
+          "Checks the values (python/src/torch_session.h, validate): a ValueError naming the field.");
 
   py::class_<Runtime>(m, "Runtime")
       .def(py::init<TorchSessionOptions, py::object>(), py::arg("options"), py::arg("compute_stream"))
