@@ -8,6 +8,7 @@
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/budget_policy.h"
 #include "hyperoffload/report/overhead_bound.h"
+#include "hyperoffload/report/plan_summary.h"
 #include "hyperoffload/report/stall_bound.h"
 
 namespace hyperoffload {
@@ -72,13 +73,13 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   row.notes = plan.notes;
   row.solver = plan.solver;
 
-  SimulatorOptions sim_options;
-  sim_options.copy_engines = options.copy_engines;
-  sim_options.record_timeline = options.record_timeline;
-  sim_options.budget_bytes = budget;
-  sim_options.device_memory = options.device_memory;
-  sim_options.host_budget_bytes = options.host_budget_bytes;
-  SimulationResult sim = simulate(trace, plan.schedule, sim_options);
+  PlanSummary summary = summarize_plan(trace, plan.schedule, plan.floor,
+                                       {.budget_bytes = budget,
+                                        .device_memory = options.device_memory,
+                                        .copy_engines = options.copy_engines,
+                                        .record_timeline = options.record_timeline,
+                                        .host_budget_bytes = options.host_budget_bytes});
+  SimulationResult& sim = summary.simulation;
   row.valid = sim.valid();
   row.problem_count = sim.validation.problem_count;
   if (!sim.validation.problems.empty()) row.first_problem = sim.validation.problems.front();
