@@ -20,6 +20,7 @@
 #include "hyperoffload/report/budget_sweep.h"
 #include "hyperoffload/report/comparison.h"
 #include "hyperoffload/report/comparison_table.h"
+#include "hyperoffload/report/host_sweep.h"
 #include "hyperoffload/report/memory_plot.h"
 #include "hyperoffload/report/sweep_plot.h"
 #include "hyperoffload/report/sweep_table.h"
@@ -40,6 +41,7 @@ struct CompareArgs {
   std::string plot;
   bool json = false;
   bool sweep = false;
+  bool host_sweep = false;
   std::string sweep_step = "5%";
 };
 
@@ -103,8 +105,49 @@ int run_sweep(const CompareArgs& args) {
   return kExitOk;
 }
 
+// --host-sweep: every planner at one device budget, from no host memory to
+// what the hybrid plan holds with unlimited host memory (report/host_sweep.h).
+int run_host_sweep_command(const CompareArgs& args) {
+  if (!args.budgets.empty() || !args.host_budget.empty() || args.json) {
+    throw HyperoffloadError({ErrorCode::kInvalidArgument,
+                             "--host-sweep takes one device budget (--budget) and chooses its own host budgets; "
+                             "leave out --budgets, --host-budget and --json"});
+  }
+  const Trace trace = load_trace(args.trace_path);
+  const std::optional<std::int64_t> budget = resolve_budget_option(trace, args.budget);
+  if (!budget) {
+    throw HyperoffloadError({ErrorCode::kInvalidArgument,
+                             "--host-sweep needs a device budget: give --budget (the trace has no memory_limit_bytes)"});
+  }
+  HostSweepOptions options;
+  options.comparison.planners = args.planners.empty() ? std::vector<std::string>{"greedy", "peak", "hybrid", "recompute"}
+                                                      : split_list(args.planners, "--planners");
+  options.comparison.score_weights = parse_score_weights(args.score_weights);
+  options.comparison.copy_engines = args.copy_engines == 1 ? CopyEngines::kOne : CopyEngines::kTwo;
+  options.comparison.device_memory = parse_memory_cap(args.device_memory);
+  options.comparison.time_limit_s = args.time_limit_s;
+  const HostSweep sweep = value_or_throw(run_host_sweep(trace, *budget, options));
+  if (!args.plot.empty()) {
+    value_or_throw(write_file_atomically(args.plot, host_sweep_plot_svg(sweep, args.trace_path)));
+  }
+  fmt::print("{}", host_sweep_table(sweep));
+  if (!args.plot.empty()) fmt::print("plot written to {}\n", args.plot);
+  for (const Comparison& comparison : sweep.comparisons) {
+    for (const ComparisonRow& row : comparison.rows) {
+      if (!row.valid && row.peak_host_bytes <= comparison.host_budget_bytes.value_or(row.peak_host_bytes)) {
+        return kExitFailed;  // an unsafe schedule, not one over the host budget: a bug worth failing on
+      }
+    }
+  }
+  return kExitOk;
+}
+
 int run_compare(const CompareArgs& args) {
+  if (args.sweep && args.host_sweep) {
+    throw HyperoffloadError({ErrorCode::kInvalidArgument, "give either --sweep or --host-sweep, not both"});
+  }
   if (args.sweep) return run_sweep(args);
+  if (args.host_sweep) return run_host_sweep_command(args);
   if (!args.budget.empty() && !args.budgets.empty()) {
     throw HyperoffloadError({ErrorCode::kInvalidArgument, "give either --budget or --budgets, not both"});
   }
@@ -174,6 +217,9 @@ Command register_compare(CLI::App& root) {
   app->add_flag("--sweep", args->sweep,
                 "Plan from the floor to the unplanned peak and mark where a planner's timed peak or overhead is "
                 "not monotone in the budget");
+  app->add_flag("--host-sweep", args->host_sweep,
+                "At one device budget, plan with host budgets from 0 to what the hybrid plan holds with unlimited "
+                "host memory (every 10% of it) and unlimited: overhead against host budget (--plot draws it)");
   app->add_option("--sweep-step", args->sweep_step, "The sweep's step, a percentage of the unplanned peak")
       ->capture_default_str();
   return {app, [args, app] {
