@@ -18,6 +18,7 @@ namespace {
 
 using testing::EagerEngine;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using testing::HookedEngine;
 using testing::MlpConfig;
@@ -339,7 +340,11 @@ TEST_F(SessionTest, AStepThatThrowsMidwayLeaksNothingAndTheNextStepIsCorrect) {
   expect_no_leaks(*session, *backend);
 }
 
-TEST_F(SessionTest, AnExhaustedPinnedPoolIsAClearErrorAndLeaksNothing) {
+TEST_F(SessionTest, AFullPinnedPoolKeepsStoragesOnTheDeviceInTheWarmupAndLeaksNothing) {
+  // Issue 28: the warmup does not fail for lack of host memory. With room for
+  // one 64 KiB activation on the host, the evictions that find the pool full
+  // keep their storages on the device (Note [A full host pool in the
+  // warmup]); the step completes, over the device budget, and says so.
   auto backend = host_backend(std::int64_t{1} << 30);
   SessionOptions options;
   options.budget_bytes = 256 << 10;
@@ -347,9 +352,17 @@ TEST_F(SessionTest, AnExhaustedPinnedPoolIsAClearErrorAndLeaksNothing) {
   auto session = make_session(*backend, options);
   MlpModel model = initial_;
   const std::string error = step(*session, model, 1000);
-  EXPECT_THAT(error, HasSubstr("pinned host pool exhausted: requested 65536 bytes"));
-  EXPECT_THAT(error, HasSubstr("capacity 65536 bytes"));
-  EXPECT_THAT(error, HasSubstr("evicting storage"));
+  EXPECT_THAT(error, Not(HasSubstr("pinned host pool exhausted")));
+  const StepStats& stats = session->last_step_stats();
+  EXPECT_GT(stats.host_full_kept_storages, 0);
+  EXPECT_LE(stats.peak_host_bytes, 64 << 10);
+  bool warned = false;
+  for (const std::string& note : session->notes()) warned |= note.find("pinned host pool was full") != std::string::npos;
+  EXPECT_TRUE(warned);
+  // Planning then keeps within both budgets or names both floors.
+  if (!error.empty()) {
+    EXPECT_THAT(error, HasSubstr("host floor"));
+  }
   expect_no_leaks(*session, *backend);
 }
 

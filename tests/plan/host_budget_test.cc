@@ -111,8 +111,8 @@ TEST(HostBudget, BelowTheHostFloorThePolicyNamesBothFloors) {
   EXPECT_EQ(planned->recompute_floor_bytes, 160);
   EXPECT_LE(planned->validation.peak_host_bytes, 50);
   EXPECT_EQ(describe_host_shortfall(*planned, 100, 50),
-            "no plan keeps both the device budget of 100 B (100 bytes; floor 100 B) and the host budget of 50 B (50 "
-            "bytes; host floor 100 B = 100 bytes): raise the host budget to 100 B or the device budget to 160 B (160 "
+            "no plan found keeps both the device budget of 100 B (100 bytes; floor 100 B) and the host budget of 50 "
+            "B (50 bytes; host floor 100 B = 100 bytes): raise the host budget to 100 B or the device budget to 160 B (160 "
             "bytes), where recompute needs no host memory");
 
   // At the host floor the plan keeps both.

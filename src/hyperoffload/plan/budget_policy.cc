@@ -88,7 +88,11 @@ Result<BudgetedPlan> within_both_budgets(const Trace& trace, std::int64_t budget
       "planner \"{}\" peaked at {} ({} bytes), above the budget of {}, within the host budget of {}", planner,
       format_bytes(budgeted.validation.peak_bytes), budgeted.validation.peak_bytes, format_bytes(budget),
       format_bytes(host_budget));
-  for (const std::string_view other : {std::string_view("peak"), std::string_view("recompute")}) {
+  // The hybrid planner also finds plans below the host floor (recomputing
+  // some of what the peak planner offloads); it is tried too, before the
+  // recompute-only plan.
+  for (const std::string_view other :
+       {std::string_view("peak"), std::string_view(kDefaultPlannerName), std::string_view("recompute")}) {
     if (other == planner) continue;
     PlannerOptions other_options = options;
     if (other == "recompute") other_options.score_weights.clear();
@@ -129,8 +133,8 @@ std::string describe_host_shortfall(const BudgetedPlan& plan, std::int64_t budge
                                     std::int64_t host_budget_bytes) {
   const std::int64_t host_floor = plan.host_floor_bytes.value_or(0);
   std::string text = fmt::format(
-      "no plan keeps both the device budget of {} ({} bytes; floor {}) and the host budget of {} ({} bytes; host "
-      "floor {} = {} bytes): raise the host budget to {}",
+      "no plan found keeps both the device budget of {} ({} bytes; floor {}) and the host budget of {} ({} bytes; "
+      "host floor {} = {} bytes): raise the host budget to {}",
       format_bytes(budget_bytes), budget_bytes, format_bytes(plan.floor ? plan.floor->bytes : 0),
       format_bytes(host_budget_bytes), host_budget_bytes, format_bytes(host_floor), host_floor, format_bytes(host_floor));
   if (plan.recompute_floor_bytes) {

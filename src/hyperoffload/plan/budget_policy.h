@@ -21,15 +21,17 @@
 //
 // With a host budget (PlannerOptions::host_budget_bytes) every planner keeps
 // its schedule's peak host bytes within it, and may miss the device budget to
-// do so. Two floors then: the device floor above, and the **host floor**, the
-// host bytes the policy needs to keep a device budget at or above its floor —
-// 0 when the recompute-only plan fits the device budget (recompute needs no
-// host memory), else the peak host bytes of the peak planner's plan without a
-// host budget. A plan over the device budget at or above both floors is
-// replaced, with FallbackToPeak::kYes, by the peak planner's (with the host
-// budget) or else the recompute-only plan, whichever keeps both budgets first;
-// that one always does. Below the host floor, when neither does, the outcome is
-// kBelowHostFloor naming both floors (BudgetedPlan::host_floor_bytes and
+// do so. Two floors then: the device floor above, and the **host floor**, a
+// host budget at which the policy guarantees a plan within a device budget at
+// or above its floor — 0 when the recompute-only plan fits the device budget
+// (recompute needs no host memory), else the peak host bytes of the peak
+// planner's plan without a host budget. It is sufficient, not the least: the
+// hybrid planner often keeps both budgets below it. A plan over the device
+// budget at or above the device floor is replaced, with FallbackToPeak::kYes,
+// by the first of the peak, hybrid and recompute-only plans (each with the
+// host budget) that keeps both budgets; at or above the host floor one always
+// does. When none does (below the host floor) the outcome is kBelowHostFloor
+// naming both floors (BudgetedPlan::host_floor_bytes and
 // recompute_floor_bytes, the device budget at which no host memory is needed)
 // with the best effort of the plans tried (the lowest device peak).
 //
@@ -86,7 +88,7 @@ struct BudgetedPlan {
   std::optional<std::int64_t> recompute_floor_bytes;
 };
 
-// "no plan keeps both the device budget of 1 MiB (floor 512 KiB) and the host
+// "no plan found keeps both the device budget of 1 MiB (floor 512 KiB) and the host
 // budget of 0 B (host floor 256 KiB): raise the host budget to 256 KiB or the
 // device budget to 900 KiB, where recompute needs no host memory" — for
 // kBelowHostFloor outcomes (the session's error, the CLI's note).
