@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/dtr_planner.h"
 #include "hyperoffload/plan/greedy_planner.h"
 #include "hyperoffload/plan/hybrid_planner.h"
 #include "hyperoffload/plan/optimal_planner.h"
@@ -24,6 +25,12 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
       return make_error(ErrorCode::kInvalidArgument, "score weights apply to the peak and hybrid planners, not to greedy");
     }
     return std::unique_ptr<Planner>(std::make_unique<GreedyPlanner>());
+  }
+  if (name == kDtrPlannerName) {
+    if (!options.score_weights.empty()) {
+      return make_error(ErrorCode::kInvalidArgument, "score weights apply to the peak and hybrid planners, not to dtr");
+    }
+    return std::unique_ptr<Planner>(std::make_unique<DtrPlanner>());
   }
   if (name == "peak") {
     HO_ASSIGN_OR_RETURN(PeakPlannerOptions peak_options, peak_planner_options(options.score_weights));
@@ -55,8 +62,8 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
     return std::unique_ptr<Planner>(std::make_unique<HybridPlanner>(hybrid_options));
   }
   return make_error(ErrorCode::kInvalidArgument,
-                    fmt::format("unknown planner \"{}\" (available: {}, {})", name, fmt::join(planner_names(), ", "),
-                                kOptimalPlannerName));
+                    fmt::format("unknown planner \"{}\" (available: {}, {}, {})", name,
+                                fmt::join(planner_names(), ", "), kOptimalPlannerName, kDtrPlannerName));
 }
 
 UnavoidableFloor offload_floor(const Trace& trace) {

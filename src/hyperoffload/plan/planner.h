@@ -128,12 +128,19 @@ std::span<const std::string_view> planner_names();
 // adds it by default when the trace is small enough.
 inline constexpr std::string_view kOptimalPlannerName = "optimal";
 
+// The DTR reference planner (plan/dtr_planner.h): Dynamic Tensor
+// Rematerialization's online eviction heuristic, recompute only, for
+// comparison with the recompute-only planner. planner_names() leaves it out
+// (it is a baseline, not a planner to replay with); `compare` adds it.
+inline constexpr std::string_view kDtrPlannerName = "dtr";
+
 // The planner every entry point uses unless told another (the CLI, the C++
 // session, Python's OffloadConfig): keep, offload or recompute each gap.
 // greedy stays as the reference system's planner.
 inline constexpr std::string_view kDefaultPlannerName = "hybrid";
 
-// Creates a planner by name; an unknown name is an error listing the valid ones.
+// Creates a planner by name (planner_names(), kOptimalPlannerName or
+// kDtrPlannerName); an unknown name is an error listing the valid ones.
 Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const PlannerOptions& options = {});
 
 // The budget a plan should use: the override when given, else the trace's limit.

@@ -10,8 +10,10 @@ namespace {
 
 constexpr OpIndex kNever = std::numeric_limits<OpIndex>::max();
 
-// valid_until for every recomputable op, in one backward pass over the ops:
-// next_write[x] is the first op after the current one that writes x.
+}  // namespace
+
+// One backward pass over the ops: next_write[x] is the first op after the
+// current one that writes x.
 std::vector<OpIndex> valid_until_per_op(const Trace& trace) {
   std::vector<OpIndex> valid_until(static_cast<std::size_t>(trace.op_count()), -1);
   std::vector<OpIndex> next_write(static_cast<std::size_t>(trace.storage_count()), kNever);
@@ -28,6 +30,8 @@ std::vector<OpIndex> valid_until_per_op(const Trace& trace) {
   }
   return valid_until;
 }
+
+namespace {
 
 double chain_cost(const Trace& trace, const RecomputeModel& model, OpIndex source_op, OpIndex op, int level,
                   int& ops_used) {

@@ -78,6 +78,10 @@ inline bool may_regenerate_early(const RecomputeCandidate& candidate, OpIndex op
   return candidate.end_op - op <= std::max<OpIndex>(1, (candidate.end_op - candidate.start_op) / 8);
 }
 
+// Per op: valid_until (above) for a recomputable op, -1 for the others; an op
+// valid through the end of the step gets the largest OpIndex. O(ops + accesses).
+std::vector<OpIndex> valid_until_per_op(const Trace& trace);
+
 // O(ops + accesses + candidates * chain size).
 RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& accesses);
 
