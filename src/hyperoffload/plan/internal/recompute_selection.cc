@@ -116,11 +116,25 @@ class Selector {
       const bool moved = std::any_of(effect.moves.begin(), effect.moves.end(),
                                      [&](const auto& move) { return move.first == d; });
       if (moved) continue;
-      if (!may_regenerate_early(candidate(result_.decisions[d].candidate), op)) return false;
+      if (!may_move(d, op, effect)) return false;
       effect.moves.push_back({d, op});
       if (!plan_rerun(model_.producer[static_cast<std::size_t>(u)], op, effect)) return false;
     }
     return true;
+  }
+
+  // Whether decision d's regeneration may move to `op`: when it is at most an
+  // eighth of its gap early (may_regenerate_early), or when the ops it then
+  // holds the storage over stay below the current peak even with every move
+  // of the effect added there — a move never raises the peak, however far.
+  bool may_move(std::size_t d, OpIndex op, const Effect& effect) const {
+    const RecomputeCandidate& moved = candidate(result_.decisions[d].candidate);
+    if (may_regenerate_early(moved, op)) return true;
+    std::int64_t added = moved.size_bytes;
+    for (const auto& [other, point] : effect.moves) added += candidate(result_.decisions[other].candidate).size_bytes;
+    const OpIndex until = result_.decisions[d].regenerate_before - 1;
+    return op <= until && profile_.max(static_cast<std::size_t>(op), static_cast<std::size_t>(until)) + added <
+                              profile_.max();
   }
 
   // Bytes the effect removes at `op` (negative when it adds).
@@ -141,10 +155,10 @@ class Selector {
     effect.regenerate_before = c.end_op;
     const std::vector<OpIndex>& locks = locks_[static_cast<std::size_t>(c.storage)];
     const auto lock = std::upper_bound(locks.begin(), locks.end(), c.start_op);
-    if (lock != locks.end() && *lock < c.end_op) {
-      if (!may_regenerate_early(c, *lock)) return;
-      effect.regenerate_before = *lock;
-    }
+    // Regenerated before the first lock instead, however early: it frees
+    // fewer ops, and the gain check below passes it over when that no longer
+    // includes the peak op.
+    if (lock != locks.end() && *lock < c.end_op) effect.regenerate_before = *lock;
     if (effect.regenerate_before - c.start_op < 2) return;  // frees no op
     if (!plan_rerun(c.source_op, effect.regenerate_before, effect)) return;
     if (gain_at(c, effect, peak_op) <= 0) return;
