@@ -10,6 +10,7 @@
 #include "hyperoffload/plan/hybrid_planner.h"
 #include "hyperoffload/plan/optimal_planner.h"
 #include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/internal/recompute_model.h"
 #include "hyperoffload/plan/peak_planner.h"
 
 namespace hyperoffload {
@@ -69,6 +70,28 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
 UnavoidableFloor offload_floor(const Trace& trace) {
   const StorageAccesses accesses(trace);
   return internal::build_peak_model(trace, accesses).floor;
+}
+
+UnavoidableFloor recompute_only_limit(const Trace& trace) {
+  const StorageAccesses accesses(trace);
+  const internal::PeakModel peak = internal::build_peak_model(trace, accesses);
+  const internal::RecomputeModel model = internal::build_recompute_model(trace, accesses);
+  // A storage's gaps do not overlap, so the bytes candidates can free at an
+  // op add up: a difference array over their interiors.
+  const auto ops = static_cast<std::size_t>(trace.op_count());
+  std::vector<std::int64_t> reducible_delta(ops + 1, 0);
+  for (const internal::RecomputeCandidate& c : model.candidates) {
+    reducible_delta[static_cast<std::size_t>(c.interior_first())] += c.size_bytes;
+    reducible_delta[static_cast<std::size_t>(c.end_op)] -= c.size_bytes;
+  }
+  UnavoidableFloor limit;
+  std::int64_t reducible = 0;
+  for (std::size_t op = 0; op < ops; ++op) {
+    reducible += reducible_delta[op];
+    const std::int64_t left = peak.resident_bytes[op] - reducible;
+    if (limit.op < 0 || left > limit.bytes) limit = {static_cast<OpIndex>(op), left};
+  }
+  return limit;
 }
 
 }  // namespace hyperoffload

@@ -118,6 +118,17 @@ struct PlannerOptions {
 // own). O(ops + accesses).
 UnavoidableFloor offload_floor(const Trace& trace);
 
+// The lowest op-granular peak any recompute-only schedule can reach on
+// `trace` by the recompute model's candidates (plan/internal/
+// recompute_model.h): per op, what it touches plus what cannot be dropped and
+// regenerated around it — retained storages, storages without a recomputable
+// producer (inputs, weights), storages written again in place after their
+// producer, and those whose chain cannot be built. The recompute-only planner
+// reports its own floor (the peak of its longest decision sequence); `compare`
+// prints both, and docs/HYBRID_PLANNER.md ("No artificial floor") explains the
+// difference. O(ops + accesses + candidates × chain).
+UnavoidableFloor recompute_only_limit(const Trace& trace);
+
 // Names of the heuristic planners, in the order reports list them: fast on any
 // trace, so demo, the default comparison and the tests over every planner run
 // them all. make_planner also accepts kOptimalPlannerName.
