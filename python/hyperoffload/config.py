@@ -16,13 +16,29 @@ MAX_BYTES = (1 << 63) - 1
 
 
 def _byte_count(value, name: str) -> int:
-    """An int in [0, MAX_BYTES]: TypeError naming `name` for another type, ValueError out of range."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    """An int in [0, MAX_BYTES]: TypeError naming `name` for another type, ValueError out of range.
+
+    Used for the fields whose names are Python's own (``max_*_bytes``); the
+    runtime's fields are checked in C++ (``_C.SessionOptions.validate``).
+    """
+    _int64(value, name)
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def _int64(value, name: str) -> int:
+    """An int a C++ int64 holds: TypeError naming `name` for another type, ValueError beyond 2**63 - 1.
+
+    What only Python can check before a value reaches C++; the values
+    themselves are checked there.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value > MAX_BYTES:
-        raise ValueError(f"{name} must be at most 2**63 - 1 bytes, got {value}")
+        raise ValueError(f"{name} must be at most 2**63 - 1, got {value}")
+    if value < -MAX_BYTES - 1:
+        raise ValueError(f"{name} must be at least -2**63, got {value}")
     return value
 
 
@@ -150,19 +166,14 @@ class OffloadConfig:
         # Validates eagerly, so a bad configuration fails where it is written:
         # a value of the wrong type is a TypeError, a wrong value a ValueError,
         # each naming the field (python/tests/test_properties.py checks both).
+        # Python checks what only Python can — the types, the MiB spellings and
+        # the device — and the runtime's one check of the values
+        # (exec/session.h, validate_session_options) does the rest, at the end.
         self.budget_bytes  # noqa: B018
         self.host_capacity_bytes  # noqa: B018
         if not isinstance(self.planner, str):
             raise TypeError(f"planner must be a str, got {type(self.planner).__name__}")
-        from . import _C  # the planners this build knows, by name
-
-        if self.planner not in _C.planner_names():
-            raise ValueError(f'unknown planner "{self.planner}" (planner must be one of: '
-                             f'{", ".join(_C.planner_names())})')
-        if isinstance(self.copy_engines, bool) or not isinstance(self.copy_engines, int):
-            raise TypeError(f"copy_engines must be an int, got {type(self.copy_engines).__name__}")
-        if self.copy_engines not in (1, 2):
-            raise ValueError(f"copy_engines must be 1 or 2, got {self.copy_engines!r}")
+        _int64(self.copy_engines, "copy_engines")
         if self.device is not None:
             if not isinstance(self.device, (str, torch.device)):
                 raise TypeError(f"device must be a str or a torch.device, got {type(self.device).__name__}")
@@ -172,13 +183,11 @@ class OffloadConfig:
                 raise ValueError(f"device {self.device!r} is not a device: {error}") from None
         if not isinstance(self.rewarm_once, bool):
             raise TypeError(f"rewarm_once must be a bool, got {type(self.rewarm_once).__name__}")
-        _byte_count(self.calibration_bytes, "calibration_bytes")
+        _int64(self.calibration_bytes, "calibration_bytes")
         if self.copy_bandwidth_gib_per_s is not None:
             value = self.copy_bandwidth_gib_per_s
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"copy_bandwidth_gib_per_s must be a number, got {type(value).__name__}")
-            if not math.isfinite(value) or value <= 0:
-                raise ValueError(f"copy_bandwidth_gib_per_s must be a finite number > 0, got {value!r}")
         if not isinstance(self.emulate_copy_bandwidth, bool):
             raise TypeError(f"emulate_copy_bandwidth must be a bool, got {type(self.emulate_copy_bandwidth).__name__}")
         if self.emulate_copy_bandwidth:
@@ -192,6 +201,7 @@ class OffloadConfig:
         if self.interception not in INTERCEPTIONS:
             raise ValueError(f"interception must be one of {', '.join(map(repr, INTERCEPTIONS))}, "
                              f"got {self.interception!r}")
+        self._runtime_options(bind_device=False).validate()
 
     @property
     def budget_bytes(self) -> Optional[int]:
@@ -214,14 +224,20 @@ class OffloadConfig:
 
     def session_options(self):
         """The runtime session's options (``_C.SessionOptions``, one C++ struct) for this config."""
+        return self._runtime_options(bind_device=True)
+
+    def _runtime_options(self, bind_device: bool):
+        """The options; with bind_device=False without the device, which names a CUDA index only once
+        one is current (device_name), so that validation needs no device."""
         from . import _C
 
         options = _C.SessionOptions()
         options.budget_bytes = self.budget_bytes
         options.host_capacity_bytes = self.host_capacity_bytes
         options.planner = self.planner
-        options.copy_engines = self.copy_engines
-        options.device = self.device_name()
+        options.copy_engines = self.copy_engines  # the setter's ValueError names the field
+        if bind_device:
+            options.device = self.device_name()
         options.rewarm_once = self.rewarm_once
         options.calibration_bytes = self.calibration_bytes
         options.copy_bandwidth_gib_per_s = self.copy_bandwidth_gib_per_s

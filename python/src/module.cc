@@ -27,7 +27,7 @@
 #include "hyperoffload/io/trace_json.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/planner.h"
-#include "hyperoffload/sim/simulator.h"
+#include "hyperoffload/report/plan_summary.h"
 #include "interception.h"
 #include "torch_session.h"
 
@@ -511,24 +511,28 @@ class Runtime final : public OpHandler {
 
   // What the last warmup decided, for OffloadSession.summary(): the plan's
   // numbers and its simulated cost on the warmup's measured op times and copy
-  // bandwidths (sim/simulator.h, the session's copy engines). None before a plan.
+  // bandwidths (report/plan_summary.h, as `hyperoffload plan` prints them, on
+  // the session's device and copy engines). None before a plan.
   py::object plan_summary() const {
     const Session* session = session_->session();
     if (session == nullptr || session->schedule() == nullptr) return py::none();
     const Trace& trace = *session->trace();
     const Schedule& schedule = *session->schedule();
-    SimulatorOptions options;
-    options.copy_engines = session_->options().copy_engines;
-    const SimulationResult simulated = simulate(trace, schedule, options);
-    py::dict summary;
-    summary["planner"] = schedule.planner;
-    summary["ops"] = trace.op_count();
-    summary["storages"] = trace.storage_count();
     const auto& budget = session_->options().session.budget_bytes;
+    const PlanSummary plan = summarize_plan(trace, schedule, session->floor(),
+                                            {.budget_bytes = budget,
+                                             .device_memory = session_->options().session.planner_options.device_memory,
+                                             .copy_engines = session_->options().copy_engines,
+                                             .record_timeline = RecordTimeline::kNo});
+    const SimulationResult& simulated = plan.simulation;
+    py::dict summary;
+    summary["planner"] = plan.planner;
+    summary["ops"] = plan.op_count;
+    summary["storages"] = plan.storage_count;
     summary["budget_bytes"] = budget ? py::object(py::int_(*budget)) : py::object(py::none());
-    summary["floor_bytes"] = session->floor() ? py::object(py::int_(session->floor()->bytes)) : py::object(py::none());
-    summary["unplanned_peak_bytes"] = unplanned_peak(trace).bytes;
-    summary["planned_peak_bytes"] = simulated.peak_bytes();
+    summary["floor_bytes"] = plan.floor ? py::object(py::int_(plan.floor->bytes)) : py::object(py::none());
+    summary["unplanned_peak_bytes"] = plan.unplanned.bytes;
+    summary["planned_peak_bytes"] = plan.op_peak_bytes();
     summary["planned_timed_peak_bytes"] = simulated.peak_bytes_timed;  // on the device that holds only the budget
     summary["offloaded_bytes"] = simulated.d2h_bytes;
     summary["offload_count"] = simulated.d2h_count;
@@ -674,7 +678,7 @@ PYBIND11_MODULE(_C, m) {
           [](TorchSessionOptions& o, std::string planner) { o.session.planner = std::move(planner); })
       .def_property(
           "copy_engines", [](const TorchSessionOptions& o) { return static_cast<int>(o.copy_engines); },
-          [](TorchSessionOptions& o, int engines) {
+          [](TorchSessionOptions& o, std::int64_t engines) {
             if (engines != 1 && engines != 2) {
               raise(TorchError{ErrorKind::kInvalidConfig, "copy_engines must be 1 or 2, got " + std::to_string(engines)});
             }
@@ -714,7 +718,13 @@ PYBIND11_MODULE(_C, m) {
           [](const TorchSessionOptions& o) { return o.session.record_timeline == RecordTimeline::kYes; },
           [](TorchSessionOptions& o, bool record) {
             o.session.record_timeline = record ? RecordTimeline::kYes : RecordTimeline::kNo;
-          });
+          })
+      .def(
+          "validate",
+          [](const TorchSessionOptions& o) {
+            if (hyperoffload::python::TorchStatus valid = hyperoffload::python::validate(o); !valid) raise(valid.error());
+          },
+          "Checks the values (python/src/torch_session.h, validate): a ValueError naming the field.");
 
   py::class_<Runtime>(m, "Runtime")
       .def(py::init<TorchSessionOptions, py::object>(), py::arg("options"), py::arg("compute_stream"))

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "hyperoffload/runtime/cuda_backend.h"
@@ -51,22 +52,22 @@ bool is_collective(std::string_view name) {
 
 }  // namespace
 
+TorchStatus validate(const TorchSessionOptions& options) {
+  if (Status valid = validate_session_options(options.session); !valid) {
+    return std::unexpected(TorchError{ErrorKind::kInvalidConfig, valid.error().message});
+  }
+  if (const std::optional<double>& gib_per_s = options.emulated_copy_bandwidth_gib_per_s;
+      gib_per_s && !(std::isfinite(*gib_per_s) && *gib_per_s > 0.0)) {
+    return std::unexpected(TorchError{
+        ErrorKind::kInvalidConfig,
+        fmt::format("emulated_copy_bandwidth_gib_per_s must be a finite number > 0, got {}", *gib_per_s)});
+  }
+  return {};
+}
+
 TorchResult<std::unique_ptr<TorchSession>> TorchSession::create(TorchSessionOptions options,
                                                                 ComputeStreamFn stream_fn) {
-  const SessionOptions& runtime = options.session;
-  if (runtime.budget_bytes && *runtime.budget_bytes < 0) {
-    return std::unexpected(TorchError{ErrorKind::kInvalidConfig,
-                                      fmt::format("the activation budget must be >= 0 bytes, got {}",
-                                                  *runtime.budget_bytes)});
-  }
-  if (runtime.host_capacity_bytes < 0) {
-    return std::unexpected(TorchError{ErrorKind::kInvalidConfig,
-                                      fmt::format("the offload capacity must be >= 0 bytes, got {}",
-                                                  runtime.host_capacity_bytes)});
-  }
-  if (Result<std::unique_ptr<Planner>> planner = make_planner(runtime.planner, runtime.planner_options); !planner) {
-    return std::unexpected(TorchError{ErrorKind::kInvalidConfig, planner.error().message});
-  }
+  if (TorchStatus valid = validate(options); !valid) return std::unexpected(std::move(valid.error()));
   std::unique_ptr<TorchSession> session(new TorchSession(std::move(options), std::move(stream_fn)));
   if (session->options_.device) {
     if (TorchStatus bound = session->bind_device(*session->options_.device); !bound) {

@@ -110,6 +110,12 @@ struct TorchSessionOptions {
   std::optional<double> emulated_copy_bandwidth_gib_per_s;
 };
 
+// The options' values: validate_session_options (exec/session.h) and an
+// emulated bandwidth that is a finite number > 0; kInvalidConfig (ValueError)
+// naming the field. TorchSession::create checks them too, so a binding that
+// skips this still fails before the first step.
+TorchStatus validate(const TorchSessionOptions& options);
+
 // How ops run in the current step.
 enum class StepMode : std::uint8_t {
   kIdle,         // between steps
@@ -122,7 +128,7 @@ class TorchSession {
   // The compute stream for a CUDA device: torch.cuda.current_stream(device).
   using ComputeStreamFn = std::function<Result<std::uintptr_t>(c10::Device)>;
 
-  // Fails on an unknown planner, negative sizes or an unsupported device.
+  // Fails where validate() does, or on an unsupported device.
   static TorchResult<std::unique_ptr<TorchSession>> create(TorchSessionOptions options, ComputeStreamFn stream_fn);
   ~TorchSession();
   TorchSession(const TorchSession&) = delete;

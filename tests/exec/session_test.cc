@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cstring>
 #include <stdexcept>
 
@@ -16,6 +18,7 @@ namespace {
 
 using testing::EagerEngine;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 using testing::HookedEngine;
 using testing::MlpConfig;
 using testing::MlpModel;
@@ -463,6 +466,25 @@ TEST_F(SessionTest, HooksOutsideAStepAndUnknownPlannersAreErrors) {
   options = {};
   options.budget_bytes = -1;
   EXPECT_FALSE(Session::create(*backend, options).has_value());
+}
+
+TEST(ValidateSessionOptions, NamesTheFieldOfEachBadValue) {
+  EXPECT_TRUE(validate_session_options({}).has_value());
+  auto message = [](auto change) {
+    SessionOptions options;
+    change(options);
+    const Status valid = validate_session_options(options);
+    return valid ? std::string("valid") : valid.error().message;
+  };
+  EXPECT_EQ(message([](SessionOptions& o) { o.budget_bytes = -1; }), "budget_bytes must be >= 0, got -1");
+  EXPECT_EQ(message([](SessionOptions& o) { o.budget_bytes = 0; }), "valid");
+  EXPECT_EQ(message([](SessionOptions& o) { o.host_capacity_bytes = -2; }), "host_capacity_bytes must be >= 0, got -2");
+  EXPECT_EQ(message([](SessionOptions& o) { o.calibration_bytes = -3; }), "calibration_bytes must be >= 0, got -3");
+  EXPECT_EQ(message([](SessionOptions& o) { o.copy_bandwidth_gib_per_s = 0.0; }),
+            "copy_bandwidth_gib_per_s must be a finite number > 0, got 0");
+  EXPECT_EQ(message([](SessionOptions& o) { o.copy_bandwidth_gib_per_s = std::numeric_limits<double>::infinity(); }),
+            "copy_bandwidth_gib_per_s must be a finite number > 0, got inf");
+  EXPECT_THAT(message([](SessionOptions& o) { o.planner = "magic"; }), StartsWith("planner: unknown planner \"magic\""));
 }
 
 TEST_F(SessionTest, HeldStoragesStayUsableBetweenStepsUntilFreed) {

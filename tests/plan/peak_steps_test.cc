@@ -185,13 +185,12 @@ TEST(HostCopies, LeastLatenessCopiesAShortVersionThatCanMakeItsReleaseBeforeALon
       {.candidate = 0, .release_op = 0, .prefetch_op = 1, .engine_rank = 0},
       {.candidate = 1, .release_op = 1, .prefetch_op = 4, .engine_rank = 1}};
   const std::vector<double> start_ms = op_start_ms(trace);
+  const PeakPass pass{trace, model, start_ms, 0, DeviceMemory::kBudget};  // the host copies read no limit
 
-  const HostCopyOrder soonest = order_host_copies(trace, model, placements, start_ms, DeviceMemory::kBudget,
-                                                  HostCopySequencing::kSoonestNeeded);
+  const HostCopyOrder soonest = order_host_copies(pass, placements, HostCopySequencing::kSoonestNeeded);
   EXPECT_THAT(soonest.versions, ElementsAre(0, 1));
   EXPECT_THAT(soonest.ready_ms, ElementsAre(4.0, 5.0));
-  const HostCopyOrder least = order_host_copies(trace, model, placements, start_ms, DeviceMemory::kBudget,
-                                                HostCopySequencing::kLeastLateness);
+  const HostCopyOrder least = order_host_copies(pass, placements, HostCopySequencing::kLeastLateness);
   EXPECT_THAT(least.versions, ElementsAre(1, 0));
   EXPECT_THAT(least.ready_ms, ElementsAre(5.0, 2.0));
 }

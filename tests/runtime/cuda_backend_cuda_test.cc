@@ -125,7 +125,7 @@ TEST_F(CudaBackendTest, UnderAHeldBudgetABindWaitsForTheD2HOfAReleasedBuffer) {
   PinnedHostPool pool(*backend_);
   {
     constexpr std::int64_t kBytes = 64 << 20;
-    ResidencyManager residency(*backend_, pool, events, ResidencyOptions{.held_budget_bytes = 2 * kBytes});
+    ResidencyManager residency(*backend_, pool, events, ResidencyOptions{.rematerialize = {}, .record_copies = RecordCopies::kNo, .held_budget_bytes = 2 * kBytes});
     ASSERT_TRUE(residency.bind(1, kBytes));
     ASSERT_TRUE(residency.bind(2, kBytes));
     ASSERT_TRUE(residency.copy_d2h(1));

@@ -9,7 +9,7 @@
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/budget.h"
 #include "hyperoffload/plan/budget_policy.h"
-#include "hyperoffload/sim/simulator.h"
+#include "hyperoffload/report/plan_summary.h"
 
 namespace hyperoffload::cli {
 namespace {
@@ -36,7 +36,6 @@ int run_plan(const PlanArgs& args) {
     throw HyperoffloadError({made.error().code, fmt::format("--score-weight: {}", made.error().message)});
   }
   const std::optional<std::int64_t> budget = resolve_budget_option(trace, args.budget);
-  const PeakBytes unplanned = unplanned_peak(trace);
 
   // The budget policy the runtime session applies too (plan/budget_policy.h),
   // so this plan is the one a session would replay.
@@ -47,26 +46,22 @@ int run_plan(const PlanArgs& args) {
     throw HyperoffloadError({ErrorCode::kInvalidArgument, plan.refusal});
   }
   plan.result.schedule.budget_bytes = budget;  // simulate's device, unless told another
-  // The simulation validates the schedule too (one walk of each).
-  SimulatorOptions sim_options;
-  sim_options.budget_bytes = budget;
-  sim_options.device_memory = planner_options.device_memory;
-  const SimulationResult timed = simulate(trace, plan.result.schedule, sim_options);
+  const PlanSummary summary = summarize_plan(
+      trace, plan.result.schedule, plan.result.floor,
+      {.budget_bytes = budget, .device_memory = planner_options.device_memory, .copy_engines = CopyEngines::kTwo,
+       .record_timeline = RecordTimeline::kNo});
+  const SimulationResult& timed = summary.simulation;
   const ValidationReport& check = timed.validation;
+  const PeakBytes& unplanned = summary.unplanned;
   if (!args.output.empty()) value_or_throw(write_schedule_file(plan.result.schedule, args.output));
-
-  std::size_t pre = 0;
-  for (const Action& action : plan.result.schedule.actions) pre += action.phase == Phase::kPre ? 1 : 0;
-  const std::size_t post = plan.result.schedule.actions.size() - pre;
 
   fmt::print("trace     {}: {} ops, {} storages, {:.3f} ms of compute\n", args.trace_path,
              group_digits(trace.op_count()), group_digits(trace.storage_count()), trace.total_compute_ms());
   if (!budget) {
     fmt::print("budget    unlimited (no --budget and no memory_limit_bytes): nothing to offload\n");
   } else {
-    const double percent = unplanned.bytes > 0 ? 100.0 * static_cast<double>(*budget) / static_cast<double>(unplanned.bytes) : 0.0;
     fmt::print("budget    {} ({} bytes, {:.1f}% of the unplanned peak)\n", format_bytes(*budget), group_digits(*budget),
-               percent);
+               summary.budget_percent());
   }
   fmt::print("planner   {} in {:.2f} ms{}\n", args.planner, planning_ms,
              plan.result.schedule.planner != args.planner
@@ -89,9 +84,9 @@ int run_plan(const PlanArgs& args) {
                    : std::string("within the budget"),
                timed.overhead_percent());
   }
-  if (plan.result.floor) {
-    fmt::print("floor     {} at op {} ({}): the lowest peak this planner reaches\n",
-               format_bytes(plan.result.floor->bytes), plan.result.floor->op, trace.op_name(plan.result.floor->op));
+  if (summary.floor) {
+    fmt::print("floor     {} at op {} ({}): the lowest peak this planner reaches\n", format_bytes(summary.floor->bytes),
+               summary.floor->op, trace.op_name(summary.floor->op));
   }
   if (const std::optional<SolverReport>& solver = plan.result.solver) {
     fmt::print("solver    {}: {}, model makespan {:.6g} ms, lower bound {:.6g} ms, gap {:.2f}% ({:.2f} s, {} nodes)\n",
@@ -100,18 +95,12 @@ int run_plan(const PlanArgs& args) {
   }
   fmt::print("moved     d2h {} in {} copies, h2d {} in {} copies\n", format_bytes(check.d2h_bytes),
              group_digits(check.d2h_count), format_bytes(check.h2d_bytes), group_digits(check.h2d_count));
-  std::int64_t recomputes = 0;
-  double recompute_ms = 0.0;
-  for (const Action& action : plan.result.schedule.actions) {
-    if (action.kind != ActionKind::kRecompute || action.source_op < 0 || action.source_op >= trace.op_count()) continue;
-    ++recomputes;
-    recompute_ms += trace.op_duration_ms(action.source_op);
+  if (timed.recompute_count > 0) {
+    fmt::print("recompute {} re-runs of earlier ops, {:.3f} ms of compute\n", group_digits(timed.recompute_count),
+               timed.recompute_ms);
   }
-  if (recomputes > 0) {
-    fmt::print("recompute {} re-runs of earlier ops, {:.3f} ms of compute\n", group_digits(recomputes), recompute_ms);
-  }
-  fmt::print("actions   {} ({} pre, {} post)\n", group_digits(static_cast<std::int64_t>(plan.result.schedule.actions.size())),
-             group_digits(static_cast<std::int64_t>(pre)), group_digits(static_cast<std::int64_t>(post)));
+  fmt::print("actions   {} ({} pre, {} post)\n", group_digits(summary.pre_actions + summary.post_actions),
+             group_digits(summary.pre_actions), group_digits(summary.post_actions));
   if (check.valid()) {
     fmt::print("check     valid, {} faults\n", check.faults.size());
   } else {

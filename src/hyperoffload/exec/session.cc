@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <utility>
 
 #include "hyperoffload/ir/byte_format.h"
@@ -9,17 +10,33 @@
 
 namespace hyperoffload {
 
-Result<std::unique_ptr<Session>> Session::create(Backend& backend, SessionOptions options) {
+Status validate_session_options(const SessionOptions& options) {
   if (options.budget_bytes && *options.budget_bytes < 0) {
     return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("session budget must be >= 0 bytes, got {}", *options.budget_bytes));
+                      fmt::format("budget_bytes must be >= 0, got {}", *options.budget_bytes));
   }
   if (options.host_capacity_bytes < 0) {
     return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("session host capacity must be >= 0 bytes, got {}", options.host_capacity_bytes));
+                      fmt::format("host_capacity_bytes must be >= 0, got {}", options.host_capacity_bytes));
+  }
+  if (options.calibration_bytes < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("calibration_bytes must be >= 0, got {}", options.calibration_bytes));
+  }
+  if (const std::optional<double>& gib_per_s = options.copy_bandwidth_gib_per_s;
+      gib_per_s && !(std::isfinite(*gib_per_s) && *gib_per_s > 0.0)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("copy_bandwidth_gib_per_s must be a finite number > 0, got {}", *gib_per_s));
   }
   // Fails now on an unknown planner or bad options, not after the first step.
-  HO_RETURN_IF_ERROR(make_planner(options.planner, options.planner_options));
+  if (Result<std::unique_ptr<Planner>> planner = make_planner(options.planner, options.planner_options); !planner) {
+    return make_error(planner.error().code, fmt::format("planner: {}", planner.error().message));
+  }
+  return {};
+}
+
+Result<std::unique_ptr<Session>> Session::create(Backend& backend, SessionOptions options) {
+  HO_RETURN_IF_ERROR(validate_session_options(options));
   return std::unique_ptr<Session>(new Session(backend, std::move(options)));
 }
 
@@ -29,7 +46,7 @@ Session::Session(Backend& backend, SessionOptions options)
       events_(std::make_unique<EventPool>(backend)),
       pool_(std::make_unique<PinnedHostPool>(backend, PinnedHostPoolOptions{options_.host_capacity_bytes})),
       residency_(std::make_unique<ResidencyManager>(backend, *pool_, *events_,
-                                                    ResidencyOptions{options_.rematerialize, RecordCopies::kNo})) {}
+                                                    ResidencyOptions{options_.rematerialize, RecordCopies::kNo, std::nullopt})) {}
 
 Session::~Session() { (void)abort_step(); }
 

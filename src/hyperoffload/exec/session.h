@@ -86,9 +86,16 @@ struct SessionOptions {
   RewarmPolicy rewarm = kDefaultRewarmPolicy;              // see above
 };
 
+// The one check of a session's options, for every entry point (the C++
+// session, Python's OffloadConfig through _C.SessionOptions.validate): a
+// negative budget, host capacity or calibration size, a copy bandwidth that is
+// not a finite number > 0, an unknown planner or options it rejects. Each
+// message starts with the field's name. kInvalidArgument.
+Status validate_session_options(const SessionOptions& options);
+
 class Session final : public StepHooks {
  public:
-  // Fails on an unknown planner or a negative budget. `backend` outlives the session.
+  // Fails where validate_session_options does. `backend` outlives the session.
   static Result<std::unique_ptr<Session>> create(Backend& backend, SessionOptions options);
   ~Session() override;
   Session(const Session&) = delete;

@@ -78,6 +78,12 @@
 // internal::kLowerBudgetMaxWork ops plus accesses, all of that once more per
 // rung below the budget (step 5).
 //
+// Code: hybrid_planner.cc is the orchestrator, whose constructor and hybrid()
+// run these steps in order; the parts are in plan/internal/: the models
+// (hybrid_models.h), the plans and how each is made (hybrid_plans.h), the
+// decision-set search (decision_search.h) and the portfolio that chooses and
+// writes the notes (plan_portfolio.h).
+//
 // Thread-safety: plan() is const and may run concurrently.
 #pragma once
 

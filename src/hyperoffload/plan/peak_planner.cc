@@ -78,7 +78,7 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   }
   const StorageAccesses accesses(trace);
   const PeakModel model = internal::build_peak_model(trace, accesses);
-  internal::PeakRun chosen = internal::run_peak_planner(trace, accesses, model, options_, *budget_bytes);
+  internal::PeakRun chosen = internal::run_peak_planner(trace, model, options_, *budget_bytes);
   if (options_.lower_budgets == LowerBudgetPlans::kNone || !internal::lower_budget_plans_fit(trace)) {
     return std::move(chosen.result);
   }
@@ -92,7 +92,7 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
   std::optional<std::int64_t> lower_budget;
   const std::vector<std::int64_t> rungs = internal::lower_budgets(trace, model.floor.bytes, unplanned, *budget_bytes);
   for (const std::int64_t rung : std::views::reverse(rungs)) {
-    internal::PeakRun lower = internal::run_peak_planner(trace, accesses, model, options_, rung);
+    internal::PeakRun lower = internal::run_peak_planner(trace, model, options_, rung);
     if (lower.result.planned_peak_bytes > *budget_bytes) continue;
     if (options_.device_memory == DeviceMemory::kBudget) {
       lower.stall_ms = internal::estimate_stall_ms(trace, lower.result.schedule.actions, *budget_bytes);
@@ -112,9 +112,10 @@ Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int6
 
 namespace internal {
 
-PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, const PeakModel& model,
-                         const PeakPlannerOptions& options, std::int64_t budget_bytes, const ScheduleTimer& timer,
-                         std::stop_token stop, PlacementThreads threads) {
+PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakPlannerOptions& options,
+                         std::int64_t budget_bytes, const PeakRunControl& control) {
+  const ScheduleTimer& timer = control.timer;
+  const std::stop_token& stop = control.stop;
   PlanResult result;
   result.schedule.planner = "peak";
   const std::int64_t limit = budget_bytes;
@@ -130,13 +131,13 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
   }
 
   const std::vector<std::int32_t> selected =
-      internal::select_peak_candidates(trace, model, options.weights, options.ties, options.windows,
-                                       options.host_copy_deadline, limit, profile, stop);
+      internal::select_peak_candidates(trace, model, options, limit, profile, stop);
   if (stop.stop_requested()) return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
   // Below the floor the selection stops at the floor; placement then keeps to
   // what was reached instead of the unreachable budget.
   const std::int64_t placement_limit = std::max(limit, profile.max());
   const std::vector<double> start_ms = op_start_ms(trace);
+  const internal::PeakPass pass{trace, model, start_ms, placement_limit, options.device_memory};
   const std::vector<std::int32_t> by_edge = boundaries_by_edge(model);
   // The first placement's copies to host follow their copy ops.
   const std::vector<double> copy_op_ready = copy_op_ready_ms(trace, model, selected, start_ms);
@@ -157,13 +158,11 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
   // schedule with the smaller estimated stall is kept.
   auto first_placement = [&] {
     ProfileTree first = profile;
-    const std::vector<Placement> placements = place(trace, model, selected, start_ms, copy_op_ready, placement_limit,
-                                                    first, EngineRule::kFillIdleEngine, options.device_memory);
-    return order_host_copies(trace, model, placements, start_ms, options.device_memory, options.host_copies);
+    const std::vector<Placement> placements = place(pass, selected, copy_op_ready, first, EngineRule::kFillIdleEngine);
+    return order_host_copies(pass, placements, options.host_copies);
   };
   auto build = [&](EngineRule rule, ProfileTree& tree, const HostCopyOrder& host_order) {
-    const std::vector<Placement> placements =
-        place(trace, model, selected, start_ms, host_order.ready_ms, placement_limit, tree, rule, options.device_memory);
+    const std::vector<Placement> placements = place(pass, selected, host_order.ready_ms, tree, rule);
     const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit, by_edge);
     const std::vector<HostCopy> host_copies =
         issue_host_copies(model, host_order.versions, first_releases(model, placements, boundary_picks));
@@ -180,7 +179,7 @@ PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, co
   Variant chosen;
   if (selected.empty()) {
     chosen = build(EngineRule::kSoonestNeeded, profile, HostCopyOrder{});
-  } else if (threads == PlacementThreads::kOne) {
+  } else if (control.threads == PlacementThreads::kOne) {
     const HostCopyOrder host_order = first_placement();
     if (stop.stop_requested()) return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
     ProfileTree fill_profile = profile;

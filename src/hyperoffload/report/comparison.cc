@@ -9,6 +9,7 @@
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/budget_policy.h"
 #include "hyperoffload/report/overhead_bound.h"
+#include "hyperoffload/report/plan_summary.h"
 #include "hyperoffload/report/stall_bound.h"
 
 namespace hyperoffload {
@@ -72,12 +73,12 @@ Result<ComparisonRow> run_one(const Trace& trace, const NamedPlanner& planner, s
   row.notes = plan.notes;
   row.solver = plan.solver;
 
-  SimulatorOptions sim_options;
-  sim_options.copy_engines = options.copy_engines;
-  sim_options.record_timeline = options.record_timeline;
-  sim_options.budget_bytes = budget;
-  sim_options.device_memory = options.device_memory;
-  SimulationResult sim = simulate(trace, plan.schedule, sim_options);
+  PlanSummary summary = summarize_plan(trace, plan.schedule, plan.floor,
+                                       {.budget_bytes = budget,
+                                        .device_memory = options.device_memory,
+                                        .copy_engines = options.copy_engines,
+                                        .record_timeline = options.record_timeline});
+  SimulationResult& sim = summary.simulation;
   row.valid = sim.valid();
   row.problem_count = sim.validation.problem_count;
   if (!sim.validation.problems.empty()) row.first_problem = sim.validation.problems.front();

@@ -74,9 +74,12 @@ std::vector<OpIndex> first_releases(const PeakModel& model, std::span<const Plac
   return latest;
 }
 
-HostCopyOrder order_host_copies(const Trace& trace, const PeakModel& model, std::span<const Placement> placements,
-                                std::span<const double> start_ms, DeviceMemory device,
+HostCopyOrder order_host_copies(const PeakPass& pass, std::span<const Placement> placements,
                                 HostCopySequencing sequencing) {
+  const Trace& trace = pass.trace;
+  const PeakModel& model = pass.model;
+  const std::span<const double> start_ms = pass.start_ms;
+  const DeviceMemory device = pass.device;
   // Unlimited memory: when each copy back must start at the latest so that it
   // and every copy back needed after it still make their uses on the FIFO H2D
   // engine (scheduled backwards from the last use). In a transfer-bound stretch

@@ -74,8 +74,8 @@ struct HostCopyOrder {
 std::vector<OpIndex> first_releases(const PeakModel& model, std::span<const Placement> placements,
                                     std::span<const std::int32_t> boundary_picks);
 
-HostCopyOrder order_host_copies(const Trace& trace, const PeakModel& model, std::span<const Placement> placements,
-                                std::span<const double> start_ms, DeviceMemory device,
+// Reads the pass's trace, model, start times and device (not its limit).
+HostCopyOrder order_host_copies(const PeakPass& pass, std::span<const Placement> placements,
                                 HostCopySequencing sequencing);
 
 }  // namespace hyperoffload::internal

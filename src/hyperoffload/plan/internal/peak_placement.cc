@@ -16,10 +16,11 @@ std::vector<double> op_start_ms(const Trace& trace) {
   return start_ms;
 }
 
-std::vector<std::int32_t> engine_order(const PeakModel& model, std::span<const std::int32_t> selected,
-                                       std::span<const double> start_ms, std::span<const double> ready_ms,
-                                       std::int64_t limit, const ProfileTree& profile, const Trace& trace,
-                                       EngineRule rule) {
+std::vector<std::int32_t> engine_order(const PeakPass& pass, std::span<const std::int32_t> selected,
+                                       std::span<const double> ready_ms, const ProfileTree& profile, EngineRule rule) {
+  const PeakModel& model = pass.model;
+  const std::span<const double> start_ms = pass.start_ms;
+  const std::int64_t limit = pass.limit_bytes;
   std::vector<EngineJob> jobs;
   jobs.reserve(selected.size());
   for (const std::int32_t k : selected) {
@@ -30,7 +31,7 @@ std::vector<std::int32_t> engine_order(const PeakModel& model, std::span<const s
     const OpIndex room_from =
         blocked_last == ProfileTree::kNotFound ? c.interior_first() : static_cast<OpIndex>(blocked_last) + 1;
     jobs.push_back({std::max(ready_ms[static_cast<std::size_t>(c.version)], start_ms[static_cast<std::size_t>(room_from)]),
-                    start_ms[static_cast<std::size_t>(c.end_op)], tie_key(c.end_op, k), trace.h2d_ms(c.size_bytes)});
+                    start_ms[static_cast<std::size_t>(c.end_op)], tie_key(c.end_op, k), pass.trace.h2d_ms(c.size_bytes)});
   }
   std::vector<std::int32_t> order;
   order.reserve(jobs.size());
@@ -38,12 +39,15 @@ std::vector<std::int32_t> engine_order(const PeakModel& model, std::span<const s
   return order;
 }
 
-std::vector<Placement> place(const Trace& trace, const PeakModel& model, std::span<const std::int32_t> selected,
-                             std::span<const double> start_ms, std::span<const double> ready_ms, std::int64_t limit,
-                             ProfileTree& profile, EngineRule rule, DeviceMemory device) {
+std::vector<Placement> place(const PeakPass& pass, std::span<const std::int32_t> selected,
+                             std::span<const double> ready_ms, ProfileTree& profile, EngineRule rule) {
+  const PeakModel& model = pass.model;
+  const std::span<const double> start_ms = pass.start_ms;
+  const std::int64_t limit = pass.limit_bytes;
+  const DeviceMemory device = pass.device;
   auto interior = [&](std::int32_t k) -> const PeakCandidate& { return model.interior[static_cast<std::size_t>(k)]; };
   const std::vector<std::int32_t> by_need =
-      engine_order(model, selected, start_ms, ready_ms, limit, profile, trace, rule);
+      engine_order(pass, selected, ready_ms, profile, rule);
   std::vector<std::int32_t> engine_rank(model.interior.size(), 0);
   for (std::size_t i = 0; i < by_need.size(); ++i)
     engine_rank[static_cast<std::size_t>(by_need[i])] = static_cast<std::int32_t>(i);

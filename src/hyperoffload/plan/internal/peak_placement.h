@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hyperoffload/ir/trace.h"
+#include "hyperoffload/model/device.h"
 #include "hyperoffload/plan/internal/engine_jobs.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/internal/profile_tree.h"
@@ -32,14 +33,25 @@ struct Placement {
 // run without stalls. The planner's timing estimates are all in these units.
 std::vector<double> op_start_ms(const Trace& trace);
 
+// What the placement steps of one peak-planner run (peak_run.h) share: the
+// trace and its model, when each op starts in a run without stalls
+// (op_start_ms), the bytes the placement keeps the profile within, and the
+// device the schedule is tuned for. Refers to the caller's data, which must
+// outlive it.
+struct PeakPass {
+  const Trace& trace;
+  const PeakModel& model;
+  std::span<const double> start_ms;
+  std::int64_t limit_bytes;
+  DeviceMemory device;
+};
+
 // The order in which the H2D engine should run the prefetches: a sequence over
 // estimated times, where a prefetch can start once its version's copy to host
 // is done (`ready_ms`, per version) and the budget has room for it, and is
 // needed when its end op starts.
-std::vector<std::int32_t> engine_order(const PeakModel& model, std::span<const std::int32_t> selected,
-                                       std::span<const double> start_ms, std::span<const double> ready_ms,
-                                       std::int64_t limit, const ProfileTree& profile, const Trace& trace,
-                                       EngineRule rule);
+std::vector<std::int32_t> engine_order(const PeakPass& pass, std::span<const std::int32_t> selected,
+                                       std::span<const double> ready_ms, const ProfileTree& profile, EngineRule rule);
 
 // Placement (docs/PEAK_PLANNER.md, "Placement"): selection subtracted each
 // candidate over its whole interior; now give back the ops where the memory
@@ -52,9 +64,8 @@ std::vector<std::int32_t> engine_order(const PeakModel& model, std::span<const s
 // the copies queued behind it. Releases follow, latest first for the storage
 // whose copy to host can wait the longest (below). Placements come out in that
 // order.
-std::vector<Placement> place(const Trace& trace, const PeakModel& model, std::span<const std::int32_t> selected,
-                             std::span<const double> start_ms, std::span<const double> ready_ms, std::int64_t limit,
-                             ProfileTree& profile, EngineRule rule, DeviceMemory device);
+std::vector<Placement> place(const PeakPass& pass, std::span<const std::int32_t> selected,
+                             std::span<const double> ready_ms, ProfileTree& profile, EngineRule rule);
 
 // Boundary candidates grouped by boundary, smallest first: the order in which
 // select_boundaries considers them. Independent of the placements, so built once.

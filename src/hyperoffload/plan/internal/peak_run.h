@@ -1,8 +1,8 @@
 // Internal: the peak planner's run (docs/PEAK_PLANNER.md) on a trace whose
-// StorageAccesses and PeakModel the caller has already built, returning the
+// PeakModel the caller has already built, returning the
 // chosen schedule's estimated stall with it. PeakPlanner::plan is this with
-// its own accesses and model; the hybrid planner calls it for its offload-only
-// plan, on the accesses and model it builds anyway, and takes the stall the
+// its own model; the hybrid planner calls it for its offload-only
+// plan, on the model it builds anyway, and takes the stall the
 // run already estimated (plan/internal/stall_estimate.h on the same schedule
 // and device) instead of timing the schedule again.
 //
@@ -14,7 +14,6 @@
 #include <stop_token>
 #include <vector>
 
-#include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/ir/trace.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/peak_planner.h"
@@ -56,14 +55,21 @@ using ScheduleTimer = std::function<TimedSchedule(std::vector<Action> actions)>;
 // core). The schedule is the same either way.
 enum class PlacementThreads : std::uint8_t { kTwo, kOne };
 
-// Preconditions: trace.op_count() > 0; `accesses` is of `trace` and `model`
-// is build_peak_model(trace, accesses). Without a timer, schedules are timed
-// with estimate_stall_ms on `trace` and returned as made. Once `stop` is
-// requested the run returns a stopped PeakRun at its next check (during
-// selection and between its placements).
-PeakRun run_peak_planner(const Trace& trace, const StorageAccesses& accesses, const PeakModel& model,
-                         const PeakPlannerOptions& options, std::int64_t budget_bytes,
-                         const ScheduleTimer& timer = {}, std::stop_token stop = {},
-                         PlacementThreads threads = PlacementThreads::kTwo);
+// How a run is driven, beside what it plans: how its schedules are timed,
+// when it stops, and on how many threads it places.
+struct PeakRunControl {
+  // Without a timer, schedules are timed with estimate_stall_ms on the trace
+  // and returned as made.
+  ScheduleTimer timer;
+  // Once requested, the run returns a stopped PeakRun at its next check
+  // (during selection and between its placements).
+  std::stop_token stop;
+  PlacementThreads threads = PlacementThreads::kTwo;
+};
+
+// Preconditions: trace.op_count() > 0; `model` is build_peak_model(trace, its
+// accesses).
+PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakPlannerOptions& options,
+                         std::int64_t budget_bytes, const PeakRunControl& control = {});
 
 }  // namespace hyperoffload::internal

@@ -355,13 +355,14 @@ class Selection {
 }  // namespace
 
 std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
-                                                 const PeakScoreWeights& weights, SelectionTies ties,
-                                                 CopyBackWindows windows, HostCopyDeadline host_copy_deadline,
-                                                 std::int64_t limit_bytes, ProfileTree& profile,
-                                                 std::stop_token stop) {
+                                                 const PeakPlannerOptions& options, std::int64_t limit_bytes,
+                                                 ProfileTree& profile, std::stop_token stop) {
+  const PeakScoreWeights& weights = options.weights;
+  const SelectionTies ties = options.ties;
+  const HostCopyDeadline host_copy_deadline = options.host_copy_deadline;
   std::vector<double> compute_before = compute_prefix(trace);
   std::vector<double> prefetch_from_ms;
-  switch (windows) {
+  switch (options.windows) {
     case CopyBackWindows::kNone:
       prefetch_from_ms.assign(model.interior.size(), 0.0);
       break;

@@ -22,10 +22,9 @@ namespace hyperoffload::internal {
 // the order they were picked. Stops when the peak is within `limit_bytes` or
 // nothing covers the peak op (the floor), or early, with what it picked so
 // far, once `stop` is requested (checked every few hundred picks).
+// Reads the options' weights, ties, copy-back windows and host-copy deadline.
 std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
-                                                 const PeakScoreWeights& weights, SelectionTies ties,
-                                                 CopyBackWindows windows, HostCopyDeadline host_copy_deadline,
-                                                 std::int64_t limit_bytes, ProfileTree& profile,
-                                                 std::stop_token stop = {});
+                                                 const PeakPlannerOptions& options, std::int64_t limit_bytes,
+                                                 ProfileTree& profile, std::stop_token stop = {});
 
 }  // namespace hyperoffload::internal

@@ -1,0 +1,197 @@
+#include "hyperoffload/plan/internal/hybrid_plans.h"
+
+#include <algorithm>
+#include <limits>
+#include <string_view>
+#include <utility>
+
+#include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/internal/augmented_trace.h"
+#include "hyperoffload/plan/internal/stall_estimate.h"
+
+namespace hyperoffload::internal {
+namespace {
+
+// The peak planner's weights for a second try at the offloads, made when the
+// trace is small enough for four plans or more: credit for hiding outweighs
+// credit for size, so several small copies that hide beat one large copy that
+// resolves the peak but cannot hide. (In a small MLP whose last activations
+// are read right after the peak, the default weights offload one of those and
+// stall on its copy back; the MILP offloads weights and early activations
+// instead and hides every copy.) Its ties go to the smallest candidate. The
+// plan it gives is one more candidate: the quicker plan wins, so it never
+// makes a plan worse.
+constexpr PeakScoreWeights kHidingFirstWeights{
+    .peak_reduction = 0.1, .hiding = 4.0, .coverage = 1.0, .neighbor_impact = 1.0};
+constexpr std::string_view kHidingFirstLabel = "offload-only, hidden copies first";
+
+}  // namespace
+
+bool better(const HybridPlan& a, const HybridPlan& b, std::int64_t budget_bytes) {
+  const bool a_fits = a.peak_bytes <= budget_bytes;
+  const bool b_fits = b.peak_bytes <= budget_bytes;
+  if (a_fits != b_fits) return a_fits;
+  if (!a_fits && a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+  if (a.time_ms != b.time_ms) return a.time_ms < b.time_ms;
+  return a.peak_bytes < b.peak_bytes;
+}
+
+std::int64_t count_copies(std::span<const Action> actions) {
+  std::int64_t copies = 0;
+  for (const Action& action : actions) {
+    copies += action.kind == ActionKind::kCopyD2H || action.kind == ActionKind::kCopyH2D ? 1 : 0;
+  }
+  return copies;
+}
+
+double PlanMaker::estimated_time_ms(std::span<const Action> actions, double recompute_ms) const {
+  return models_.trace.total_compute_ms() + recompute_ms +
+         estimate_stall_ms(models_.trace, actions, models_.memory_cap());
+}
+
+HybridPlan PlanMaker::offload_only(const PeakPlannerOptions& options, std::string label, std::stop_token stop,
+                                   PlacementThreads threads) const {
+  HybridPlan plan;
+  plan.label = std::move(label);
+  PeakRun run = run_peak_planner(models_.trace, models_.peak, options, models_.budget_bytes,
+                                 {.timer = {}, .stop = std::move(stop), .threads = threads});
+  if (run.stopped) {
+    plan.stopped = true;
+    return plan;
+  }
+  PlanResult& result = run.result;
+  plan.time_ms = models_.trace.total_compute_ms() + run.stall_ms;
+  plan.peak_bytes = result.planned_peak_bytes;
+  plan.floor = result.floor;
+  plan.actions = std::move(result.schedule.actions);
+  for (std::string& note : result.notes) {
+    if (note.find("boundary candidate") != std::string::npos) plan.notes.push_back(std::move(note));
+  }
+  return plan;
+}
+
+HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, std::string label,
+                                    const PeakPlannerOptions& options) const {
+  const Trace& trace = models_.trace;
+  const AugmentedTrace augmented = build_augmented_trace(trace, models_.recompute, chosen);
+  const StorageAccesses accesses(augmented.trace);
+  const PeakModel model = build_peak_model(augmented.trace, accesses);
+  const std::optional<std::int64_t> memory_cap = models_.memory_cap();
+  const ScheduleTimer timer = [&](std::vector<Action> actions) {
+    TimedSchedule timed{map_back(augmented, actions), 0.0};
+    timed.stall_ms = estimate_stall_ms(trace, timed.actions, memory_cap);
+    return timed;
+  };
+  PeakRun run = run_peak_planner(augmented.trace, model, options, models_.budget_bytes, {.timer = timer, .stop = {}, .threads = PlacementThreads::kTwo});
+  const PlanResult& result = run.result;
+  HybridPlan plan;
+  plan.label = std::move(label);
+  plan.peak_bytes = result.planned_peak_bytes;
+  if (result.floor) {
+    plan.floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(result.floor->op)], result.floor->bytes};
+  }
+  plan.recompute_count = augmented.recompute_count;
+  plan.recompute_ms = augmented.recompute_ms;
+  plan.actions = std::move(run.result.schedule.actions);
+  plan.time_ms = trace.total_compute_ms() + plan.recompute_ms + run.stall_ms;
+  return plan;
+}
+
+HybridPlan PlanMaker::without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
+  const AugmentedTrace augmented = build_augmented_trace(models_.trace, models_.recompute, chosen);
+  const StorageAccesses accesses(augmented.trace);
+  const std::vector<Action> actions = end_of_life_releases(augmented.trace, accesses);
+  HybridPlan plan;
+  plan.label = std::move(label);
+  const PeakBytes peak = unplanned_peak(augmented.trace, accesses);
+  plan.peak_bytes = peak.bytes;
+  plan.peak_op = peak.op >= 0 ? augmented.original_op[static_cast<std::size_t>(peak.op)] : -1;
+  plan.recompute_count = augmented.recompute_count;
+  plan.recompute_ms = augmented.recompute_ms;
+  plan.actions = map_back(augmented, actions);
+  plan.time_ms = estimated_time_ms(plan.actions, plan.recompute_ms);
+  return plan;
+}
+
+HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
+  const std::int64_t budget = models_.budget_bytes;
+  HybridPlan full = without_offloads(sequence.decisions, "recompute-only");
+  full.floor = UnavoidableFloor{full.peak_op, full.peak_bytes};
+  if (full.peak_bytes > budget) return full;
+  const std::size_t total = sequence.decisions.size();
+  std::size_t length = 0;
+  while (length < total && sequence.peak_after[length] > budget) ++length;
+  if (length < total) ++length;  // the decision that brought the profile within the budget
+  std::size_t step = std::max<std::size_t>(1, length / 16);
+  while (length < total) {
+    HybridPlan prefix = without_offloads(sequence.prefix(length), "recompute-only");
+    prefix.floor = full.floor;
+    if (prefix.peak_bytes <= budget) return prefix;
+    length = std::min(total, length + step);
+    step *= 2;
+  }
+  return full;
+}
+
+RecomputeSelection PlanMaker::recompute_only_sequence() const {
+  constexpr double kNoRatioLimit = std::numeric_limits<double>::infinity();
+  return select_recomputes(models_.trace, models_.peak.resident_bytes, models_.recompute, {kNoRatioLimit, 0});
+}
+
+std::optional<RecomputeSelection> PlanMaker::recompute_only_sequence_if_it_can_fit() const {
+  const std::int64_t budget = models_.budget_bytes;
+  const std::vector<std::int64_t>& resident = models_.peak.resident_bytes;
+  const auto ops = static_cast<std::size_t>(models_.trace.op_count());
+  std::vector<std::int64_t> reducible_delta(ops + 1, 0);
+  for (const RecomputeCandidate& c : models_.recompute.candidates) {
+    reducible_delta[static_cast<std::size_t>(c.interior_first())] += c.size_bytes;
+    reducible_delta[static_cast<std::size_t>(c.end_op)] -= c.size_bytes;
+  }
+  std::int64_t reducible = 0;
+  for (std::size_t op = 0; op < ops; ++op) {
+    reducible += reducible_delta[op];
+    if (resident[op] - reducible > budget) return std::nullopt;
+  }
+  RecomputeSelection sequence = recompute_only_sequence();
+  const std::int64_t lowest =
+      sequence.peak_after.empty() ? *std::max_element(resident.begin(), resident.end()) : sequence.peak_after.back();
+  if (lowest > budget) return std::nullopt;
+  return sequence;
+}
+
+double PlanMaker::compute_and_reruns_ms(const RecomputeSelection& sequence) const {
+  double ms = models_.trace.total_compute_ms();
+  for (const RecomputeDecision& d : sequence.decisions) {
+    ms += models_.recompute.candidates[static_cast<std::size_t>(d.candidate)].cost_ms;
+  }
+  return ms;
+}
+
+PeakPlannerOptions PlanMaker::around_recomputes() const {
+  PeakPlannerOptions options = peak_options_;
+  options.windows = CopyBackWindows::kBeforePlanning;
+  return options;
+}
+
+PeakPlannerOptions PlanMaker::hiding_first() const {
+  PeakPlannerOptions options = around_recomputes();
+  options.weights = kHidingFirstWeights;
+  options.ties = SelectionTies::kSmallestFirst;
+  return options;
+}
+
+PeakPlannerOptions PlanMaker::least_lateness(PeakPlannerOptions options) {
+  options.host_copies = HostCopySequencing::kLeastLateness;
+  return options;
+}
+
+void PlanMaker::more_offload_only_plans(std::vector<HybridPlan>& plans) const {
+  plans.push_back(offload_only(least_lateness(peak_options_), "offload-only, least-lateness copies to host"));
+  plans.push_back(offload_only(around_recomputes(), "offload-only, copy-back windows"));
+  plans.push_back(offload_only(hiding_first(), std::string(kHidingFirstLabel)));
+  PeakPlannerOptions two_pass = hiding_first();
+  two_pass.windows = CopyBackWindows::kAfterAFirstPass;
+  plans.push_back(offload_only(two_pass, std::string(kHidingFirstLabel) + ", copy-back windows of a first pass"));
+}
+
+}  // namespace hyperoffload::internal
