@@ -16,10 +16,11 @@ constexpr double kMinCostMs = 1e-9;
 class Selector {
  public:
   Selector(const Trace& trace, std::span<const std::int64_t> resident_bytes, const RecomputeModel& model,
-           std::int64_t stop_bytes)
+           std::int64_t stop_bytes, RegenerationRule regeneration)
       : trace_(trace),
         model_(model),
         stop_bytes_(stop_bytes),
+        regeneration_(regeneration),
         profile_(resident_bytes, stop_bytes),
         decisions_of_(static_cast<std::size_t>(trace.storage_count())),
         locks_(static_cast<std::size_t>(trace.storage_count())) {}
@@ -130,6 +131,7 @@ class Selector {
   bool may_move(std::size_t d, OpIndex op, const Effect& effect) const {
     const RecomputeCandidate& moved = candidate(result_.decisions[d].candidate);
     if (may_regenerate_early(moved, op)) return true;
+    if (regeneration_ == RegenerationRule::kWithinAnEighth) return false;
     std::int64_t added = moved.size_bytes;
     for (const auto& [other, point] : effect.moves) added += candidate(result_.decisions[other].candidate).size_bytes;
     const OpIndex until = result_.decisions[d].regenerate_before - 1;
@@ -158,7 +160,10 @@ class Selector {
     // Regenerated before the first lock instead, however early: it frees
     // fewer ops, and the gain check below passes it over when that no longer
     // includes the peak op.
-    if (lock != locks.end() && *lock < c.end_op) effect.regenerate_before = *lock;
+    if (lock != locks.end() && *lock < c.end_op) {
+      if (regeneration_ == RegenerationRule::kWithinAnEighth && !may_regenerate_early(c, *lock)) return;
+      effect.regenerate_before = *lock;
+    }
     if (effect.regenerate_before - c.start_op < 2) return;  // frees no op
     if (!plan_rerun(c.source_op, effect.regenerate_before, effect)) return;
     if (gain_at(c, effect, peak_op) <= 0) return;
@@ -186,6 +191,7 @@ class Selector {
   const Trace& trace_;
   const RecomputeModel& model_;
   std::int64_t stop_bytes_;
+  RegenerationRule regeneration_;
   ProfileTree profile_;
   std::vector<std::vector<std::size_t>> decisions_of_;  // per storage: its decisions
   std::vector<std::vector<OpIndex>> locks_;             // per storage: sorted lock points
@@ -207,7 +213,7 @@ RecomputeSelection select_recomputes(const Trace& trace, std::span<const std::in
                                      const RecomputeModel& model, const RecomputeSelectionParams& params,
                                      std::span<const std::int32_t> excluded) {
   if (trace.op_count() == 0) return {};
-  return Selector(trace, resident_bytes, model, params.stop_bytes).run(params.max_ratio, excluded);
+  return Selector(trace, resident_bytes, model, params.stop_bytes, params.regeneration).run(params.max_ratio, excluded);
 }
 
 std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const RecomputeModel& model, OpIndex peak_op,
