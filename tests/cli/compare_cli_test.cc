@@ -168,7 +168,7 @@ TEST(CompareCli, RejectsBadOptionsWithExitCode2AndWritesNoPlot) {
       {{"--budget", "200", "--budgets", "250"}, "give either --budget or --budgets, not both"},
       {{"--budgets", "30%,,50%"}, "--budgets \"30%,,50%\": empty item"},
       {{"--budget", "lots"}, "invalid budget \"lots\""},
-      {{"--budget", "200", "--planners", "greedy,best"}, "unknown planner \"best\" (available: greedy, peak, hybrid, recompute, optimal)"},
+      {{"--budget", "200", "--planners", "greedy,best"}, "unknown planner \"best\" (available: greedy, peak, hybrid, recompute, optimal, dtr)"},
       {{"--budget", "200", "--copy-engines", "3"}, "--copy-engines"},
       {{}, "no budget to compare at"},
       {{"--budget", "200", "--planners", "greedy", "--score-weight", "hiding=2"},

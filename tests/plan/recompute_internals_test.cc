@@ -5,6 +5,7 @@
 // Conventions: sN is storage id N (and its index, as the DSL declares them in
 // order); "rec" marks a recomputable op; durations are in ms; a storage of
 // size 0 is never released, so it is on the device wherever a re-run reads it.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "hyperoffload/ir/storage_accesses.h"
@@ -94,6 +95,33 @@ TEST(RecomputeModel, ARecomputeAfterItsInputIsWrittenAgainIsStaleAndNoCandidate)
   const RecomputeModel model = model_of(trace);
   EXPECT_EQ(model.valid_until[1], 4);
   EXPECT_TRUE(model.candidates.empty());
+}
+
+TEST(RecomputeModel, ChainsGoAsDeepAsTheDeadInputsGoAndCountEachProducerOnce) {
+  // A line of eight recomputable ops, each reading the previous one's output
+  // and adding it to a second read (a diamond: op k reads s(k-1) twice over
+  // two accesses). Only s8 is read again, at op 10, after a mid op:
+  //   op0 load W9 (retained) | op k (1..8) f_k R(k-1) R(k-1) Wk (rec, k ms)
+  //   op9 mid R9 | op10 use R8
+  // s1..s7 die at ops 2..8, so re-running f_8 before op 10 needs f_7, which
+  // needs f_6, ... down to f_1, which reads the retained s9: eight levels
+  // (the old limit was four), each producer once: 1 + 2 + ... + 8 = 36 ms.
+  TraceDsl dsl;
+  dsl.storage(9, 10, Retention::kRetained);
+  for (int k = 1; k <= 8; ++k) dsl.storage(k, 100);
+  dsl.op("load", "W9");
+  for (int k = 1; k <= 8; ++k) {
+    const int in = k == 1 ? 9 : k - 1;
+    dsl.op("f", fmt::format("R{} R{} W{}", in, in, k), static_cast<double>(k), kRec);
+  }
+  dsl.op("mid", "R9").op("use", "R8");
+  const Trace trace = dsl.build();
+  const RecomputeModel model = model_of(trace);
+  ASSERT_EQ(model.candidates.size(), 1u);
+  EXPECT_EQ(model.candidates[0].source_op, 8);
+  EXPECT_EQ(model.candidates[0].start_op, 8);
+  EXPECT_EQ(model.candidates[0].end_op, 10);
+  EXPECT_DOUBLE_EQ(model.candidates[0].cost_ms, 36.0);
 }
 
 TEST(RecomputeModel, ADeadInputWithoutARecomputableProducerLeavesNoChain) {
@@ -248,10 +276,13 @@ TEST(RecomputeSelection, AReRunThatReadsADroppedStorageMovesItsRegenerationThere
   EXPECT_EQ(first[0].regenerate_before, 7);
 }
 
-TEST(RecomputeSelection, AStorageReadFarFromItsGapsEndIsNotDropped) {
-  // s1's gap now runs to op 15 (eight more mid ops before its use), so a lock
-  // at op 6 is 9 ops early where at most max(1, 13 / 8) = 1 is allowed: after
-  // s2 (cheapest), s1 is passed over and the peak stays at 600.
+TEST(RecomputeSelection, AStorageReadFarFromItsGapsEndIsRegeneratedWhereTheReRunReadsIt) {
+  // s1's gap now runs to op 15 (eight more mid ops before its use). After s2
+  // (cheapest: g, 0.1 ms), whose re-run of g before op 6 reads s1 (a lock at
+  // op 6), s1 is regenerated before op 6 instead of op 15, 9 ops early: it
+  // still frees ops 2..5, the peak op 3 among them, so it is taken and the
+  // peak falls from 600 to 500. (Before chains went as deep as they pay, a
+  // lock more than max(1, 13 / 8) ops early passed s1 over at 600.)
   TraceDsl dsl;
   dsl.storage(1, 100).storage(2, 100).storage(3, 500).storage(9, 0);
   dsl.op("load", "W9").op("f", "R9 W1", 1.0, kRec).op("g", "R1 W2", 0.1, kRec).op("peak", "W3");
@@ -261,9 +292,11 @@ TEST(RecomputeSelection, AStorageReadFarFromItsGapsEndIsNotDropped) {
   const Trace trace = dsl.build();
   const RecomputeModel model = model_of(trace);
   const RecomputeSelection selection = select_recomputes(trace, resident_of(trace), model, {kAnyCost, 500});
-  ASSERT_EQ(selection.decisions.size(), 1u);
+  ASSERT_EQ(selection.decisions.size(), 2u);
   EXPECT_EQ(model.candidates[static_cast<std::size_t>(selection.decisions[0].candidate)].storage, 1);
-  EXPECT_EQ(selection.peak_after, (std::vector<std::int64_t>{600}));
+  EXPECT_EQ(model.candidates[static_cast<std::size_t>(selection.decisions[1].candidate)].storage, 0);
+  EXPECT_EQ(selection.decisions[1].regenerate_before, 6);
+  EXPECT_EQ(selection.peak_after, (std::vector<std::int64_t>{600, 500}));
 }
 
 TEST(ReserveForOffload, LeavesTheCostliestDataTheCopyEngineCanMoveInTimeToOffloads) {

@@ -203,7 +203,7 @@ TEST(Comparison, RejectsBadOptionsWithMessages) {
   unknown.planners = {"greedy", "best"};
   result = run_comparison(retained_trace(), unknown);
   ASSERT_FALSE(result.has_value());
-  EXPECT_THAT(result.error().message, HasSubstr("unknown planner \"best\" (available: greedy, peak, hybrid, recompute, optimal)"));
+  EXPECT_THAT(result.error().message, HasSubstr("unknown planner \"best\" (available: greedy, peak, hybrid, recompute, optimal, dtr)"));
 
   ComparisonOptions weights = none;
   weights.planners = {"greedy"};

@@ -33,7 +33,7 @@ struct CompareArgs {
   std::string budget;
   std::string budgets;
   std::string host_budget;
-  std::string planners;  // empty: planner_names(), plus optimal on small traces
+  std::string planners;  // empty: planner_names() and dtr, plus optimal on small traces
   int copy_engines = 2;
   std::string device_memory = to_string(kDefaultDeviceMemory);
   std::vector<std::string> score_weights;
@@ -155,6 +155,7 @@ int run_compare(const CompareArgs& args) {
   ComparisonOptions options;
   if (args.planners.empty()) {
     options.planners.assign(planner_names().begin(), planner_names().end());
+    options.planners.emplace_back(kDtrPlannerName);  // the recompute baseline, beside recompute-only
     if (trace.op_count() <= kOptimalPlannerDefaultMaxOps) options.planners.emplace_back(kOptimalPlannerName);
   } else {
     options.planners = split_list(args.planners, "--planners");

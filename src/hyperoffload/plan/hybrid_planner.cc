@@ -82,7 +82,7 @@ class HybridPlanning {
   // The chosen plan and the planner's floor (hybrid_planner.h, "Floor").
   HybridPlan choose(std::optional<UnavoidableFloor>& floor) {
     if (options_.offload == OffloadUse::kRecomputeOnly) {
-      HybridPlan chosen = maker_.recompute_only(maker_.recompute_only_sequence());
+      HybridPlan chosen = maker_.best_recompute_only();
       floor = chosen.floor;
       chosen.notes.push_back(fmt::format("recompute: {} recompute(s) ({:.3f} ms); estimated step {:.3f} ms",
                                          chosen.recompute_count, chosen.recompute_ms, chosen.time_ms));
@@ -164,7 +164,7 @@ class HybridPlanning {
   // (recompute_only_sequence_if_it_can_fit), which may stop the offload-only
   // plan.
   void make_recompute_only(const RecomputeSelection& sequence) {
-    HybridPlan plan = maker_.recompute_only(sequence);
+    HybridPlan plan = maker_.or_within_an_eighth(maker_.recompute_only(sequence));
     plan.recompute_only = true;
     stop_offload_only_if_beaten(plan);
     recompute_ = std::move(plan);

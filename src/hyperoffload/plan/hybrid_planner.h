@@ -7,8 +7,8 @@
 //     by a recomputable op k can be freed by dropping the storage after the
 //     gap's start and re-running k before its end — with k's inputs where they
 //     are (kept, offloaded and brought back, or themselves regenerated), and
-//     the inputs that are dead by then regenerated first (a chain, up to
-//     internal::kMaxChainLevels levels). Its cost is the chain's compute time.
+//     the inputs that are dead by then regenerated first (a chain, as deep
+//     as it goes: internal::kMaxChainOps). Its cost is the chain's compute time.
 //  2. Recompute decisions (plan/internal/recompute_selection.h): peak-driven,
 //     like the peak planner's selection — while the peak of the profile
 //     exceeds a target, take the candidate covering the peak op that removes

@@ -5,12 +5,14 @@
 #include <fmt/format.h>
 
 #include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/dtr_planner.h"
 #include "hyperoffload/plan/greedy_planner.h"
 #include "hyperoffload/plan/hybrid_planner.h"
 #include "hyperoffload/plan/optimal_planner.h"
 #include "hyperoffload/ir/byte_format.h"
 #include "hyperoffload/plan/internal/host_budget.h"
 #include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/internal/recompute_model.h"
 #include "hyperoffload/plan/peak_planner.h"
 
 namespace hyperoffload {
@@ -67,6 +69,12 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
     }
     return with_host_budget(std::make_unique<GreedyPlanner>(), options);
   }
+  if (name == kDtrPlannerName) {
+    if (!options.score_weights.empty()) {
+      return make_error(ErrorCode::kInvalidArgument, "score weights apply to the peak and hybrid planners, not to dtr");
+    }
+    return std::unique_ptr<Planner>(std::make_unique<DtrPlanner>());
+  }
   if (name == "peak") {
     HO_ASSIGN_OR_RETURN(PeakPlannerOptions peak_options, peak_planner_options(options.score_weights));
     peak_options.device_memory = options.device_memory;
@@ -99,13 +107,35 @@ Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const Plann
     return std::unique_ptr<Planner>(std::make_unique<HybridPlanner>(hybrid_options));
   }
   return make_error(ErrorCode::kInvalidArgument,
-                    fmt::format("unknown planner \"{}\" (available: {}, {})", name, fmt::join(planner_names(), ", "),
-                                kOptimalPlannerName));
+                    fmt::format("unknown planner \"{}\" (available: {}, {}, {})", name,
+                                fmt::join(planner_names(), ", "), kOptimalPlannerName, kDtrPlannerName));
 }
 
 UnavoidableFloor offload_floor(const Trace& trace) {
   const StorageAccesses accesses(trace);
   return internal::build_peak_model(trace, accesses).floor;
+}
+
+UnavoidableFloor recompute_only_limit(const Trace& trace) {
+  const StorageAccesses accesses(trace);
+  const internal::PeakModel peak = internal::build_peak_model(trace, accesses);
+  const internal::RecomputeModel model = internal::build_recompute_model(trace, accesses);
+  // A storage's gaps do not overlap, so the bytes candidates can free at an
+  // op add up: a difference array over their interiors.
+  const auto ops = static_cast<std::size_t>(trace.op_count());
+  std::vector<std::int64_t> reducible_delta(ops + 1, 0);
+  for (const internal::RecomputeCandidate& c : model.candidates) {
+    reducible_delta[static_cast<std::size_t>(c.interior_first())] += c.size_bytes;
+    reducible_delta[static_cast<std::size_t>(c.end_op)] -= c.size_bytes;
+  }
+  UnavoidableFloor limit;
+  std::int64_t reducible = 0;
+  for (std::size_t op = 0; op < ops; ++op) {
+    reducible += reducible_delta[op];
+    const std::int64_t left = peak.resident_bytes[op] - reducible;
+    if (limit.op < 0 || left > limit.bytes) limit = {static_cast<OpIndex>(op), left};
+  }
+  return limit;
 }
 
 }  // namespace hyperoffload

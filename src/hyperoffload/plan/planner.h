@@ -127,6 +127,17 @@ struct PlannerOptions {
 // own). O(ops + accesses).
 UnavoidableFloor offload_floor(const Trace& trace);
 
+// The lowest op-granular peak any recompute-only schedule can reach on
+// `trace` by the recompute model's candidates (plan/internal/
+// recompute_model.h): per op, what it touches plus what cannot be dropped and
+// regenerated around it — retained storages, storages without a recomputable
+// producer (inputs, weights), storages written again in place after their
+// producer, and those whose chain cannot be built. The recompute-only planner
+// reports its own floor (the peak of its longest decision sequence); `compare`
+// prints both, and docs/HYBRID_PLANNER.md ("No artificial floor") explains the
+// difference. O(ops + accesses + candidates × chain).
+UnavoidableFloor recompute_only_limit(const Trace& trace);
+
 // Names of the heuristic planners, in the order reports list them: fast on any
 // trace, so demo, the default comparison and the tests over every planner run
 // them all. make_planner also accepts kOptimalPlannerName.
@@ -137,12 +148,19 @@ std::span<const std::string_view> planner_names();
 // adds it by default when the trace is small enough.
 inline constexpr std::string_view kOptimalPlannerName = "optimal";
 
+// The DTR reference planner (plan/dtr_planner.h): Dynamic Tensor
+// Rematerialization's online eviction heuristic, recompute only, for
+// comparison with the recompute-only planner. planner_names() leaves it out
+// (it is a baseline, not a planner to replay with); `compare` adds it.
+inline constexpr std::string_view kDtrPlannerName = "dtr";
+
 // The planner every entry point uses unless told another (the CLI, the C++
 // session, Python's OffloadConfig): keep, offload or recompute each gap.
 // greedy stays as the reference system's planner.
 inline constexpr std::string_view kDefaultPlannerName = "hybrid";
 
-// Creates a planner by name; an unknown name is an error listing the valid ones.
+// Creates a planner by name (planner_names(), kOptimalPlannerName or
+// kDtrPlannerName); an unknown name is an error listing the valid ones.
 Result<std::unique_ptr<Planner>> make_planner(std::string_view name, const PlannerOptions& options = {});
 
 // The budget a plan should use: the override when given, else the trace's limit.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -118,6 +119,9 @@ Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& o
   comparison.device_memory = options.device_memory;
   comparison.planner_count = planners.size();
   comparison.host_budget_bytes = options.host_budget_bytes;
+  if (std::any_of(planners.begin(), planners.end(), [](const NamedPlanner& p) { return p.name == "recompute"; })) {
+    comparison.recompute_only_limit = recompute_only_limit(trace);
+  }
 
   if (options.budgets.empty()) {
     if (!trace.memory_limit_bytes()) {

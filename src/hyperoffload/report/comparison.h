@@ -114,6 +114,10 @@ struct Comparison {
   DeviceMemory device_memory = kDefaultDeviceMemory;
   std::vector<std::int64_t> budgets_bytes;  // in the requested order
   std::optional<std::int64_t> host_budget_bytes;  // ComparisonOptions'
+  // When the recompute-only planner is compared: the lowest peak any
+  // recompute-only plan can reach (plan/planner.h, recompute_only_limit),
+  // printed beside that planner's own floor.
+  std::optional<UnavoidableFloor> recompute_only_limit;
   // Per budget: the least stall any offload-only plan within it can have
   // (report/stall_bound.h) under these copy engines and memory cap; nullopt
   // when no such plan fits it. Plans that recompute can go below it.

@@ -98,6 +98,14 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
         break;
       }
     }
+    for (const ComparisonRow& row : rows) {
+      if (row.planner != "recompute" || !row.floor || !comparison.recompute_only_limit) continue;
+      // Beside the trace's floor: how low recompute alone goes, and how low
+      // any recompute-only plan could (docs/HYBRID_PLANNER.md, "No artificial floor").
+      floor += fmt::format("; recompute-only floor {} at op {} (limit {} at op {})", format_bytes(row.floor->bytes),
+                           row.floor->op, format_bytes(comparison.recompute_only_limit->bytes),
+                           comparison.recompute_only_limit->op);
+    }
     const std::optional<double> bound_ms = comparison.stall_bound_ms(b);
     std::string bound;
     if (b < comparison.stall_bounds_ms.size()) {
@@ -150,6 +158,10 @@ void add_comparison_header(nlohmann::ordered_json& root, const Comparison& compa
                    {"unplanned_peak_op", comparison.unplanned_peak_op},
                    {"d2h_bandwidth_gib_per_s", comparison.d2h_bandwidth_gib_per_s},
                    {"h2d_bandwidth_gib_per_s", comparison.h2d_bandwidth_gib_per_s}};
+  if (comparison.recompute_only_limit) {
+    root["recompute_only_limit"] = {{"bytes", comparison.recompute_only_limit->bytes},
+                                    {"op", comparison.recompute_only_limit->op}};
+  }
   root["copy_engines"] = static_cast<int>(comparison.copy_engines);
   root["memory_cap"] = to_string(comparison.device_memory);
 }

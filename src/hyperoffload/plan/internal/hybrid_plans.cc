@@ -133,9 +133,30 @@ HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
   return full;
 }
 
-RecomputeSelection PlanMaker::recompute_only_sequence() const {
+RecomputeSelection PlanMaker::recompute_only_sequence(RegenerationRule regeneration) const {
   constexpr double kNoRatioLimit = std::numeric_limits<double>::infinity();
-  return select_recomputes(models_.trace, models_.peak.resident_bytes, models_.recompute, {kNoRatioLimit, 0});
+  return select_recomputes(models_.trace, models_.peak.resident_bytes, models_.recompute,
+                           {kNoRatioLimit, 0, regeneration});
+}
+
+HybridPlan PlanMaker::best_recompute_only() const { return or_within_an_eighth(recompute_only(recompute_only_sequence())); }
+
+HybridPlan PlanMaker::or_within_an_eighth(HybridPlan plan) const {
+  constexpr std::int64_t kTwoRulesMaxSize = 250'000;  // where four plans or more can be made
+  if (static_cast<std::int64_t>(models_.trace.op_count()) + static_cast<std::int64_t>(models_.trace.access_count()) >
+      kTwoRulesMaxSize) {
+    return plan;
+  }
+  HybridPlan other = recompute_only(recompute_only_sequence(RegenerationRule::kWithinAnEighth));
+  const std::int64_t budget = models_.budget_bytes;
+  const UnavoidableFloor floor = plan.floor->bytes <= other.floor->bytes ? *plan.floor : *other.floor;
+  const bool fits = plan.peak_bytes <= budget;
+  const bool other_fits = other.peak_bytes <= budget;
+  const bool take_other = other_fits ? !fits || other.time_ms < plan.time_ms
+                                     : !fits && other.peak_bytes < plan.peak_bytes;
+  HybridPlan& chosen = take_other ? other : plan;
+  chosen.floor = floor;
+  return std::move(chosen);
 }
 
 std::optional<RecomputeSelection> PlanMaker::recompute_only_sequence_if_it_can_fit() const {

@@ -79,7 +79,20 @@ class PlanMaker {
   // longer ones (doubling the step). Its floor is the full sequence's peak.
   HybridPlan recompute_only(const RecomputeSelection& sequence) const;
   // Every recompute decision at any cost, down to nothing.
-  RecomputeSelection recompute_only_sequence() const;
+  RecomputeSelection recompute_only_sequence(
+      RegenerationRule regeneration = RegenerationRule::kWhileThePeakAllows) const;
+  // The recompute-only planner's plan: recompute_only of the sequence and, on
+  // a trace small enough for four plans or more (ops + accesses <= 250,000),
+  // also of the sequence under RegenerationRule::kWithinAnEighth: both rules
+  // are greedy and each wins on some example traces (docs/HYBRID_PLANNER.md,
+  // "Recompute-only"). The quicker that fits the budget, else the lower peak;
+  // its floor is the lower of the two.
+  HybridPlan best_recompute_only() const;
+  // `plan` (a recompute-only plan of the default rule), or on such a small
+  // trace the plan of the other rule when that is better (as above). The
+  // hybrid planner's recompute-only plan goes through it too, so the hybrid
+  // plan is never slower than the recompute-only planner's.
+  HybridPlan or_within_an_eighth(HybridPlan plan) const;
   // That sequence when the recompute-only plan can fit the budget. At real
   // ops the augmented trace holds exactly the selection's profile (re-runs can
   // only add), which never goes below the resident bytes less every candidate

@@ -10,8 +10,10 @@ namespace {
 
 constexpr OpIndex kNever = std::numeric_limits<OpIndex>::max();
 
-// valid_until for every recomputable op, in one backward pass over the ops:
-// next_write[x] is the first op after the current one that writes x.
+}  // namespace
+
+// One backward pass over the ops: next_write[x] is the first op after the
+// current one that writes x.
 std::vector<OpIndex> valid_until_per_op(const Trace& trace) {
   std::vector<OpIndex> valid_until(static_cast<std::size_t>(trace.op_count()), -1);
   std::vector<OpIndex> next_write(static_cast<std::size_t>(trace.storage_count()), kNever);
@@ -29,18 +31,31 @@ std::vector<OpIndex> valid_until_per_op(const Trace& trace) {
   return valid_until;
 }
 
-double chain_cost(const Trace& trace, const RecomputeModel& model, OpIndex source_op, OpIndex op, int level,
-                  int& ops_used) {
-  if (model.valid_until[static_cast<std::size_t>(source_op)] < op) return -1.0;
-  if (++ops_used > kMaxChainOps) return -1.0;
-  double cost = trace.op_duration_ms(source_op);
-  for (const Access& access : trace.accesses(source_op)) {
-    if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
-    const OpIndex producer = model.producer[static_cast<std::size_t>(access.storage)];
-    if (producer < 0 || level >= kMaxChainLevels) return -1.0;
-    const double inner = chain_cost(trace, model, producer, op, level + 1, ops_used);
-    if (inner < 0.0) return -1.0;
-    cost += inner;
+namespace {
+
+// Depth-first with an explicit stack (chains can be thousands of ops deep)
+// and each producer once: the augmented trace re-runs a producer once per
+// point however many re-runs read its outputs.
+double chain_cost(const Trace& trace, const RecomputeModel& model, OpIndex source_op, OpIndex op) {
+  const double limit_ms = trace.total_compute_ms();
+  std::vector<OpIndex> visited{source_op};
+  std::vector<OpIndex> pending{source_op};
+  double cost = 0.0;
+  while (!pending.empty()) {
+    const OpIndex k = pending.back();
+    pending.pop_back();
+    if (model.valid_until[static_cast<std::size_t>(k)] < op) return -1.0;
+    cost += trace.op_duration_ms(k);
+    if (cost > limit_ms) return -1.0;
+    for (const Access& access : trace.accesses(k)) {
+      if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
+      const OpIndex producer = model.producer[static_cast<std::size_t>(access.storage)];
+      if (producer < 0) return -1.0;
+      if (std::find(visited.begin(), visited.end(), producer) != visited.end()) continue;
+      if (visited.size() >= static_cast<std::size_t>(kMaxChainOps)) return -1.0;
+      visited.push_back(producer);
+      pending.push_back(producer);
+    }
   }
   return cost;
 }
@@ -64,8 +79,7 @@ bool dead_before(const Trace& trace, const RecomputeModel& model, StorageIndex s
 }
 
 double chain_cost_ms(const Trace& trace, const RecomputeModel& model, OpIndex source_op, OpIndex op) {
-  int ops_used = 0;
-  return chain_cost(trace, model, source_op, op, 0, ops_used);
+  return chain_cost(trace, model, source_op, op);
 }
 
 RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& accesses) {

@@ -16,10 +16,11 @@ constexpr double kMinCostMs = 1e-9;
 class Selector {
  public:
   Selector(const Trace& trace, std::span<const std::int64_t> resident_bytes, const RecomputeModel& model,
-           std::int64_t stop_bytes)
+           std::int64_t stop_bytes, RegenerationRule regeneration)
       : trace_(trace),
         model_(model),
         stop_bytes_(stop_bytes),
+        regeneration_(regeneration),
         profile_(resident_bytes, stop_bytes),
         decisions_of_(static_cast<std::size_t>(trace.storage_count())),
         locks_(static_cast<std::size_t>(trace.storage_count())) {}
@@ -116,11 +117,26 @@ class Selector {
       const bool moved = std::any_of(effect.moves.begin(), effect.moves.end(),
                                      [&](const auto& move) { return move.first == d; });
       if (moved) continue;
-      if (!may_regenerate_early(candidate(result_.decisions[d].candidate), op)) return false;
+      if (!may_move(d, op, effect)) return false;
       effect.moves.push_back({d, op});
       if (!plan_rerun(model_.producer[static_cast<std::size_t>(u)], op, effect)) return false;
     }
     return true;
+  }
+
+  // Whether decision d's regeneration may move to `op`: when it is at most an
+  // eighth of its gap early (may_regenerate_early), or when the ops it then
+  // holds the storage over stay below the current peak even with every move
+  // of the effect added there — a move never raises the peak, however far.
+  bool may_move(std::size_t d, OpIndex op, const Effect& effect) const {
+    const RecomputeCandidate& moved = candidate(result_.decisions[d].candidate);
+    if (may_regenerate_early(moved, op)) return true;
+    if (regeneration_ == RegenerationRule::kWithinAnEighth) return false;
+    std::int64_t added = moved.size_bytes;
+    for (const auto& [other, point] : effect.moves) added += candidate(result_.decisions[other].candidate).size_bytes;
+    const OpIndex until = result_.decisions[d].regenerate_before - 1;
+    return op <= until && profile_.max(static_cast<std::size_t>(op), static_cast<std::size_t>(until)) + added <
+                              profile_.max();
   }
 
   // Bytes the effect removes at `op` (negative when it adds).
@@ -141,8 +157,11 @@ class Selector {
     effect.regenerate_before = c.end_op;
     const std::vector<OpIndex>& locks = locks_[static_cast<std::size_t>(c.storage)];
     const auto lock = std::upper_bound(locks.begin(), locks.end(), c.start_op);
+    // Regenerated before the first lock instead, however early: it frees
+    // fewer ops, and the gain check below passes it over when that no longer
+    // includes the peak op.
     if (lock != locks.end() && *lock < c.end_op) {
-      if (!may_regenerate_early(c, *lock)) return;
+      if (regeneration_ == RegenerationRule::kWithinAnEighth && !may_regenerate_early(c, *lock)) return;
       effect.regenerate_before = *lock;
     }
     if (effect.regenerate_before - c.start_op < 2) return;  // frees no op
@@ -172,6 +191,7 @@ class Selector {
   const Trace& trace_;
   const RecomputeModel& model_;
   std::int64_t stop_bytes_;
+  RegenerationRule regeneration_;
   ProfileTree profile_;
   std::vector<std::vector<std::size_t>> decisions_of_;  // per storage: its decisions
   std::vector<std::vector<OpIndex>> locks_;             // per storage: sorted lock points
@@ -193,7 +213,7 @@ RecomputeSelection select_recomputes(const Trace& trace, std::span<const std::in
                                      const RecomputeModel& model, const RecomputeSelectionParams& params,
                                      std::span<const std::int32_t> excluded) {
   if (trace.op_count() == 0) return {};
-  return Selector(trace, resident_bytes, model, params.stop_bytes).run(params.max_ratio, excluded);
+  return Selector(trace, resident_bytes, model, params.stop_bytes, params.regeneration).run(params.max_ratio, excluded);
 }
 
 std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const RecomputeModel& model, OpIndex peak_op,

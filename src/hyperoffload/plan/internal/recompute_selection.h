@@ -39,9 +39,17 @@ struct RecomputeDecision {
   OpIndex regenerate_before = 0;  // its end op, or earlier where a re-run reads the storage
 };
 
+// How far before its gap's end a decision may be regenerated where a re-run
+// reads its storage (a lock, or a move of an earlier decision).
+enum class RegenerationRule : std::uint8_t {
+  kWhileThePeakAllows,  // a lock: however early; a move: while the ops it holds stay below the peak
+  kWithinAnEighth,      // at most an eighth of the gap (or one op) early: the rule before issue 26
+};
+
 struct RecomputeSelectionParams {
   double max_ratio = 0.0;       // cost limit, in H2D times of the candidate's bytes (infinity: none)
   std::int64_t stop_bytes = 0;  // stop once the profile's peak is at most this
+  RegenerationRule regeneration = RegenerationRule::kWhileThePeakAllows;
 };
 
 struct RecomputeSelection {

@@ -1,0 +1,290 @@
+#include "hyperoffload/plan/dtr_planner.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/internal/recompute_model.h"
+
+namespace hyperoffload {
+namespace {
+
+constexpr OpIndex kAlways = std::numeric_limits<OpIndex>::max();
+// Staleness below this counts as this, so that a storage touched just now
+// still ranks by cost and size (DTR adds the same kind of epsilon).
+constexpr double kMinStalenessMs = 1e-9;
+
+// The walk of DtrPlanner::plan (see the header).
+class DtrWalk {
+ public:
+  DtrWalk(const Trace& trace, std::int64_t budget_bytes)
+      : trace_(trace),
+        accesses_(trace),
+        budget_bytes_(budget_bytes),
+        producer_(recompute_producers(trace, accesses_)),
+        valid_until_(internal::valid_until_per_op(trace)),
+        storages_(static_cast<std::size_t>(trace.storage_count())),
+        resident_(storages_, false),
+        pins_(storages_, 0),
+        pool_position_(storages_, -1),
+        last_use_ms_(storages_, 0.0) {
+    regenerable_through_ = regenerable_through();
+  }
+
+  PlanResult run() && {
+    PlanResult result;
+    result.schedule.planner = "dtr";
+    result.initial_peak_bytes = unplanned_peak(trace_, accesses_).bytes;
+    for (OpIndex t = 0; t < trace_.op_count(); ++t) step(t);
+    result.schedule.actions = std::move(actions_);
+    result.planned_peak_bytes = peak_bytes_;
+    if (peak_bytes_ > budget_bytes_) {
+      result.notes.push_back(fmt::format(
+          "dtr: the budget ({} bytes) is not met: {} bytes at the peak, where nothing left on the device could be "
+          "evicted (it is locked by the op or its re-runs, or cannot be regenerated)",
+          budget_bytes_, peak_bytes_));
+    }
+    result.notes.push_back(fmt::format("dtr: {} evictions, {} recomputes ({:.3f} ms)", evictions_, recomputes_,
+                                       recompute_ms_));
+    return result;
+  }
+
+ private:
+  std::size_t at(StorageIndex s) const { return static_cast<std::size_t>(s); }
+  std::int64_t size_of(StorageIndex s) const { return trace_.storage(s).size_bytes; }
+  StorageId id_of(StorageIndex s) const { return trace_.storage(s).id; }
+
+  // Per producer op p: the last op before which a re-run of p is sure to
+  // find its inputs (on the device, or regenerable there): min of
+  // valid_until[p] and, per input u, how long u is: retained or empty, always;
+  // without producer, until its last access (never evicted); with a producer,
+  // until its last access or as long as its own producer is regenerable,
+  // whichever is later (it is evicted only when that covers its last access).
+  // Inputs are created before p, so one pass in op order sees them first.
+  std::vector<OpIndex> regenerable_through() const {
+    std::vector<OpIndex> through(static_cast<std::size_t>(trace_.op_count()), -1);
+    for (OpIndex p = 0; p < trace_.op_count(); ++p) {
+      if (!trace_.op_recomputable(p)) continue;
+      OpIndex until = valid_until_[static_cast<std::size_t>(p)];
+      for (const Access& access : trace_.accesses(p)) {
+        if (access.kind != AccessKind::kRead) continue;
+        const StorageIndex u = access.storage;
+        const StorageInfo& info = trace_.storage(u);
+        if (info.retained() || info.size_bytes <= 0) continue;
+        const OpIndex q = producer_[at(u)];
+        const OpIndex last = accesses_.last_op(u);
+        until = std::min(until, q < 0 ? last : std::max(through[static_cast<std::size_t>(q)], last));
+      }
+      through[static_cast<std::size_t>(p)] = until;
+    }
+    return through;
+  }
+
+  // Whether s may be evicted before op t: regenerable at every later access
+  // and at every chain that may need it before t.
+  bool evictable(StorageIndex s, OpIndex t) const {
+    const OpIndex p = producer_[at(s)];
+    return p >= 0 && pins_[at(s)] == 0 &&
+           regenerable_through_[static_cast<std::size_t>(p)] >= std::max(accesses_.last_op(s), t);
+  }
+
+  void make_resident(StorageIndex s) {
+    resident_[at(s)] = true;
+    resident_bytes_ += size_of(s);
+    last_use_ms_[at(s)] = now_ms_;
+    const StorageInfo& info = trace_.storage(s);
+    if (producer_[at(s)] >= 0 && !info.retained() && info.size_bytes > 0) {
+      pool_position_[at(s)] = static_cast<std::int64_t>(pool_.size());
+      pool_.push_back(s);
+    }
+  }
+
+  void release(StorageIndex s, OpIndex op, Phase phase) {
+    resident_[at(s)] = false;
+    resident_bytes_ -= size_of(s);
+    actions_.push_back(Action{op, phase, ActionKind::kReleaseDevice, id_of(s)});
+    const std::int64_t position = pool_position_[at(s)];
+    if (position >= 0) {
+      pool_[static_cast<std::size_t>(position)] = pool_.back();
+      pool_position_[at(pool_.back())] = position;
+      pool_.pop_back();
+      pool_position_[at(s)] = -1;
+    }
+  }
+
+  // DTR's cost: the producer's run plus the runs that would regenerate its
+  // inputs missing now (the first level of the evicted neighbourhood).
+  double cost_ms(StorageIndex s) const {
+    const OpIndex p = producer_[at(s)];
+    double cost = trace_.op_duration_ms(p);
+    for (const Access& access : trace_.accesses(p)) {
+      if (access.kind != AccessKind::kRead || resident_[at(access.storage)]) continue;
+      const OpIndex q = producer_[at(access.storage)];
+      if (q >= 0) cost += trace_.op_duration_ms(q);
+    }
+    return cost;
+  }
+
+  // Evicts, lowest h first, until `extra_bytes` more fit the budget or
+  // nothing can be evicted.
+  void make_room(std::int64_t extra_bytes, OpIndex t) {
+    while (resident_bytes_ + extra_bytes > budget_bytes_) {
+      StorageIndex best = -1;
+      double best_h = 0.0;
+      for (const StorageIndex s : pool_) {
+        if (!evictable(s, t)) continue;
+        const double staleness = std::max(now_ms_ - last_use_ms_[at(s)], kMinStalenessMs);
+        const double h = cost_ms(s) / (static_cast<double>(size_of(s)) * staleness);
+        if (best < 0 || h < best_h || (h == best_h && s < best)) {
+          best = s;
+          best_h = h;
+        }
+      }
+      if (best < 0) return;
+      release(best, t, Phase::kPre);
+      ++evictions_;
+    }
+  }
+
+  void pin(StorageIndex s) { ++pins_[at(s)]; }
+  void unpin(StorageIndex s) { --pins_[at(s)]; }
+
+  // Re-runs the producer of s before op t, after its missing inputs,
+  // recursively (an explicit stack: chains can be as deep as the trace).
+  // Precondition: s is not on the device and regenerable before t.
+  void rematerialize(StorageIndex s, OpIndex t) {
+    struct Frame {
+      OpIndex op;
+      std::size_t next = 0;                // the next access of op to look at
+      std::vector<StorageIndex> pinned;    // inputs gathered so far
+    };
+    std::vector<Frame> stack;
+    stack.push_back(Frame{producer_[at(s)]});
+    while (!stack.empty()) {
+      Frame& frame = stack.back();
+      const std::span<const Access> list = trace_.accesses(frame.op);
+      bool descended = false;
+      for (; frame.next < list.size(); ++frame.next) {
+        const Access& access = list[frame.next];
+        if (access.kind != AccessKind::kRead) continue;
+        const StorageIndex u = access.storage;
+        if (!resident_[at(u)]) {
+          stack.push_back(Frame{producer_[at(u)]});  // regenerable: see regenerable_through
+          descended = true;
+          break;
+        }
+        pin(u);
+        frame.pinned.push_back(u);
+      }
+      if (descended) continue;
+      rerun(frame, t);
+      stack.pop_back();
+    }
+  }
+
+  template <typename Frame>
+  void rerun(Frame& frame, OpIndex t) {
+    const OpIndex p = frame.op;
+    // Outputs on the device stay (same version); the others are allocated.
+    std::vector<StorageIndex> fresh;
+    for (const Access& access : trace_.accesses(p)) {
+      if (access.kind != AccessKind::kWrite) continue;
+      const StorageIndex o = access.storage;
+      pin(o);
+      frame.pinned.push_back(o);
+      if (!resident_[at(o)] && std::find(fresh.begin(), fresh.end(), o) == fresh.end()) fresh.push_back(o);
+    }
+    std::int64_t fresh_bytes = 0;
+    for (const StorageIndex o : fresh) fresh_bytes += size_of(o);
+    make_room(fresh_bytes, t);
+    actions_.push_back(Action{t, Phase::kPre, ActionKind::kRecompute, 0, p});
+    ++recomputes_;
+    recompute_ms_ += trace_.op_duration_ms(p);
+    for (const StorageIndex o : fresh) make_resident(o);
+    peak_bytes_ = std::max(peak_bytes_, resident_bytes_);
+    now_ms_ += trace_.op_duration_ms(p);
+    for (const StorageIndex u : frame.pinned) {
+      last_use_ms_[at(u)] = now_ms_;
+      unpin(u);
+    }
+    for (const StorageIndex o : fresh) {
+      if (accesses_.last_op(o) < t) chain_only_.push_back(o);
+    }
+  }
+
+  void step(OpIndex t) {
+    const std::span<const Access> list = trace_.accesses(t);
+    for (const Access& access : list) pin(access.storage);
+    for (const Access& access : list) {
+      const StorageIndex s = access.storage;
+      if (accesses_.first_op(s) < t && !resident_[at(s)]) rematerialize(s, t);
+    }
+    // Storages regenerated only for a chain are dead: dropped before the op.
+    for (const StorageIndex s : chain_only_) {
+      if (resident_[at(s)]) release(s, t, Phase::kPre);
+    }
+    chain_only_.clear();
+    std::vector<StorageIndex> fresh;
+    for (const Access& access : list) {
+      const StorageIndex s = access.storage;
+      if (accesses_.first_op(s) == t && !resident_[at(s)] &&
+          std::find(fresh.begin(), fresh.end(), s) == fresh.end()) {
+        fresh.push_back(s);
+      }
+    }
+    std::int64_t fresh_bytes = 0;
+    for (const StorageIndex s : fresh) fresh_bytes += size_of(s);
+    make_room(fresh_bytes, t);
+    for (const StorageIndex s : fresh) make_resident(s);
+    peak_bytes_ = std::max(peak_bytes_, resident_bytes_);
+    now_ms_ += trace_.op_duration_ms(t);
+    for (const Access& access : list) {
+      last_use_ms_[at(access.storage)] = now_ms_;
+      unpin(access.storage);
+    }
+    for (const Access& access : list) {
+      const StorageIndex s = access.storage;
+      const StorageInfo& info = trace_.storage(s);
+      if (accesses_.last_op(s) == t && resident_[at(s)] && !info.retained() && info.size_bytes > 0) {
+        release(s, t, Phase::kPost);
+      }
+    }
+  }
+
+  const Trace& trace_;
+  const StorageAccesses accesses_;
+  const std::int64_t budget_bytes_;
+  const std::vector<OpIndex> producer_;
+  const std::vector<OpIndex> valid_until_;
+  std::vector<OpIndex> regenerable_through_;
+  const std::size_t storages_;
+  std::vector<bool> resident_;
+  std::vector<std::int32_t> pins_;
+  std::vector<std::int64_t> pool_position_;  // per storage: its index in pool_, or -1
+  std::vector<StorageIndex> pool_;           // resident storages with a producer (eviction candidates)
+  std::vector<double> last_use_ms_;
+  std::vector<StorageIndex> chain_only_;     // regenerated before the current op, dead there
+  std::vector<Action> actions_;
+  std::int64_t resident_bytes_ = 0;
+  std::int64_t peak_bytes_ = 0;
+  double now_ms_ = 0.0;  // compute time so far, re-runs included
+  std::int64_t evictions_ = 0;
+  std::int64_t recomputes_ = 0;
+  double recompute_ms_ = 0.0;
+};
+
+}  // namespace
+
+Result<PlanResult> DtrPlanner::plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const {
+  if (trace.op_count() == 0 || !budget_bytes) {
+    PlanResult result;
+    result.schedule.planner = std::string(name());
+    return result;
+  }
+  return DtrWalk(trace, *budget_bytes).run();
+}
+
+}  // namespace hyperoffload

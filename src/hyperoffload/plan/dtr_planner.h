@@ -1,0 +1,44 @@
+// DtrPlanner ("dtr"): a reference planner for recompute, Dynamic Tensor
+// Rematerialization's online heuristic (Kirisame et al., ICLR 2021) played
+// over the trace, op by op, as DTR would run the step: it never looks ahead.
+//
+// The walk keeps each storage's residency. Before op t:
+//  - every storage t accesses that is not on the device (evicted earlier) is
+//    rematerialized: its producer is re-run (a `recompute` action), after its
+//    own missing inputs, recursively — a chain as deep as it must be;
+//  - whenever an allocation (an op's or a re-run's new outputs) would take
+//    the resident bytes over the budget, the resident storage with the lowest
+//    h = cost / (size × staleness) is evicted (`release_device`) until it fits.
+//    cost: the producer's duration plus the durations of the producers of its
+//    inputs that are not on the device now (the first level of DTR's evicted
+//    neighbourhood, e*); staleness: compute time since the storage was last
+//    accessed or regenerated. Storages the current op or re-run needs, and the
+//    inputs a pending re-run has already gathered, are locked.
+// After op t every storage whose last access it was is released, as are the
+// storages regenerated only for a chain (dead at t) once t's re-runs are done.
+//
+// Only storages that can always be regenerated are evicted (a static rule,
+// so the walk never strands a storage): a storage's producer must be
+// recomputable and valid (recompute_model.h, valid_until) through the storage's
+// last access, and its producer's inputs must be on the device or themselves
+// regenerable there. Retained storages, inputs and storages written in place
+// after they were created stay.
+//
+// The result: a valid schedule of releases and recomputes, no copies. When no
+// eviction can make room the walk goes on over the budget;
+// PlanResult::planned_peak_bytes (the validator's op-granular peak, over ops
+// and recomputes) says by how much, and a note says so. No floor is reported.
+// O(ops + accesses + evictions × resident storages).
+#pragma once
+
+#include "hyperoffload/plan/planner.h"
+
+namespace hyperoffload {
+
+class DtrPlanner final : public Planner {
+ public:
+  std::string_view name() const override { return "dtr"; }
+  Result<PlanResult> plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const override;
+};
+
+}  // namespace hyperoffload
