@@ -126,7 +126,9 @@ bool returns_uninitialised_memory(const std::string& name) {
 // mark_recomputable).
 Recomputable recomputable_op(const c10::OperatorHandle& op, const OpInfo& info) {
   const c10::FunctionSchema& schema = op.schema();
-  if (!info.written.empty() || schema.is_mutable() || !schema.name().starts_with("aten::") ||
+  // hyperoffload::dropout_noise: the CPU dropout's mask (Note [Dropout on the CPU] in dropout.cc).
+  const bool ours = schema.name() == "hyperoffload::dropout_noise";
+  if (!info.written.empty() || schema.is_mutable() || !(schema.name().starts_with("aten::") || ours) ||
       returns_uninitialised_memory(schema.name())) {
     return Recomputable::kNo;
   }

@@ -1,6 +1,7 @@
 #include "rng_replay.h"
 
 #include <ATen/Context.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <mutex>
@@ -8,20 +9,20 @@
 namespace hyperoffload::python {
 namespace {
 
-at::Generator clone_of(const at::Generator& generator) {
+at::Generator clone_of(at::Generator generator) {
   std::scoped_lock lock(generator.mutex());
   return generator.clone();
 }
 
 // Sets `generator` to the state `state` (a clone) holds.
-void set_from(at::Generator& generator, const at::Generator& state) {
-  c10::intrusive_ptr<c10::TensorImpl> bytes;
+void set_from(at::Generator generator, at::Generator state) {
+  at::Tensor bytes;
   {
     std::scoped_lock lock(state.mutex());
-    bytes = state.get_state().getIntrusivePtr();
+    bytes = state.get_state();
   }
   std::scoped_lock lock(generator.mutex());
-  generator.set_state(at::Tensor(std::move(bytes)));
+  generator.set_state(bytes);
 }
 
 }  // namespace

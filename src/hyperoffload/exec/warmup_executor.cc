@@ -142,7 +142,7 @@ Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const Storag
   const auto access_begin = static_cast<std::uint32_t>(accesses_.size());
   for (StorageId id : inputs) accesses_.emplace_back(id, AccessKind::kRead);
   HO_ASSIGN_OR_RETURN(current_start_, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
-  ops_.push_back(OpRecord{current_name_, access_begin, access_begin, false, {}, {}});
+  ops_.push_back(OpRecord{current_name_, access_begin, access_begin, Recomputable::kNo, {}, {}});
   in_op_ = true;
   return ok_status();
 }
