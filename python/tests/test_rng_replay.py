@@ -69,7 +69,7 @@ def budget_for(build, fraction, generator=None):
     probe = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=1, planner="recompute"))
     with pytest.warns(RuntimeWarning):
         run(build, probe, steps=1, generator=generator)
-    return max(int(peak * fraction), int(probe.floor_bytes() * 1.02) + 1)
+    return max(int(peak * fraction), int(probe.floor_bytes() * 1.15))
 
 
 def replayed_random_recomputes(session):
@@ -120,27 +120,24 @@ def test_dropout_in_transformers_models_in_training_mode_is_recomputed_bit_ident
 
 
 class HandWritten(nn.Module):
-    """rand_like noise (recomputable with RNG replay), a hand-written bernoulli_ mask (in place: not
-    recomputable, but its draws stay in the stream), and functional bernoulli; `generator`: all draw
-    from it."""
+    """Per layer: rand_like noise and a functional bernoulli mask (recomputable with RNG replay) and,
+    in the middle, a hand-written bernoulli_ mask (in place: not recomputable, but its draws stay in
+    the stream); `generator`: all draw from it."""
 
-    def __init__(self, width=64, generator=None):
+    def __init__(self, width=64, layers=6, generator=None):
         super().__init__()
-        self.a = nn.Linear(width, width)
-        self.b = nn.Linear(width, width)
-        self.c = nn.Linear(width, width)
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
         self.generator = generator
 
     def forward(self, x):
         g = self.generator
-        h = torch.tanh(self.a(x))
-        h = h + 0.1 * torch.rand(h.shape, generator=g) if g is not None else h + 0.1 * torch.rand_like(h)
-        h = torch.tanh(self.b(h))
-        mask = torch.empty_like(h).bernoulli_(0.8, generator=g)
-        h = h * mask
-        keep = torch.bernoulli(torch.full_like(h, 0.9), generator=g)
-        h = torch.tanh(self.c(h * keep))
-        return h
+        for index, layer in enumerate(self.layers):
+            x = torch.tanh(layer(x))
+            x = x * (torch.rand(x.shape, generator=g) if g is not None else torch.rand_like(x))
+            x = x * torch.bernoulli(torch.full_like(x, 0.9), generator=g)
+            if index == len(self.layers) // 2:
+                x = x * torch.empty_like(x).bernoulli_(0.8, generator=g)
+        return x
 
 
 def hand_written(generator=None):
@@ -160,7 +157,7 @@ def test_hand_written_rand_like_and_bernoulli_are_recomputed_bit_identically():
 def test_an_explicit_generator_is_replayed_and_its_stream_matches_eager():
     generator = torch.Generator().manual_seed(99)
     _, replayed = check_recomputes_bit_identically(hand_written(generator), fraction=0.3, generator=generator)
-    assert "aten::rand" in replayed or "aten::bernoulli.default" in replayed, replayed
+    assert "aten::rand.generator" in replayed, replayed
 
 
 def test_dropout_is_replayed_under_the_sessions_dispatch_mode_too():
@@ -214,5 +211,6 @@ def test_eager_dropout_outside_a_session_is_pytorchs():
     x = torch.randn(32, 32)
     mine = nn.functional.dropout(x, 0.3, training=True)
     torch.manual_seed(7)
+    x = torch.randn(32, 32)
     noise = torch.empty_like(x).bernoulli_(0.7).div_(0.7)
     assert torch.equal(mine, x * noise)
