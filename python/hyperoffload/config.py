@@ -92,8 +92,9 @@ class OffloadConfig:
             would exceed the budget although the floor allows it is replaced by
             the ``"peak"`` planner's (a note in :meth:`OffloadSession.notes`
             says so). Recomputed ops are re-run bit for bit; ops that draw
-            random numbers (dropout) are never recomputed (docs/PYTHON.md,
-            "Recompute").
+            random numbers (dropout's mask, ``rand_like``, ``bernoulli``) are
+            re-run with their generator's state as they first ran, so the RNG
+            stream stays eager's (docs/PYTHON.md, "Recompute").
         copy_engines: 2 — device-to-host and host-to-device copies run on their
             own streams; 1 — one shared copy stream.
         max_resident_activation_bytes, max_offload_activation_bytes: the same

@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/Device.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
@@ -29,6 +31,7 @@
 #include "hyperoffload/plan/planner.h"
 #include "hyperoffload/report/plan_summary.h"
 #include "interception.h"
+#include "rng_replay.h"
 #include "torch_session.h"
 
 namespace py = pybind11;
@@ -90,8 +93,9 @@ struct OpInfo {
   // A skip_offload region: any tracked input may be written.
   bool all_written = false;
   // Re-running the op on the same inputs gives the same results bit for bit
-  // (recomputable_op below): the warmup's trace marks it `recomputable`.
-  bool recomputable = false;
+  // (recomputable_op below): the warmup's trace marks it `recomputable`;
+  // kWithRngReplay when that needs its generator's state (Note [RNG replay]).
+  Recomputable recomputable = Recomputable::kNo;
   // The schema's argument and result counts (the boxed form's stack slots).
   std::size_t arguments = 0;
   std::size_t returns = 0;
@@ -111,23 +115,30 @@ bool returns_uninitialised_memory(const std::string& name) {
 // Whether re-running the op on the same inputs regenerates its results bit for
 // bit, from its schema and tags: an aten op (another namespace may have side
 // effects its schema does not show) that writes no argument and is not
-// mutable, draws no random numbers (`nondeterministic_seeded`: dropout,
-// `rand`, `bernoulli_`), may not vary bit-wise from run to run
-// (`nondeterministic_bitwise`: atomics on CUDA), returns no uninitialised
-// memory, and returns at least one fresh tensor (a result aliasing no
-// argument). The warmup keeps the mark only where the op produced a tracked
-// storage and wrote no input (exec/hooks.h, mark_recomputable).
-bool recomputable_op(const c10::OperatorHandle& op, const OpInfo& info) {
+// mutable, may not vary bit-wise from run to run (`nondeterministic_bitwise`:
+// atomics on CUDA), returns no uninitialised memory, and returns at least one
+// fresh tensor (a result aliasing no argument). One that draws random numbers
+// (`nondeterministic_seeded`: native_dropout, bernoulli, rand_like, randn) does
+// so when re-run with its generator's state: kWithRngReplay (Note [RNG
+// replay]). In-place ones (bernoulli_, the CPU dropout's mask) write an
+// argument and are not recomputable. The warmup keeps the mark only where the
+// op produced a tracked storage and wrote no input (exec/hooks.h,
+// mark_recomputable).
+Recomputable recomputable_op(const c10::OperatorHandle& op, const OpInfo& info) {
   const c10::FunctionSchema& schema = op.schema();
-  if (!info.written.empty() || schema.is_mutable() || !schema.name().starts_with("aten::") ||
+  // hyperoffload::dropout_noise: the CPU dropout's mask (Note [Dropout on the CPU] in dropout.cc).
+  const bool ours = schema.name() == "hyperoffload::dropout_noise";
+  if (!info.written.empty() || schema.is_mutable() || !(schema.name().starts_with("aten::") || ours) ||
       returns_uninitialised_memory(schema.name())) {
-    return false;
+    return Recomputable::kNo;
   }
-  if (op.hasTag(at::Tag::nondeterministic_seeded) || op.hasTag(at::Tag::nondeterministic_bitwise)) return false;
+  if (op.hasTag(at::Tag::nondeterministic_bitwise)) return Recomputable::kNo;
+  const Recomputable how =
+      op.hasTag(at::Tag::nondeterministic_seeded) ? Recomputable::kWithRngReplay : Recomputable::kYes;
   for (const c10::Argument& result : schema.returns()) {
-    if (result.alias_info() == nullptr && result.type()->kind() == c10::TypeKind::TensorType) return true;
+    if (result.alias_info() == nullptr && result.type()->kind() == c10::TypeKind::TensorType) return how;
   }
-  return false;
+  return Recomputable::kNo;
 }
 
 OpInfo op_info_of(const c10::OperatorHandle& op) {
@@ -199,21 +210,33 @@ struct ArgumentVersions {
 // boxed arguments (IValues hold their tensors).
 class BoxedCall final : public OpCall {
  public:
+  // Precondition: the op has not run yet (its generator's state is saved
+  // now when `how` is kWithRngReplay).
   BoxedCall(const c10::OperatorHandle& op, c10::DispatchKeySet keys, c10::ArrayRef<c10::IValue> arguments,
-            std::size_t returns, std::string name)
+            std::size_t returns, std::string name, Recomputable how)
       : op_(op), keys_(keys), arguments_(arguments.begin(), arguments.end()), returns_(returns),
         name_(std::move(name)) {
+    std::optional<at::Generator> generator;
+    std::vector<c10::Device> devices;
     for (const c10::IValue& value : arguments_) {
       if (value.isTensor()) {
         versions_.add(value.toTensor());
+        if (value.toTensor().defined()) devices.push_back(value.toTensor().device());
       } else if (value.isList()) {
         for (const c10::IValue& item : value.toListRef()) {
           if (item.isTensor()) versions_.add(item.toTensor());
+          if (item.isTensor() && item.toTensor().defined()) devices.push_back(item.toTensor().device());
         }
+      } else if (value.isGenerator()) {
+        generator = value.toGenerator();
+      } else if (value.isDevice()) {
+        devices.push_back(value.toDevice());
       }
     }
+    if (how == Recomputable::kWithRngReplay) generators_ = SavedGenerators(generator, devices);
   }
   std::vector<c10::Storage> run() override {
+    SavedGenerators::Scope replay(generators_);  // Note [RNG replay]
     torch::jit::Stack stack(arguments_.begin(), arguments_.end());
     run_below(op_, keys_, &stack);
     std::vector<c10::Storage> results;
@@ -232,20 +255,30 @@ class BoxedCall final : public OpCall {
   std::size_t returns_;
   std::string name_;
   ArgumentVersions versions_;
+  SavedGenerators generators_;
 };
 
 // The TorchDispatchMode path's recorded call: the OpOverload and its Python
 // arguments. Run inside __torch_dispatch__ (where the mode is off), under the GIL.
 class PyCall final : public OpCall {
  public:
-  PyCall(py::handle func, py::handle args, py::handle kwargs, std::string name)
+  // Precondition: as BoxedCall's.
+  PyCall(py::handle func, py::handle args, py::handle kwargs, std::string name, Recomputable how)
       : func_(py::reinterpret_borrow<py::object>(func)),
         args_(py::reinterpret_borrow<py::object>(args)),
         kwargs_(py::reinterpret_borrow<py::object>(kwargs)),
         name_(std::move(name)) {
-    for_each_argument([this](PyObject* object) {
-      for_each_tensor_with_storage(object, [this](const at::Tensor& t) { versions_.add(t); });
+    std::optional<at::Generator> generator;
+    std::vector<c10::Device> devices;
+    for_each_argument([&](PyObject* object) {
+      for_each_tensor_with_storage(object, [&](const at::Tensor& t) {
+        versions_.add(t);
+        devices.push_back(t.device());
+      });
+      if (THPGenerator_Check(object)) generator = reinterpret_cast<THPGenerator*>(object)->cdata;
+      if (THPDevice_Check(object)) devices.push_back(reinterpret_cast<THPDevice*>(object)->device);
     });
+    if (how == Recomputable::kWithRngReplay) generators_ = SavedGenerators(generator, devices);
   }
   ~PyCall() override {
     py::gil_scoped_acquire gil;
@@ -255,6 +288,7 @@ class PyCall final : public OpCall {
   }
   std::vector<c10::Storage> run() override {
     py::gil_scoped_acquire gil;
+    SavedGenerators::Scope replay(generators_);  // Note [RNG replay]
     PyObject* out = PyObject_Call(func_.ptr(), args_.ptr(), kwargs_.is_none() ? nullptr : kwargs_.ptr());
     if (out == nullptr) throw py::error_already_set();
     py::object result = py::reinterpret_steal<py::object>(out);
@@ -287,6 +321,7 @@ class PyCall final : public OpCall {
   py::object kwargs_;
   std::string name_;
   ArgumentVersions versions_;
+  SavedGenerators generators_;
 };
 
 py::dict stats_dict(const TorchSession& torch_session) {
@@ -393,7 +428,9 @@ class Runtime final : public OpHandler {
     if (TorchStatus begun = session_->begin_op(info.name, inputs_, written_, recomputable(info)); !begun) {
       raise_in_dispatcher(begun.error());
     }
-    if (session_->wants_call()) session_->record_call(std::make_unique<BoxedCall>(op, keys, args, info.returns, info.name));
+    if (session_->wants_call()) {
+      session_->record_call(std::make_unique<BoxedCall>(op, keys, args, info.returns, info.name, info.recomputable));
+    }
     try {
       run_below(op, keys, stack);
     } catch (...) {
@@ -469,7 +506,8 @@ class Runtime final : public OpHandler {
     begin(info, py::handle(arg_tuple), kwarg_dict != nullptr ? py::handle(kwarg_dict) : py::handle(Py_None));
     if (session_->wants_call()) {
       session_->record_call(std::make_unique<PyCall>(
-          func, py::handle(arg_tuple), kwarg_dict != nullptr ? py::handle(kwarg_dict) : py::handle(Py_None), info.name));
+          func, py::handle(arg_tuple), kwarg_dict != nullptr ? py::handle(kwarg_dict) : py::handle(Py_None), info.name,
+          info.recomputable));
     }
     PyObject* out = PyObject_Call(func.ptr(), arg_tuple, kwarg_dict);
     if (out == nullptr) {
@@ -598,9 +636,7 @@ class Runtime final : public OpHandler {
     return py::reinterpret_steal<py::object>(out);
   }
 
-  static Recomputable recomputable(const OpInfo& info) {
-    return info.recomputable ? Recomputable::kYes : Recomputable::kNo;
-  }
+  static Recomputable recomputable(const OpInfo& info) { return info.recomputable; }
 
   // The OpInfo of an operator, the first time this runtime sees it.
   const OpInfo& op_info(const c10::OperatorHandle& op) {

@@ -33,10 +33,11 @@ bool is_collective(std::string_view name) {
 
 // Note [Recompute in PyTorch]. A plan may re-run an op (a `recompute`
 // action) only if the warmup marked it recomputable: an aten op that writes
-// no argument, draws no random numbers (ops tagged nondeterministic_seeded,
-// such as dropout, are never recomputed, so the RNG stream is the eager one),
-// cannot vary bit-wise, and returns a fresh tensor (module.cc,
-// recomputable_op). In a replay, when such an op first runs and the plan
+// no argument, cannot vary bit-wise, and returns a fresh tensor (module.cc,
+// recomputable_op). One that draws random numbers (tagged
+// nondeterministic_seeded: native_dropout, bernoulli, rand_like, ...) is marked
+// Recomputable::kWithRngReplay, and its recorded call re-runs it with its
+// generator's state as it first ran (Note [RNG replay] in rng_replay.h). In a replay, when such an op first runs and the plan
 // re-runs it later, the interception layer records its call (the operator,
 // dispatch keys and boxed arguments on the C++ path; the OpOverload and its
 // Python arguments on the TorchDispatchMode path). Its arguments are recorded
@@ -256,7 +257,7 @@ Status TorchSession::recompute(RecomputeCall& call) {
 
 TorchStatus TorchSession::mark_if_recomputable() {
   if (op_recomputable_ == Recomputable::kNo) return {};
-  if (Status marked = session_->mark_recomputable(); !marked) return hook_failed(marked.error());
+  if (Status marked = session_->mark_recomputable(op_recomputable_); !marked) return hook_failed(marked.error());
   return {};
 }
 

@@ -1,10 +1,12 @@
 """The warmup's trace marks ops `recomputable` (trace format v2) from their schema and tags.
 
 An op is recomputable when re-running it on the same inputs regenerates its
-results bit for bit (hyperoffload.session._recomputable): an aten op with no
-argument written in place, no `nondeterministic_seeded` (dropout, bernoulli) or
-`nondeterministic_bitwise` tag, and a fresh tensor result; the warmup keeps the
-mark only where the op produced a tracked storage and wrote no input.
+results bit for bit (module.cc, recomputable_op): an aten op with no argument
+written in place, no `nondeterministic_bitwise` tag, and a fresh tensor result;
+the warmup keeps the mark only where the op produced a tracked storage and wrote
+no input. One tagged `nondeterministic_seeded` (native_dropout, bernoulli,
+rand_like; the CPU dropout's mask, hyperoffload::dropout_noise) is also marked
+`rng_replay` (trace format v3): it is re-run with its generator's state.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def marks_by_name(trace: dict) -> dict:
     return marks
 
 
-def test_a_step_marks_matmuls_and_norms_recomputable_but_not_dropout_in_place_ops_or_views():
+def test_a_step_marks_matmuls_norms_and_dropout_recomputable_but_not_in_place_ops_or_views():
     torch.manual_seed(0)
     w = torch.randn(32, 32, requires_grad=True)
     x = torch.randn(16, 32)
@@ -31,22 +33,28 @@ def test_a_step_marks_matmuls_and_norms_recomputable_but_not_dropout_in_place_op
     with session:
         h = x @ w                                            # aten::mm: fresh result
         h = torch.nn.functional.layer_norm(h, (32,))        # aten::native_layer_norm: three fresh results
-        # On the CPU dropout runs as empty_like (uninitialised memory), bernoulli_
-        # (random numbers, in place), div_ (in place) and mul (recomputable: its
-        # inputs, h and the mask, are what the trace lists).
+        # On the CPU, inside a session, dropout runs as hyperoffload::dropout_noise
+        # (the mask: random numbers, re-run with RNG replay) and mul
+        # (recomputable: its inputs, h and the mask, are what the trace lists).
         h = torch.nn.functional.dropout(h, 0.5, training=True)
+        # Written by hand: empty_like (uninitialised memory), bernoulli_ (in
+        # place) and div_ (in place) are not recomputable.
+        h = h * torch.empty_like(h).bernoulli_(0.5).div_(0.5)
         h.relu_()                                            # aten::relu_: in place
         v = h.t()                                            # aten::t: a view, produces no storage
         loss = (v @ v.t()).sum()
         loss.backward()
     trace = session.trace()
-    assert trace["version"] == 2
+    assert trace["version"] == 3  # an op needs RNG replay
     marks = marks_by_name(trace)
+    assert marks["hyperoffload::dropout_noise"] == {True}
+    assert {bool(op.get("rng_replay")) for op in trace["ops"] if op["name"] == "hyperoffload::dropout_noise"} == {True}
+    assert not any(op.get("rng_replay") for op in trace["ops"] if op["name"] != "hyperoffload::dropout_noise")
     assert marks["aten::mm"] == {True}
     assert marks["aten::native_layer_norm"] == {True}
     assert marks["aten::empty_like"] == {False}
     assert marks["aten::bernoulli_.float"] == {False}
-    assert marks["aten::div_.Scalar"] == {False}
+    assert set().union(*(m for n, m in marks.items() if n.startswith("aten::div_"))) == {False}
     assert marks["aten::mul.Tensor"] == {True}
     assert marks["aten::relu_"] == {False}
     assert marks["aten::t"] == {False}
@@ -63,7 +71,7 @@ def test_a_step_marks_matmuls_and_norms_recomputable_but_not_dropout_in_place_op
             assert written and all(first_access[s] == index for s in written) and not read & set(written)
 
 
-def test_the_gpt_models_trace_marks_most_of_its_compute_recomputable_and_its_dropouts_not():
+def test_the_gpt_models_trace_marks_most_of_its_compute_recomputable_and_its_dropouts_with_rng_replay():
     model, batch, loss_fn = CASES["gpt_decoder"].build()
     model.train()
     session = ho.OffloadSession()
@@ -73,6 +81,9 @@ def test_the_gpt_models_trace_marks_most_of_its_compute_recomputable_and_its_dro
     marked = [op for op in ops if op.get("recomputable")]
     assert marked, "no op of a transformer step is recomputable"
     base_names = {op["name"].split(".")[0] for op in marked}
-    assert not any(name.endswith("_") or "bernoulli" in name or "dropout" in name or "empty" in name
-                   for name in base_names), base_names
+    assert not any(name.endswith("_") or "bernoulli" in name or "empty" in name for name in base_names), base_names
+    # Ops marked rng_replay are those that may draw random numbers: dropout's
+    # mask, attention with a dropout_p argument.
+    replayed = {op["name"] for op in marked if op.get("rng_replay")}
+    assert replayed and all("dropout" in n or "scaled_dot_product" in n for n in replayed), replayed
     assert any(op["name"] == "aten::addmm" for op in marked)

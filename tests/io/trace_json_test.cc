@@ -121,10 +121,10 @@ TEST(TraceJson, RejectsAWrongFormat) {
 }
 
 TEST(TraceJson, RejectsAnUnsupportedVersion) {
-  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.trace", "version": 3, "storages": [], "ops": []})"),
-            "version: unsupported version 3; this build reads versions 1 to 2");
+  EXPECT_EQ(parse_error(R"({"format": "hyperoffload.trace", "version": 4, "storages": [], "ops": []})"),
+            "version: unsupported version 4; this build reads versions 1 to 3");
   EXPECT_EQ(parse_error(R"({"format": "hyperoffload.trace", "version": 0, "storages": [], "ops": []})"),
-            "version: unsupported version 0; this build reads versions 1 to 2");
+            "version: unsupported version 0; this build reads versions 1 to 3");
 }
 
 // ---- Version 2: ops[].recomputable ---------------------------------------------------
@@ -185,6 +185,51 @@ TEST(TraceJson, RejectsRecomputableOpsThatCannotBeReRunFromTheirInputs) {
   EXPECT_EQ(parse_error(v2_with_ops(R"([{"accesses": [{"storage": 1, "kind": "write"}]},
       {"recomputable": true, "accesses": [{"storage": 1, "kind": "read"}]}])")),
             "ops[1].recomputable: the op writes no storage, so there is nothing to recompute");
+}
+
+// ---- Version 3: ops[].rng_replay ------------------------------------------------------
+
+std::string v3_with_ops(std::string_view ops) {
+  std::string json = v2_with_ops(ops);
+  json.replace(json.find("\"version\": 2"), 12, "\"version\": 3");
+  return json;
+}
+
+TEST(TraceJson, ReadsAndRoundTripsOpsThatNeedRngReplayAsVersion3) {
+  const std::string json = v3_with_ops(R"([{"name": "x", "accesses": [{"storage": 1, "kind": "write"}]},
+      {"name": "dropout", "recomputable": true, "rng_replay": true, "accesses": [{"storage": 1, "kind": "read"}, {"storage": 2, "kind": "write"}]},
+      {"name": "use", "accesses": [{"storage": 2, "kind": "read"}]}])");
+  Result<Trace> trace = parse_trace_json(json);
+  ASSERT_TRUE(trace) << trace.error().message;
+  EXPECT_TRUE(trace->op_recomputable(1));  // planners treat it as any recomputable op
+  EXPECT_TRUE(trace->op_rng_replay(1));
+  EXPECT_FALSE(trace->op_rng_replay(0));
+  EXPECT_TRUE(trace->has_rng_replay_ops());
+  const std::string text = trace_to_json(*trace);
+  EXPECT_THAT(text, HasSubstr(R"("format": "hyperoffload.trace", "version": 3)"));
+  EXPECT_THAT(text, HasSubstr(R"({"name": "dropout", "duration_ms": 0, "recomputable": true, "rng_replay": true, )"));
+  Result<Trace> again = parse_trace_json(text);
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(trace_to_json(*again), text);
+}
+
+TEST(TraceJson, WritesATraceWithoutRngReplayAsVersion2) {
+  Result<Trace> trace = parse_trace_json(v3_with_ops(R"([{"recomputable": true, "rng_replay": false,
+      "accesses": [{"storage": 1, "kind": "write"}]}])"));
+  ASSERT_TRUE(trace) << trace.error().message;
+  EXPECT_FALSE(trace->has_rng_replay_ops());
+  EXPECT_THAT(trace_to_json(*trace), HasSubstr(R"("version": 2)"));
+}
+
+TEST(TraceJson, RejectsRngReplayBeforeVersion3OrWithoutRecomputable) {
+  EXPECT_EQ(parse_error(v2_with_ops(
+                R"([{"recomputable": true, "rng_replay": true, "accesses": [{"storage": 1, "kind": "write"}]}])")),
+            "ops[0].rng_replay: needs trace format version 3 (this file says version 2)");
+  EXPECT_EQ(parse_error(v3_with_ops(R"([{"rng_replay": true, "accesses": [{"storage": 1, "kind": "write"}]}])")),
+            "ops[0].rng_replay: true needs \"recomputable\": true (only a recomputable op is re-run with its "
+            "generator's state)");
+  EXPECT_THAT(parse_error(v3_with_ops(R"([{"rng_replay": 1, "accesses": [{"storage": 1, "kind": "write"}]}])")),
+              HasSubstr("ops[0].rng_replay: expected a boolean"));
 }
 
 TEST(TraceJson, RejectsADuplicateStorageId) {

@@ -39,6 +39,7 @@
 
 #include "hyperoffload/ir/ids.h"
 #include "hyperoffload/ir/status.h"
+#include "hyperoffload/ir/trace.h"
 #include "hyperoffload/runtime/residency_manager.h"
 
 namespace hyperoffload {
@@ -76,8 +77,11 @@ class StepHooks {
   // trace (ir/trace.h, Recomputable) when it also produced at least one storage
   // and wrote no input; a replay ignores it (its plan says what to recompute).
   // Storages the op reads that the runtime does not track (parameters, the
-  // batch) must not change during the step.
-  virtual Status mark_recomputable() = 0;
+  // batch) must not change during the step. `how`: kWithRngReplay for an op
+  // that draws random numbers and regenerates its bytes only when the
+  // framework re-runs it with its generator's state as it first ran (the trace
+  // records `rng_replay`); kNo is the same as not calling this.
+  virtual Status mark_recomputable(Recomputable how = Recomputable::kYes) = 0;
   // The caller dropped a tracked storage; its copies are released.
   virtual Status on_storage_freed(StorageId id) = 0;
   // Current device address of a tracked storage, paged in if needed. kRead use

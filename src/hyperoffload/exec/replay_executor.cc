@@ -376,7 +376,7 @@ Result<void*> ReplayExecutor::allocate_output(StorageId id, std::int64_t size_by
   return ptr;
 }
 
-Status ReplayExecutor::mark_recomputable() {
+Status ReplayExecutor::mark_recomputable(Recomputable /*how*/) {
   // The plan already says what to recompute; only the precondition is checked.
   if (!in_op_) return make_error(ErrorCode::kFailedPrecondition, "mark_recomputable outside an op");
   return ok_status();

@@ -137,7 +137,7 @@ class ReplayExecutor final : public StepHooks {
                      std::span<const StorageId> written) override;
   Result<void*> allocate_output(StorageId id, std::int64_t size_bytes) override;
   Status on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) override;
-  Status mark_recomputable() override;
+  Status mark_recomputable(Recomputable how = Recomputable::kYes) override;
   Status on_storage_freed(StorageId id) override;
   Result<void*> device_ptr(StorageId id, DeviceAccess access = DeviceAccess::kReadWrite) override;
 

@@ -104,12 +104,12 @@ Status Session::on_op_end(std::span<const OpOutput> outputs, std::span<const Sto
   return check(active()->on_op_end(outputs, mutated));
 }
 
-Status Session::mark_recomputable() {
+Status Session::mark_recomputable(Recomputable how) {
   if (failure_) return std::unexpected(already_failed(*failure_));
   if (!in_step()) return std::unexpected(not_in_step("mark_recomputable"));
   // A plan may recompute only what the framework can re-run.
   if (!options_.recompute) return ok_status();
-  return check(active()->mark_recomputable());
+  return check(active()->mark_recomputable(how));
 }
 
 Status Session::on_storage_freed(StorageId id) {

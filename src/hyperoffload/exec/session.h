@@ -120,7 +120,7 @@ class Session final : public StepHooks {
                      std::span<const StorageId> written) override;
   Result<void*> allocate_output(StorageId id, std::int64_t size_bytes) override;
   Status on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) override;
-  Status mark_recomputable() override;
+  Status mark_recomputable(Recomputable how = Recomputable::kYes) override;
   // Also valid between steps, for storages held over from the last one.
   Status on_storage_freed(StorageId id) override;
   // Also valid between steps.

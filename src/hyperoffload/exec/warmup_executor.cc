@@ -134,7 +134,7 @@ Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const Storag
                                    std::span<const StorageId> written) {
   HO_RETURN_IF_ERROR(internal::check_not_in_op(in_op_, name, [this] { return op_label(); }));
   current_name_.assign(name);
-  current_marked_recomputable_ = false;
+  current_marked_recomputable_ = Recomputable::kNo;
   current_used_.assign(inputs.begin(), inputs.end());
   current_allocated_.clear();
   HO_RETURN_IF_ERROR(residency_.poll());
@@ -156,7 +156,7 @@ Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const Storag
   const auto access_begin = static_cast<std::uint32_t>(accesses_.size());
   for (StorageId id : inputs) accesses_.emplace_back(id, AccessKind::kRead);
   HO_ASSIGN_OR_RETURN(current_start_, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
-  ops_.push_back(OpRecord{current_name_, access_begin, access_begin, false, {}, {}});
+  ops_.push_back(OpRecord{current_name_, access_begin, access_begin, Recomputable::kNo, {}, {}});
   in_op_ = true;
   return ok_status();
 }
@@ -224,15 +224,15 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
   op.access_end = static_cast<std::uint32_t>(accesses_.size());
   // What the trace can check of a recomputable op (ir/trace.h): it writes only
   // storages it creates, so an op that wrote an input is not one.
-  op.recomputable = current_marked_recomputable_ && !outputs.empty() && mutated.empty();
+  op.recomputable = !outputs.empty() && mutated.empty() ? current_marked_recomputable_ : Recomputable::kNo;
   in_op_ = false;
   current_used_.clear();
   return ok_status();
 }
 
-Status WarmupExecutor::mark_recomputable() {
+Status WarmupExecutor::mark_recomputable(Recomputable how) {
   if (!in_op_) return make_error(ErrorCode::kFailedPrecondition, "mark_recomputable outside an op");
-  current_marked_recomputable_ = true;
+  current_marked_recomputable_ = how;
   return ok_status();
 }
 
@@ -327,7 +327,7 @@ Result<WarmupResult> WarmupExecutor::finish() {
     HO_RETURN_IF_ERROR(op.end.wait());
     HO_ASSIGN_OR_RETURN(double ms, backend.elapsed_ms(op.start.event(), op.end.event()));
     HO_RETURN_IF_ERROR(
-        builder.add_op(op.name, std::max(0.0, ms), op.recomputable ? Recomputable::kYes : Recomputable::kNo));
+        builder.add_op(op.name, std::max(0.0, ms), op.recomputable));
     for (std::uint32_t a = op.access_begin; a < op.access_end; ++a) {
       builder.add_access(accesses_[a].first, accesses_[a].second);
     }

@@ -88,7 +88,7 @@ class WarmupExecutor final : public StepHooks {
                      std::span<const StorageId> written) override;
   Result<void*> allocate_output(StorageId id, std::int64_t size_bytes) override;
   Status on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) override;
-  Status mark_recomputable() override;
+  Status mark_recomputable(Recomputable how = Recomputable::kYes) override;
   Status on_storage_freed(StorageId id) override;
   Result<void*> device_ptr(StorageId id, DeviceAccess access = DeviceAccess::kReadWrite) override;
 
@@ -131,7 +131,7 @@ class WarmupExecutor final : public StepHooks {
     std::string name;
     std::uint32_t access_begin = 0;
     std::uint32_t access_end = 0;
-    bool recomputable = false;  // marked, produced a storage, wrote no input
+    Recomputable recomputable = Recomputable::kNo;  // as marked, when it produced a storage and wrote no input
     Fence start;
     Fence end;
   };
@@ -140,7 +140,7 @@ class WarmupExecutor final : public StepHooks {
   std::vector<TimedSpan> copy_spans_;
 
   bool in_op_ = false;
-  bool current_marked_recomputable_ = false;
+  Recomputable current_marked_recomputable_ = Recomputable::kNo;
   std::string current_name_;
   // Storages the current op uses (inputs, and any it reaches through
   // device_ptr): never evicted to make room while it runs.

@@ -118,6 +118,22 @@ Result<Trace> build_from_document(simdjson::dom::element document) {
       }
       if (bool(*recomputable_value)) recomputable = Recomputable::kYes;
     }
+    if (std::optional<simdjson::dom::element> rng_value = member(op, "rng_replay")) {
+      if (!rng_value->is_bool()) return std::unexpected(as_bool(*rng_value, path(".rng_replay")).error());
+      if (version < 3) {
+        return make_error(ErrorCode::kInvalidInput,
+                          path(fmt::format(".rng_replay: needs trace format version 3 (this file says version {})",
+                                           version)));
+      }
+      if (bool(*rng_value)) {
+        if (recomputable != Recomputable::kYes) {
+          return make_error(ErrorCode::kInvalidInput,
+                            path(".rng_replay: true needs \"recomputable\": true (only a recomputable op is "
+                                 "re-run with its generator's state)"));
+        }
+        recomputable = Recomputable::kWithRngReplay;
+      }
+    }
     HO_RETURN_IF_ERROR(builder.add_op(name, duration_ms, recomputable));
     if (std::optional<simdjson::dom::element> accesses_value = member(op, "accesses")) {
       if (!accesses_value->is_array()) return std::unexpected(as_array(*accesses_value, path(".accesses")).error());
@@ -191,7 +207,8 @@ std::string trace_to_json(const Trace& trace) {
   out.reserve(64 + static_cast<std::size_t>(trace.storage_count()) * 56 + static_cast<std::size_t>(trace.op_count()) * 64 +
               trace.access_count() * 36);
   auto buffer = std::back_inserter(out);
-  fmt::format_to(buffer, "{{\"format\": \"{}\", \"version\": {},\n", kTraceFormat, kTraceVersion);
+  fmt::format_to(buffer, "{{\"format\": \"{}\", \"version\": {},\n", kTraceFormat,
+                 trace.has_rng_replay_ops() ? kTraceVersion : kTraceVersionWithoutRngReplay);
   if (trace.memory_limit_bytes()) {
     fmt::format_to(buffer, " \"memory_limit_bytes\": {},\n", *trace.memory_limit_bytes());
   } else {
@@ -215,6 +232,7 @@ std::string trace_to_json(const Trace& trace) {
     internal::append_json_string(out, trace.op_name(op));
     fmt::format_to(buffer, ", \"duration_ms\": {}, ", trace.op_duration_ms(op));
     if (trace.op_recomputable(op)) out += "\"recomputable\": true, ";
+    if (trace.op_rng_replay(op)) out += "\"rng_replay\": true, ";
     out += "\"accesses\": [";
     bool first = true;
     for (const Access& access : trace.accesses(op)) {

@@ -14,9 +14,11 @@
 namespace hyperoffload {
 
 inline constexpr std::string_view kTraceFormat = "hyperoffload.trace";
-// Readers accept versions 1 and 2 (2 adds ops[].recomputable; a v1 trace has
-// nothing recomputable); writers write 2.
-inline constexpr int kTraceVersion = 2;
+// Readers accept versions 1 to 3 (2 adds ops[].recomputable, a v1 trace has
+// nothing recomputable; 3 adds ops[].rng_replay). Writers write the lowest
+// version that holds the trace: 3 when an op needs RNG replay, else 2.
+inline constexpr int kTraceVersion = 3;
+inline constexpr int kTraceVersionWithoutRngReplay = 2;
 inline constexpr int kOldestTraceVersion = 1;
 
 // `source` names the document in syntax-error messages (usually the file path).

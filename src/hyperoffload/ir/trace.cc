@@ -131,7 +131,8 @@ Status TraceBuilder::add_named_op(std::uint32_t name_index, double duration_ms, 
   total_duration_ms_ += duration_ms;
   const auto access_at = static_cast<std::uint32_t>(trace_.accesses_.size());
   trace_.ops_.push_back(Trace::OpRecord{name_index, access_at, access_at, recomputable, duration_ms});
-  if (recomputable == Recomputable::kYes) ++trace_.recomputable_count_;
+  if (recomputable != Recomputable::kNo) ++trace_.recomputable_count_;
+  if (recomputable == Recomputable::kWithRngReplay) ++trace_.rng_replay_count_;
   return ok_status();
 }
 

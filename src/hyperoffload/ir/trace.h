@@ -41,7 +41,12 @@ enum class Retention : std::uint8_t { kReleasable, kRetained };
 // source of a recompute action (ir/schedule.h). The builder checks what it can
 // see: a recomputable op writes at least one storage, and every storage it
 // writes is first accessed by that write and not also read by the op.
-enum class Recomputable : std::uint8_t { kNo, kYes };
+// kWithRngReplay: the op draws random numbers (PyTorch's nondeterministic_seeded
+// ops: dropout, bernoulli_, rand*), so it regenerates its bytes only when re-run
+// with its generator's state as it first ran (trace format v3,
+// `ops[].rng_replay`); the runtime saves and restores that state
+// (docs/PYTHON.md, "Recompute"). Planners treat it as kYes.
+enum class Recomputable : std::uint8_t { kNo, kYes, kWithRngReplay };
 
 struct StorageInfo {
   StorageId id = 0;
@@ -71,7 +76,12 @@ class Trace {
   std::string_view op_name(OpIndex op) const { return names_[ops_[op].name_index]; }
   std::uint32_t op_name_index(OpIndex op) const { return ops_[op].name_index; }
   double op_duration_ms(OpIndex op) const { return ops_[op].duration_ms; }
-  bool op_recomputable(OpIndex op) const { return ops_[op].recomputable == Recomputable::kYes; }
+  bool op_recomputable(OpIndex op) const { return ops_[op].recomputable != Recomputable::kNo; }
+  // Whether re-running the op needs its generator's state replayed (kWithRngReplay).
+  bool op_rng_replay(OpIndex op) const { return ops_[op].recomputable == Recomputable::kWithRngReplay; }
+  Recomputable op_recomputability(OpIndex op) const { return ops_[op].recomputable; }
+  // Whether any op needs RNG replay (such a trace is written as version 3).
+  bool has_rng_replay_ops() const { return rng_replay_count_ > 0; }
   // Whether any op is recomputable (a v1 trace has none).
   bool has_recomputable_ops() const { return recomputable_count_ > 0; }
   std::span<const Access> accesses(OpIndex op) const {
@@ -140,6 +150,7 @@ class Trace {
   std::optional<std::int64_t> memory_limit_bytes_;
   std::optional<std::int64_t> host_memory_limit_bytes_;
   std::int64_t recomputable_count_ = 0;
+  std::int64_t rng_replay_count_ = 0;
   double d2h_bandwidth_gib_per_s_ = kDefaultBandwidthGiBPerS;
   double h2d_bandwidth_gib_per_s_ = kDefaultBandwidthGiBPerS;
 };

@@ -1,0 +1,216 @@
+"""RNG replay: ops that draw random numbers are recomputed bit for bit.
+
+An op tagged nondeterministic_seeded (the CPU dropout's mask,
+hyperoffload::dropout_noise; native_dropout on a GPU; bernoulli, rand_like,
+attention with dropout_p) is recomputable with `rng_replay` (trace format v3).
+When a replay first runs one that the plan re-runs later, the session saves the
+state of the generator it draws from (the default generator of its device, or
+its generator= argument); a recompute runs with that state and puts the
+caller's state back (Note [RNG replay] in python/src/rng_replay.h). So with
+planner="recompute" at a budget that forces dropout outputs to be re-run, in
+every step the loss, every gradient, torch.get_rng_state() and an explicit
+generator's state equal eager's exactly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import hyperoffload as ho
+import models
+
+STEPS = 3
+
+
+def run(build, session=None, steps=STEPS, generator=None):
+    """Training steps (no optimizer: gradients are compared, weights stay put), the RNG seeded once:
+    (loss, gradients, CPU RNG state, explicit generator's state, stats) per step."""
+    model, batch, loss_fn = build()
+    model.train()
+    torch.manual_seed(1234)
+    if generator is not None:
+        generator.manual_seed(99)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    results = []
+    for _ in range(steps):
+        for p in model.parameters():
+            p.grad.zero_()
+        if session is None:
+            loss = loss_fn(model, batch)
+            loss.backward()
+        else:
+            with session:
+                loss = loss_fn(model, batch)
+                loss.backward()
+        results.append((loss.detach().clone(), [p.grad.clone() for p in model.parameters()], torch.get_rng_state(),
+                        generator.get_state() if generator is not None else None,
+                        session.stats() if session is not None else None))
+    return results
+
+
+def assert_same(eager, results):
+    for index, (e, r) in enumerate(zip(eager, results)):
+        assert torch.equal(r[0], e[0]), f"step {index}: loss {r[0].item()!r} != {e[0].item()!r}"
+        for p, (g, eg) in enumerate(zip(r[1], e[1])):
+            assert torch.equal(g, eg), f"step {index}: gradient of parameter {p} differs"
+        assert torch.equal(r[2], e[2]), f"step {index}: the CPU RNG stream differs from eager's"
+        if e[3] is not None:
+            assert torch.equal(r[3], e[3]), f"step {index}: the explicit generator's stream differs from eager's"
+
+
+def budget_for(build, fraction, generator=None):
+    """`fraction` of the unplanned activation peak, or just above the floor where that is higher."""
+    session = ho.OffloadSession()
+    run(build, session, steps=1, generator=generator)
+    peak = session.unplanned_peak_bytes()
+    probe = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=1, planner="recompute"))
+    with pytest.warns(RuntimeWarning):
+        run(build, probe, steps=1, generator=generator)
+    return max(int(peak * fraction), int(probe.floor_bytes() * 1.15))
+
+
+def replayed_random_recomputes(session):
+    """Names of the ops marked rng_replay that the plan re-runs."""
+    ops = session.trace()["ops"]
+    return sorted({ops[a["source_op"]]["name"] for a in session.schedule()["actions"]
+                   if a["kind"] == "recompute" and ops[a["source_op"]].get("rng_replay")})
+
+
+def check_recomputes_bit_identically(build, fraction=0.4, generator=None, interception=None):
+    eager = run(build, generator=generator)
+    budget = budget_for(build, fraction, generator)
+    options = dict(max_resident_activation_bytes=budget, planner="recompute")
+    if interception is not None:
+        options["interception"] = interception
+    session = ho.OffloadSession(ho.OffloadConfig(**options))
+    results = run(build, session, generator=generator)
+    assert_same(eager, results)
+    assert [r[4]["kind"] for r in results] == ["warmup", "replay", "replay"]
+    assert session.trace()["version"] == 3
+    replayed = replayed_random_recomputes(session)
+    assert replayed, "the plan re-runs no op that draws random numbers"
+    for step, r in enumerate(results[1:], start=1):
+        stats = r[4]
+        assert stats["recompute_count"] == session.plan_summary()["recompute_count"] > 0, f"step {step}"
+        assert stats["peak_held_bytes"] <= budget, f"step {step}"
+    return session, replayed
+
+
+# ---- models with dropout ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["gpt_decoder", "vit"])
+def test_dropout_in_small_models_is_recomputed_bit_identically(name):
+    build = lambda: models.CASES[name].build(dropout=0.1)  # noqa: E731
+    _, replayed = check_recomputes_bit_identically(build)
+    assert "hyperoffload::dropout_noise" in replayed
+
+
+@pytest.mark.parametrize("name", ["hf_gpt2", "hf_bert", "hf_vit"])
+def test_dropout_in_transformers_models_in_training_mode_is_recomputed_bit_identically(name):
+    hf_models = pytest.importorskip("hf_models")
+    _, replayed = check_recomputes_bit_identically(hf_models.HF_CASES[name].build)
+    assert any("dropout" in n for n in replayed), replayed
+
+
+# ---- hand-written random ops --------------------------------------------------------------
+
+
+class HandWritten(nn.Module):
+    """Per layer: rand_like noise and a functional bernoulli mask (recomputable with RNG replay) and,
+    in the middle, a hand-written bernoulli_ mask (in place: not recomputable, but its draws stay in
+    the stream); `generator`: all draw from it."""
+
+    def __init__(self, width=64, layers=6, generator=None):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
+        self.generator = generator
+
+    def forward(self, x):
+        g = self.generator
+        for index, layer in enumerate(self.layers):
+            x = torch.tanh(layer(x))
+            x = x * (torch.rand(x.shape, generator=g) if g is not None else torch.rand_like(x))
+            x = x * torch.bernoulli(torch.full_like(x, 0.9), generator=g)
+            if index == len(self.layers) // 2:
+                x = x * torch.empty_like(x).bernoulli_(0.8, generator=g)
+        return x
+
+
+def hand_written(generator=None):
+    def build():
+        torch.manual_seed(5)
+        model = HandWritten(generator=generator)
+        x = torch.randn(64, 64)
+        return model, (x,), lambda model, batch: model(*batch).square().mean()
+    return build
+
+
+def test_hand_written_rand_like_and_bernoulli_are_recomputed_bit_identically():
+    _, replayed = check_recomputes_bit_identically(hand_written(), fraction=0.3)
+    assert replayed, replayed
+
+
+def test_an_explicit_generator_is_replayed_and_its_stream_matches_eager():
+    generator = torch.Generator().manual_seed(99)
+    _, replayed = check_recomputes_bit_identically(hand_written(generator), fraction=0.3, generator=generator)
+    assert "aten::rand.generator" in replayed, replayed
+
+
+def test_dropout_is_replayed_under_the_sessions_dispatch_mode_too():
+    # interception="dispatch_mode": the recorded call is the OpOverload and its
+    # Python arguments (PyCall); the CPU dropout decomposes into in-place ops
+    # there, so the random ops replayed are the hand-written ones.
+    _, replayed = check_recomputes_bit_identically(hand_written(), fraction=0.3, interception="dispatch_mode")
+    assert replayed, replayed
+
+
+def test_a_recompute_chain_runs_through_a_dropout():
+    # Dropout between two linears: re-running the second linear's input needs
+    # the dropout output, which needs the mask re-drawn: a chain of recomputes
+    # of one phase through hyperoffload::dropout_noise.
+    class Chain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(64, 64) for _ in range(6))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = nn.functional.dropout(torch.tanh(layer(x)), 0.2, training=True)
+            return x
+
+    def build():
+        torch.manual_seed(6)
+        return Chain(), (torch.randn(128, 64),), lambda model, batch: model(*batch).square().mean()
+
+    session, replayed = check_recomputes_bit_identically(build, fraction=0.3)
+    assert "hyperoffload::dropout_noise" in replayed
+    ops, regenerated_by_chain = session.trace()["ops"], 0
+    writes = [{a["storage"] for a in op["accesses"] if a["kind"] == "write"} for op in ops]
+    reads = [{a["storage"] for a in op["accesses"] if a["kind"] == "read"} for op in ops]
+    phase, regenerated = None, set()
+    for action in session.schedule()["actions"]:
+        if (action["op"], action["phase"]) != phase:
+            phase, regenerated = (action["op"], action["phase"]), set()
+        if action["kind"] == "recompute":
+            k = action["source_op"]
+            if reads[k] & regenerated and any(ops[j]["name"] == "hyperoffload::dropout_noise"
+                                              for j in range(len(ops)) if writes[j] & reads[k]):
+                regenerated_by_chain += 1
+            regenerated |= writes[k]
+    assert regenerated_by_chain > 0, "no recompute reads what an earlier one of its phase regenerated"
+
+
+def test_eager_dropout_outside_a_session_is_pytorchs():
+    # The AutogradCPU kernel hyperoffload registers for aten::dropout calls
+    # PyTorch's own composite kernel outside a session's step.
+    torch.manual_seed(7)
+    x = torch.randn(32, 32)
+    mine = nn.functional.dropout(x, 0.3, training=True)
+    torch.manual_seed(7)
+    x = torch.randn(32, 32)
+    noise = torch.empty_like(x).bernoulli_(0.7).div_(0.7)
+    assert torch.equal(mine, x * noise)
