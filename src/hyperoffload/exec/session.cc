@@ -271,7 +271,8 @@ bool Session::can_switch(const Error& error) const {
   // After irreversible actions the step can still become a warmup, unless the
   // plan keeps storages for recomputes the warmup would not run.
   return error.code == ErrorCode::kDiverged && replay_ != nullptr && logging_ &&
-         (replay_->reversible() || plan_->recompute_count() == 0);
+         (replay_->reversible() ||
+          (options_.after_actions == AfterActions::kContinueAsWarmup && plan_->recompute_count() == 0));
 }
 
 Status Session::switch_executor(std::size_t feed, bool complete) {

@@ -50,7 +50,8 @@
 //  - After an irreversible action the step cannot change plans, but it still
 //    continues as a warmup from that op (a miss): the ops so far are only
 //    recorded (nothing is bound or paged again), the storages the plan left
-//    on the host are paged in when used. Only a plan that recomputes cannot
+//    on the host are paged in when used. With AfterActions::kFail, or when
+//    the plan recomputes, it cannot
 //    hand over (the warmup would not run the recomputes its releases rely
 //    on): then the step fails with kDiverged as before (see Re-warmup),
 //    naming what differed, with advice that fits (bucket shapes with
@@ -93,6 +94,9 @@ enum class RewarmPolicy : std::uint8_t { kNever, kOnce };
 // The default plan cache size of every entry point (SessionOptions::max_plans,
 // OffloadConfig(max_plans=...)).
 inline constexpr std::int64_t kDefaultMaxPlans = 8;
+// What a replay that diverges after an irreversible action does (Note [Plan per
+// step program]): continue as a warmup (the default) or fail with kDiverged.
+enum class AfterActions : std::uint8_t { kContinueAsWarmup, kFail };
 // The one default of every entry point (the C++ session, Python's
 // OffloadConfig(rewarm_once=True)): a training loop's first step usually
 // differs from the rest (see above), so forgive it once.
@@ -120,6 +124,7 @@ struct SessionOptions {
   // The most plans cached, one per step program (Note [Plan per step
   // program]); >= 1. Least recently used evicted.
   std::int64_t max_plans = kDefaultMaxPlans;
+  AfterActions after_actions = AfterActions::kContinueAsWarmup;
 };
 
 // The plan cache so far (Note [Plan per step program]).
