@@ -32,6 +32,7 @@ from torch import nn  # noqa: E402
 import hyperoffload as ho  # noqa: E402
 from models import GptDecoder  # noqa: E402
 
+
 VOCAB, CONTEXT, BATCH = 64, 32, 4
 
 
