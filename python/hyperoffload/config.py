@@ -111,6 +111,13 @@ class OffloadConfig:
             plan cannot meet the budget, that is a RuntimeWarning instead of
             :class:`~hyperoffload.BudgetError`. Either way the next step warms
             up again; the second time, the error is raised.
+        max_plans: the most plans the session keeps, one per step program
+            (batch shape, first or later micro-batch, ...), the least
+            recently used evicted. A step starts on the most recently used
+            plan and, while it has offloaded nothing, switches to another
+            cached plan whose traced step begins with the ops seen so far, or
+            continues as a warmup whose plan joins the cache (docs/PYTHON.md,
+            "Training loops").
         calibration_bytes: size of the warmup's copy-bandwidth calibration copy,
             used only for a copy direction the warmup step never used.
         copy_bandwidth_gib_per_s: plan for a copy link of this speed in both
@@ -149,6 +156,7 @@ class OffloadConfig:
     max_offload_activation_bytes: Optional[int] = None
     device: Optional[Union[str, torch.device]] = None
     rewarm_once: bool = True
+    max_plans: int = 8
     calibration_bytes: int = 4 << 20
     interception: str = "auto"
     copy_bandwidth_gib_per_s: Optional[float] = None
@@ -184,6 +192,7 @@ class OffloadConfig:
                 raise ValueError(f"device {self.device!r} is not a device: {error}") from None
         if not isinstance(self.rewarm_once, bool):
             raise TypeError(f"rewarm_once must be a bool, got {type(self.rewarm_once).__name__}")
+        _int64(self.max_plans, "max_plans")
         _int64(self.calibration_bytes, "calibration_bytes")
         if self.copy_bandwidth_gib_per_s is not None:
             value = self.copy_bandwidth_gib_per_s
@@ -240,6 +249,7 @@ class OffloadConfig:
         if bind_device:
             options.device = self.device_name()
         options.rewarm_once = self.rewarm_once
+        options.max_plans = self.max_plans
         options.calibration_bytes = self.calibration_bytes
         options.copy_bandwidth_gib_per_s = self.copy_bandwidth_gib_per_s
         options.emulated_copy_bandwidth_gib_per_s = self.emulated_copy_bandwidth_gib_per_s

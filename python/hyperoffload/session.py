@@ -54,7 +54,19 @@ def _step_part(stats: dict) -> str:
             f"{stats['memory_wait_ms']:.3f} ms waiting for memory")
 
 
+def _plans_part(stats: dict) -> str:
+    """The plan cache so far: plans cached, hits, misses, warmups."""
+    if "plans_cached" not in stats or stats.get("kind") is None:
+        return ""
+    return (f"; plans: {stats['plans_cached']} cached, {stats['plan_hits']} hits, {stats['plan_misses']} misses, "
+            f"{stats['warmups']} warmups")
+
+
 def _summary_line(plan: Optional[dict], stats: dict) -> str:
+    return _plan_and_step_line(plan, stats) + _plans_part(stats)
+
+
+def _plan_and_step_line(plan: Optional[dict], stats: dict) -> str:
     if plan is None:
         if stats.get("kind") is None:
             return "hyperoffload: no step traced yet; the next step is the warmup"
@@ -280,7 +292,13 @@ class OffloadSession:
         ``peak_host_bytes``, ``resident_at_end_bytes``, ``evictions`` (warmup),
         ``end_restores``, ``ops``, ``step_ms``, ``budget_bytes``, ``device``,
         ``steps`` (completed steps) and ``passthrough`` (the last step finished
-        without offloading after a divergence or a failed op).
+        without offloading after a divergence or a failed op); and the plan
+        cache so far (docs/PYTHON.md, "Training loops"): ``plans_cached``,
+        ``plan_hits`` (steps that ended as a replay of a cached plan),
+        ``plan_misses`` (steps no cached plan served: each warmup, each replay
+        that diverged after it had offloaded), ``warmups``, ``plan_switches``
+        (replays that switched to another cached plan mid-step, also hits) and
+        ``plan_evictions``.
         """
         return self._rt.stats()
 
@@ -298,8 +316,9 @@ class OffloadSession:
 
     def summary(self) -> str:
         """One line: budget, floor, peak before and after, bytes offloaded and
-        recomputed, the plan's simulated overhead, and the last step's measured
-        held and resident peaks and memory wait.
+        recomputed, the plan's simulated overhead, the last step's measured
+        held and resident peaks and memory wait, and the plan cache (plans
+        cached, hits, misses, warmups).
 
         The session logs the same line at INFO level on the ``hyperoffload``
         logger after every warmup step

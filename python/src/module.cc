@@ -363,6 +363,14 @@ py::dict stats_dict(const TorchSession& torch_session) {
   stats["recompute_ms"] = s.recompute_ms;
   stats["recomputed_bytes"] = s.regenerated_bytes;
   stats["step_ms"] = s.step_ms;
+  // The plan cache (exec/session.h, Note [Plan per step program]).
+  const PlanCacheStats cache = session != nullptr ? session->plan_cache_stats() : PlanCacheStats{};
+  stats["plans_cached"] = cache.plans_cached;
+  stats["plan_hits"] = cache.hits;
+  stats["plan_misses"] = cache.misses;
+  stats["warmups"] = cache.warmups;
+  stats["plan_switches"] = cache.switches;
+  stats["plan_evictions"] = cache.evictions;
   const auto& budget = torch_session.options().session.budget_bytes;
   stats["budget_bytes"] = budget ? py::object(py::int_(*budget)) : py::object(py::none());
   std::optional<c10::Device> device = torch_session.device();
@@ -752,6 +760,9 @@ PYBIND11_MODULE(_C, m) {
             o.session.rewarm = once ? RewarmPolicy::kOnce : RewarmPolicy::kNever;
           })
       .def_property(
+          "max_plans", [](const TorchSessionOptions& o) { return o.session.max_plans; },
+          [](TorchSessionOptions& o, std::int64_t plans) { o.session.max_plans = plans; })
+      .def_property(
           "calibration_bytes", [](const TorchSessionOptions& o) { return o.session.calibration_bytes; },
           [](TorchSessionOptions& o, std::int64_t bytes) { o.session.calibration_bytes = bytes; })
       .def_property(
@@ -835,6 +846,7 @@ PYBIND11_MODULE(_C, m) {
         py::dict defaults;
         defaults["planner"] = std::string(hyperoffload::kDefaultPlannerName);
         defaults["rewarm_once"] = hyperoffload::kDefaultRewarmPolicy == hyperoffload::RewarmPolicy::kOnce;
+        defaults["max_plans"] = hyperoffload::kDefaultMaxPlans;
         defaults["memory_cap"] = std::string(hyperoffload::to_string(hyperoffload::kDefaultDeviceMemory));
         return defaults;
       },

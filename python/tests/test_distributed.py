@@ -27,9 +27,10 @@ WORKER = REPO / "python" / "tests" / "distributed_worker.py"
 STEPS = 5
 FRACTION = 0.5
 # Step 1 creates state (DDP: nothing; FSDP2: its all-gather outputs), step 2
-# differs (DDP rebuilds its buckets; FSDP2 has them) and diverges from the
-# warmup: it finishes without offloading and step 3 warms up again.
-KINDS = ["warmup", None, "warmup", "replay", "replay"]
+# differs (DDP rebuilds its buckets; FSDP2 has them): another step program,
+# so it continues as a warmup from where it differs (docs/PYTHON.md, "Training
+# loops") and the later steps replay its plan.
+KINDS = ["warmup", "warmup", "replay", "replay", "replay"]
 
 
 def distributed_available() -> bool:
@@ -80,7 +81,7 @@ def test_each_rank_stays_within_its_budget_and_offloads(ranks):
         stats = r["offload"]["stats"]
         assert [s["kind"] for s in stats] == KINDS, f"rank {r['rank']}: {r['offload']['warnings']}"
         assert [s["passthrough"] for s in stats] == [k is None for k in KINDS]
-        assert len(r["offload"]["warnings"]) == 1 and "first replayed step diverged" in r["offload"]["warnings"][0]
+        assert r["offload"]["warnings"] == []
         budget = r["budget_bytes"]
         assert budget == int(r["unplanned_peak_bytes"] * FRACTION)
         assert r["floor_bytes"] <= budget

@@ -144,7 +144,8 @@ def test_the_configs_defaults_are_the_librarys():
     # One default per setting, in C++; the dataclass repeats them, so this holds them equal.
     from hyperoffload import _C
     config = ho.OffloadConfig()
-    assert _C.defaults() == {"planner": config.planner, "rewarm_once": config.rewarm_once, "memory_cap": "budget"}
+    assert _C.defaults() == {"planner": config.planner, "rewarm_once": config.rewarm_once, "memory_cap": "budget",
+                            "max_plans": config.max_plans}
 
 
 def test_the_config_reaches_the_runtime_as_one_options_struct():

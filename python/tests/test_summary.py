@@ -53,7 +53,8 @@ def test_the_summary_reports_the_plan_the_session_replays(caplog):
     held = stats["peak_held_bytes"]
     assert stats["peak_resident_bytes"] <= held <= budget
     assert line.endswith(f"; last step (replay): held peak {_size(held)}, resident peak "
-                         f"{_size(stats['peak_resident_bytes'])}, {stats['memory_wait_ms']:.3f} ms waiting for memory")
+                         f"{_size(stats['peak_resident_bytes'])}, {stats['memory_wait_ms']:.3f} ms waiting for memory"
+                         f"; plans: 1 cached, 2 hits, 1 misses, 1 warmups")
     # One INFO line, after the warmup only (steps 2 and 3 replay): the same
     # plan, and the warmup's peaks.
     records = [r for r in caplog.records if r.name == "hyperoffload"]

@@ -381,7 +381,9 @@ TEST_F(SessionTest, DeviceOutOfMemoryIsAClearErrorAndLeaksNothing) {
 TEST_F(SessionTest, AReplayThatDivergesIsAClearErrorAndTheNextStepStillReplays) {
   const std::int64_t budget = 256 << 10;
   auto backend = host_backend(budget);
-  auto session = make_session(*backend, with_budget(budget));
+  SessionOptions options = with_budget(budget);
+  options.after_actions = AfterActions::kFail;  // (otherwise it continues as a warmup: plan_cache_test.cc)
+  auto session = make_session(*backend, options);
   MlpModel model = initial_;
   ASSERT_EQ(step(*session, model, 1000), "");
   MlpModel other = model;
@@ -404,6 +406,7 @@ TEST_F(SessionTest, RewarmOnceForgivesTheFirstReplaysDivergenceOnceAndWarmsUpAga
   auto backend = host_backend(std::int64_t{1} << 30);  // room for the arena's fragmentation
   SessionOptions options = with_budget(budget);
   options.rewarm = RewarmPolicy::kOnce;
+  options.after_actions = AfterActions::kFail;
   auto session = make_session(*backend, options);
   MlpModel model = initial_;
   MlpModel other = model;  // a different program, as in the test above

@@ -108,7 +108,7 @@ Result<std::unique_ptr<ReplayExecutor>> ReplayExecutor::start(ResidencyManager& 
                                                               std::shared_ptr<const ReplayPlan> plan,
                                                               ReplayOptions options) {
   if (plan == nullptr) return make_error(ErrorCode::kInvalidArgument, "replay: no plan");
-  HO_RETURN_IF_ERROR(internal::check_fresh_residency(residency, "replay"));
+  if (!options.continues) HO_RETURN_IF_ERROR(internal::check_fresh_residency(residency, "replay"));
   if (plan->recompute_count() > 0 && !options.recompute) {
     return make_error(ErrorCode::kFailedPrecondition,
                       fmt::format("replay: the plan has {} recompute actions but the framework gives no way to "
@@ -134,8 +134,13 @@ ReplayExecutor::ReplayExecutor(ResidencyManager& residency, std::shared_ptr<cons
   // Note [Held bytes] in runtime/residency_manager.h: the step holds the
   // trace's budget in time, as the capped simulation of the plan does.
   residency_.set_held_budget(plan_->trace().memory_limit_bytes());
-  residency_.reset_peak();
-  start_stats_ = residency_.stats();
+  if (options_.continues) {
+    start_stats_ = options_.continues->stats;
+    start_time_ = options_.continues->time;
+  } else {
+    residency_.reset_peak();
+    start_stats_ = residency_.stats();
+  }
   residency_.set_record_copies(recording() ? RecordCopies::kYes : RecordCopies::kNo);
   traced_of_.reserve(caller_of_.size());
   call_.residency_ = &residency_;
@@ -153,11 +158,19 @@ std::string ReplayExecutor::op_label() const {
   return fmt::format("op {} ({})", op_, plan_->trace().op_name(op_));
 }
 
-Error ReplayExecutor::diverged(std::string what) const {
-  return Error{ErrorCode::kDiverged,
-               fmt::format("the step diverged from the traced step at {}; wrap dynamic regions in "
-                           "skip_offload so they run as one opaque op",
-                           what)};
+Error ReplayExecutor::diverged(std::string what, Differs differs) const {
+  // Advice that fits what differed (a shape change is not cured by skip_offload).
+  const char* advice =
+      differs == Differs::kShapes
+          ? "the shapes differ from the traced step's: the session keeps a plan per step program "
+            "(OffloadConfig(max_plans=...)) but a step can change plans only before it offloads or releases anything; "
+            "bucket sequence lengths (a tokenizer's or DataCollatorWithPadding's pad_to_multiple_of) so fewer "
+            "programs occur and they differ early, and raise max_plans to hold them all"
+          : "the step runs other ops than the traced step: the session keeps a plan per step program "
+            "(OffloadConfig(max_plans=...)) but a step can change plans only before it offloads or releases anything; "
+            "raise max_plans if more programs occur than it holds, and wrap data-dependent control flow in "
+            "skip_offload so it runs as one opaque op";
+  return Error{ErrorCode::kDiverged, fmt::format("the step diverged from the traced step at {}; {}", what, advice)};
 }
 
 Result<StorageIndex> ReplayExecutor::traced_index(StorageId caller_id, std::string_view role) const {
@@ -194,6 +207,7 @@ Status ReplayExecutor::collect_spans(OpIndex op) {
 
 Status ReplayExecutor::run_actions(std::span<const Action> actions) {
   for (const Action& action : actions) {
+    committed_ = true;
     actions_run_ = static_cast<std::int64_t>(plan_->position_of(action)) + 1;
     if (action.kind == ActionKind::kRecompute) {
       HO_RETURN_IF_ERROR(run_recompute(action));
@@ -341,7 +355,7 @@ Status ReplayExecutor::on_op_begin(std::string_view name, std::span<const Storag
   // The framework allocates the op's outputs while it runs and hands them over
   // at on_op_end; their room is made now, before the op starts, as the capped
   // simulation allocates an op's first accesses when it starts.
-  if (Status reserved = residency_.reserve(plan_->output_bytes(op_)); !reserved) {
+  if (Status reserved = catching_up_ ? ok_status() : residency_.reserve(plan_->output_bytes(op_)); !reserved) {
     return std::unexpected(in_context(std::move(reserved.error()), op_label()));
   }
   if (recording()) {
@@ -360,7 +374,8 @@ Result<void*> ReplayExecutor::allocate_output(StorageId id, std::int64_t size_by
     return make_error(ErrorCode::kFailedPrecondition,
                       fmt::format("allocate_output of storage {}: not inside an op", id));
   }
-  if (traced_of_.contains(id) || residency_.tracked(id)) {
+  const bool bound_before = options_.continues && residency_.tracked(id) && !traced_of_.contains(id);
+  if (!bound_before && (traced_of_.contains(id) || residency_.tracked(id))) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("{}: output storage id {} is already in use in this step", op_label(), id));
   }
@@ -369,7 +384,8 @@ Result<void*> ReplayExecutor::allocate_output(StorageId id, std::int64_t size_by
     return std::unexpected(diverged(
         fmt::format("{}: it allocates more than the {} outputs the traced op produced", op_label(), expected)));
   }
-  Result<void*> ptr = residency_.bind(id, size_bytes);
+  // Continuing a step: the executor before this one bound it.
+  Result<void*> ptr = bound_before ? residency_.device_ptr(id, DeviceAccess::kReadWrite) : residency_.bind(id, size_bytes);
   if (!ptr) return std::unexpected(in_context(std::move(ptr.error()), op_label()));
   current_allocated_.add(id, size_bytes);
   sample_memory();
@@ -401,13 +417,17 @@ Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
     if (output.size_bytes != traced_size) {
       return std::unexpected(
           diverged(fmt::format("{}: output {} is {} bytes; the traced output (storage {}) was {}", op_label(), i,
-                               output.size_bytes, trace.storage(traced).id, traced_size)));
+                               output.size_bytes, trace.storage(traced).id, traced_size),
+                   Differs::kShapes));
     }
     if (traced_of_.contains(output.id)) {
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("{}: output storage id {} is already in use in this step", op_label(), output.id));
     }
-    HO_RETURN_IF_ERROR(internal::take_output(current_allocated_, residency_, output, [this] { return op_label(); }));
+    if (!(options_.continues && residency_.tracked(output.id) && !current_allocated_.contains(output.id))) {
+      HO_RETURN_IF_ERROR(
+          internal::take_output(current_allocated_, residency_, output, [this] { return op_label(); }));
+    }
     caller_of_[static_cast<std::size_t>(traced)] = output.id;
     traced_of_.emplace(output.id, traced);
   }
@@ -448,11 +468,13 @@ Status ReplayExecutor::on_storage_freed(StorageId id) {
   if (plan_->last_recompute_read(traced) >= actions_run_) {
     // A later recompute reads it: the runtime keeps it, under its own id so
     // the caller may use this one again.
+    committed_ = true;
     HO_RETURN_IF_ERROR(residency_.rekey(id, held_id(traced)));
     caller_of_[static_cast<std::size_t>(traced)] = held_id(traced);
     return ok_status();
   }
   caller_of_[static_cast<std::size_t>(traced)] = kFreed;
+  if (options_.continues && !residency_.tracked(id)) return ok_status();  // forgotten before the switch
   HO_RETURN_IF_ERROR(residency_.forget(id));
   sample_memory();
   return ok_status();
@@ -486,7 +508,9 @@ Result<ReplayResult> ReplayExecutor::finish() {
     return std::unexpected(Error{
         ErrorCode::kDiverged,
         fmt::format("the step diverged from the traced step: it ended after {} ops; the traced step has {} (op {} "
-                    "was \"{}\"); wrap dynamic regions in skip_offload so they run as one opaque op",
+                    "was \"{}\"); a step can change plans only before it offloads or releases anything: raise "
+                    "OffloadConfig(max_plans=...) if more programs occur than it holds, and wrap data-dependent "
+                    "control flow in skip_offload so it runs as one opaque op",
                     op_, trace.op_count(), op_, trace.op_name(op_))});
   }
   HO_RETURN_IF_ERROR(collect_spans(op_));

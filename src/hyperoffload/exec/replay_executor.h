@@ -48,6 +48,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -115,6 +116,12 @@ struct ReplayOptions {
   RecordTimeline record_timeline = RecordTimeline::kNo;
   // Re-runs ops for the plan's recompute actions; required when it has any.
   RecomputeFn recompute;
+  // Continues a step another executor of the same step began (Session's plan
+  // switch): the residency may already track the step's storages. An output
+  // it already tracks is taken as it is (not bound or adopted again), a free
+  // of a storage it no longer tracks is only recorded, the peak is not reset
+  // and the step's stats count from the origin.
+  std::optional<StepOrigin> continues;
 };
 
 struct ReplayResult {
@@ -151,6 +158,15 @@ class ReplayExecutor final : public StepHooks {
   bool recomputes_current_op() const { return in_op_ && plan_->recomputed(op_); }
   // Index in the traced step of the current op (or of the next one between ops).
   OpIndex current_op() const { return op_; }
+  // Nothing irreversible ran yet: no schedule action (so nothing was offloaded,
+  // released or recomputed) and no freed storage was kept for a recompute. The
+  // residency then holds exactly the step's storages, all resident, and the
+  // session may hand the step to another executor (exec/session.h).
+  bool reversible() const { return !committed_; }
+  // While catching up (the session re-feeds the hooks of a step whose outputs
+  // are already bound): no room is reserved for an op's outputs.
+  void set_catching_up(bool catching_up) { catching_up_ = catching_up; }
+  StepOrigin origin() const { return StepOrigin{start_stats_, start_time_}; }
 
  private:
   ReplayExecutor(ResidencyManager& residency, std::shared_ptr<const ReplayPlan> plan, ReplayOptions options);
@@ -163,7 +179,8 @@ class ReplayExecutor final : public StepHooks {
   static bool held(StorageId id) { return id <= -3; }
 
   std::string op_label() const;
-  Error diverged(std::string what) const;
+  enum class Differs : std::uint8_t { kOps, kShapes };
+  Error diverged(std::string what, Differs differs = Differs::kOps) const;
   Result<StorageIndex> traced_index(StorageId caller_id, std::string_view role) const;
   Status run_actions(std::span<const Action> actions);
   Status run_recompute(const Action& action);
@@ -182,6 +199,8 @@ class ReplayExecutor final : public StepHooks {
 
   OpIndex op_ = 0;
   bool in_op_ = false;
+  bool committed_ = false;    // see reversible()
+  bool catching_up_ = false;  // see set_catching_up()
   std::int64_t actions_run_ = 0;  // schedule positions before this one have run
   internal::OpAllocations current_allocated_;  // outputs allocated for the current op
   std::vector<StorageIndex> scratch_;

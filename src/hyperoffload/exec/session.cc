@@ -28,6 +28,9 @@ Status validate_session_options(const SessionOptions& options) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("copy_bandwidth_gib_per_s must be a finite number > 0, got {}", *gib_per_s));
   }
+  if (options.max_plans < 1) {
+    return make_error(ErrorCode::kInvalidArgument, fmt::format("max_plans must be >= 1, got {}", options.max_plans));
+  }
   // Fails now on an unknown planner or bad options, not after the first step.
   if (Result<std::unique_ptr<Planner>> planner = make_planner(options.planner, options.planner_options); !planner) {
     return make_error(planner.error().code, fmt::format("planner: {}", planner.error().message));
@@ -56,6 +59,7 @@ StepHooks* Session::active() {
 }
 
 Status Session::fail(Error error) {
+  if (!failure_ && error.code == ErrorCode::kDiverged && replay_ != nullptr) ++cache_stats_.misses;
   if (!failure_) failure_ = error;
   return std::unexpected(std::move(error));
 }
@@ -65,10 +69,17 @@ Status Session::begin_step() {
   failure_.reset();
   HO_RETURN_IF_ERROR(residency_->reset());  // storages held over from the last step
   step_kind_ = next_step_kind();
-  if (plan_ != nullptr) {
+  log_.clear();
+  call_asked_.clear();
+  logging_ = false;
+  if (!plans_.empty()) {
+    use_plan(plans_.begin());
     HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
                                                        ReplayOptions{options_.record_timeline, options_.recompute}));
+    logging_ = true;
   } else {
+    ++cache_stats_.warmups;
+    ++cache_stats_.misses;
     HO_ASSIGN_OR_RETURN(
         warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes, options_.calibration_bytes,
                                                                   options_.copy_bandwidth_gib_per_s}));
@@ -89,19 +100,45 @@ Status Session::on_op_begin(std::string_view name, std::span<const StorageId> in
                             std::span<const StorageId> written) {
   if (failure_) return std::unexpected(already_failed(*failure_));
   if (!in_step()) return std::unexpected(not_in_step("on_op_begin"));
-  return check(active()->on_op_begin(name, inputs, written));
+  Status status = active()->on_op_begin(name, inputs, written);
+  if (!status && can_switch(status.error())) {
+    log_.op_begin(name, inputs, written);  // matched with the rest, run below
+    HO_RETURN_IF_ERROR(check(switch_executor(log_.events().size() - 1, false)));
+    status = active()->on_op_begin(name, inputs, written);
+  }
+  if (status && replay_ != nullptr) {
+    const auto op = static_cast<std::size_t>(replay_->current_op());
+    if (call_asked_.size() <= op) call_asked_.resize(op + 1, false);
+    call_asked_[op] = replay_->recomputes_current_op();
+  }
+  if (status) log_call([&](StepLog& log) { log.op_begin(name, inputs, written); });
+  return check(std::move(status));
 }
 
 Result<void*> Session::allocate_output(StorageId id, std::int64_t size_bytes) {
   if (failure_) return std::unexpected(already_failed(*failure_));
   if (!in_step()) return std::unexpected(not_in_step("allocate_output"));
-  return check(active()->allocate_output(id, size_bytes));
+  Result<void*> ptr = active()->allocate_output(id, size_bytes);
+  if (!ptr && can_switch(ptr.error())) {
+    log_.allocate(id, size_bytes);
+    HO_RETURN_IF_ERROR(check(switch_executor(log_.events().size() - 1, false)));
+    ptr = active()->allocate_output(id, size_bytes);
+  }
+  if (ptr) log_call([&](StepLog& log) { log.allocate(id, size_bytes); });
+  return check(std::move(ptr));
 }
 
 Status Session::on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) {
   if (failure_) return std::unexpected(already_failed(*failure_));
   if (!in_step()) return std::unexpected(not_in_step("on_op_end"));
-  return check(active()->on_op_end(outputs, mutated));
+  Status status = active()->on_op_end(outputs, mutated);
+  if (!status && can_switch(status.error())) {
+    log_.op_end(outputs, mutated);
+    HO_RETURN_IF_ERROR(check(switch_executor(log_.events().size() - 1, false)));
+    status = active()->on_op_end(outputs, mutated);
+  }
+  if (status) log_call([&](StepLog& log) { log.op_end(outputs, mutated); });
+  return check(std::move(status));
 }
 
 Status Session::mark_recomputable(Recomputable how) {
@@ -109,7 +146,9 @@ Status Session::mark_recomputable(Recomputable how) {
   if (!in_step()) return std::unexpected(not_in_step("mark_recomputable"));
   // A plan may recompute only what the framework can re-run.
   if (!options_.recompute) return ok_status();
-  return check(active()->mark_recomputable(how));
+  Status status = active()->mark_recomputable(how);
+  if (status) log_call([how](StepLog& log) { log.recomputable(how); });
+  return check(std::move(status));
 }
 
 Status Session::on_storage_freed(StorageId id) {
@@ -121,7 +160,9 @@ Status Session::on_storage_freed(StorageId id) {
     return residency_->forget(id);
   }
   if (failure_) return std::unexpected(already_failed(*failure_));
-  return check(active()->on_storage_freed(id));
+  Status status = active()->on_storage_freed(id);
+  if (status) log_call([&](StepLog& log) { log.freed(id); });
+  return check(std::move(status));
 }
 
 Result<void*> Session::device_ptr(StorageId id, DeviceAccess access) {
@@ -209,16 +250,123 @@ Status Session::finish_warmup() {
   // cached beyond the plan's needs go back (the replay's first step acquires
   // the plan's peak host bytes, in size classes, and later steps reuse them).
   HO_RETURN_IF_ERROR(pool_->trim());
+  // A plan of the same program is replaced; beyond max_plans the least
+  // recently used goes.
+  std::erase_if(plans_, [&](const CachedPlan& cached) { return same_program(*cached.plan, *plan_); });
+  plans_.push_front(CachedPlan{plan_, plan_result_, floor_, budget_outcome_});
+  while (static_cast<std::int64_t>(plans_.size()) > options_.max_plans) {
+    plans_.pop_back();
+    ++cache_stats_.evictions;
+  }
+  cache_stats_.plans_cached = static_cast<std::int64_t>(plans_.size());
+  plan_notes_.push_back(fmt::format("plan {} cached for a step program of {} ops (peak {} planned; {} of at most {} plans "
+                               "cached, {} evicted so far)",
+                               cache_stats_.warmups, plan_->trace().op_count(),
+                               format_bytes(plan_result_.planned_peak_bytes), plans_.size(), options_.max_plans,
+                               cache_stats_.evictions));
+  if (plan_notes_.size() > kMaxPlanNotes) plan_notes_.erase(plan_notes_.begin());
+  notes_.insert(notes_.end(), plan_notes_.begin(), plan_notes_.end());
+  return ok_status();
+}
+
+void Session::use_plan(std::list<CachedPlan>::iterator it) {
+  plans_.splice(plans_.begin(), plans_, it);
+  const CachedPlan& cached = plans_.front();
+  plan_ = cached.plan;
+  plan_result_ = cached.result;
+  floor_ = cached.floor;
+  budget_outcome_ = cached.outcome;
+}
+
+template <class Log>
+void Session::log_call(Log log) {
+  if (logging_ && replay_ != nullptr) log(log_);
+}
+
+bool Session::can_switch(const Error& error) const {
+  // After irreversible actions the step can still become a warmup, unless the
+  // plan keeps storages for recomputes the warmup would not run.
+  return error.code == ErrorCode::kDiverged && replay_ != nullptr && logging_ &&
+         (replay_->reversible() ||
+          (options_.after_actions == AfterActions::kContinueAsWarmup && plan_->recompute_count() == 0));
+}
+
+Status Session::switch_executor(std::size_t feed, bool complete) {
+  const StepOrigin origin = replay_->origin();
+  // A plan that recomputes an op the framework was not asked to record a call
+  // for (recomputes_current_op) cannot run.
+  auto calls_cover = [&](const ReplayPlan& plan) {
+    for (OpIndex op = 0; op < plan.trace().op_count(); ++op) {
+      const auto i = static_cast<std::size_t>(op);
+      if (i >= call_asked_.size()) break;
+      if (plan.recomputed(op) && !call_asked_[i]) return false;
+    }
+    return true;
+  };
+  auto target = plans_.end();
+  const bool reversible = replay_->reversible();
+  for (auto it = plans_.begin(); reversible && it != plans_.end(); ++it) {
+    if (it->plan == plan_) continue;
+    if (calls_cover(*it->plan) && matches_prefix(*it->plan, log_, complete)) {
+      target = it;
+      break;
+    }
+  }
+  replay_.reset();
+  Status fed = ok_status();
+  auto feed_into = [&](StepHooks& hooks) { return log_.replay_into(hooks, feed); };
+  if (target != plans_.end()) {
+    use_plan(target);
+    ++cache_stats_.switches;
+    HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
+                                                       ReplayOptions{options_.record_timeline, options_.recompute,
+                                                                     origin}));
+    replay_->set_catching_up(true);
+    fed = feed_into(*replay_);
+    replay_->set_catching_up(false);
+    log_.truncate(feed);  // the live call, logged again if it succeeds
+  } else {
+    ++cache_stats_.warmups;
+    ++cache_stats_.misses;
+    step_kind_ = StepKind::kWarmup;
+    logging_ = false;
+    plan_.reset();
+    HO_ASSIGN_OR_RETURN(warmup_,
+                        WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes,
+                                                                         options_.calibration_bytes,
+                                                                         options_.copy_bandwidth_gib_per_s, origin}));
+    warmup_->begin_catch_up();
+    fed = feed_into(*warmup_);
+    warmup_->end_catch_up();
+    log_.clear();
+  }
+  if (!fed) {
+    return make_error(fed.error().code,
+                      fmt::format("continuing the step after it differed from its plan: {}", fed.error().message));
+  }
   return ok_status();
 }
 
 Status Session::finish_replay() {
   Result<ReplayResult> replayed = replay_->finish();
+  if (!replayed && can_switch(replayed.error())) {
+    // It ended early: a shorter program.
+    if (Status switched = switch_executor(log_.events().size(), true); !switched) {
+      (void)abort_step();
+      return switched;
+    }
+    if (warmup_ != nullptr) return finish_warmup();
+    replayed = replay_->finish();
+  }
   if (!replayed) {
+    if (replayed.error().code == ErrorCode::kDiverged) ++cache_stats_.misses;
     (void)abort_step();
     return std::unexpected(std::move(replayed.error()));
   }
   replay_.reset();
+  logging_ = false;
+  log_.clear();
+  ++cache_stats_.hits;
   ++steps_completed_;
   ++replays_since_warmup_;
   last_stats_ = replayed->stats;
@@ -243,6 +391,9 @@ bool Session::forgive_and_rewarm(const Error& error) {
       step_kind_ == StepKind::kWarmup && plan_ == nullptr && budget_outcome_ == BudgetOutcome::kBelowFloor;
   if (!diverged_first_replay && !warmup_below_floor) return false;
   rewarm_used_ = true;
+  // The plan does not describe the steps to come.
+  std::erase_if(plans_, [&](const CachedPlan& cached) { return cached.plan == plan_; });
+  cache_stats_.plans_cached = static_cast<std::int64_t>(plans_.size());
   plan_.reset();
   return true;
 }

@@ -30,6 +30,35 @@
 // the floor (a first step often holds more) — and the next step warms up
 // again. The framework decides what to do with the rest of the failed step.
 //
+// Note [Plan per step program]. A training loop runs several step programs:
+// batches padded to different lengths, the last small batch, the first micro-
+// batch of a gradient accumulation (which creates .grad) and the later ones
+// (which add into it). The session keeps up to SessionOptions::max_plans
+// warmed-up plans, least recently used evicted, and matches each step to one:
+//  - A step starts as a replay of the most recently used plan, and the session
+//    logs its hook calls while the replay has taken no irreversible action
+//    (no schedule action ran: nothing offloaded, released or recomputed).
+//  - When the step differs from that plan (an op's name, inputs, output count
+//    or sizes, in-place writes, the op count) before such an action, the
+//    session looks for another cached plan whose traced step begins with the
+//    ops seen so far (StepLog, matches_prefix) and that needs no recorded call
+//    the framework was not asked for; found, the step switches to it (a hit).
+//    Otherwise the step continues as a warmup from that op (a miss): the ops
+//    seen so far are re-fed to it (their measured durations are lost: the
+//    planner sees them as instant), it evicts online within the budget, and at
+//    end_step its trace is planned and cached as a new plan (one note per plan).
+//  - After an irreversible action the step cannot change plans, but it still
+//    continues as a warmup from that op (a miss): the ops so far are only
+//    recorded (nothing is bound or paged again), the storages the plan left
+//    on the host are paged in when used. With AfterActions::kFail, or when
+//    the plan recomputes, it cannot
+//    hand over (the warmup would not run the recomputes its releases rely
+//    on): then the step fails with kDiverged as before (see Re-warmup),
+//    naming what differed, with advice that fits (bucket shapes with
+//    pad_to_multiple_of, raise max_plans, skip_offload only for
+//    data-dependent control flow).
+// A warmup's plan replaces a cached plan of the same program.
+//
 // Between steps. Storages the caller still held when a step ended stay tracked
 // and resident until the caller frees them (on_storage_freed) or the next step
 // begins; then runtime-allocated memory is freed and adopted buffers are left
@@ -40,6 +69,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +77,7 @@
 
 #include "hyperoffload/exec/hooks.h"
 #include "hyperoffload/exec/replay_executor.h"
+#include "hyperoffload/exec/step_log.h"
 #include "hyperoffload/exec/step_stats.h"
 #include "hyperoffload/exec/warmup_executor.h"
 #include "hyperoffload/plan/budget_policy.h"
@@ -60,6 +91,12 @@
 namespace hyperoffload {
 
 enum class RewarmPolicy : std::uint8_t { kNever, kOnce };
+// The default plan cache size of every entry point (SessionOptions::max_plans,
+// OffloadConfig(max_plans=...)).
+inline constexpr std::int64_t kDefaultMaxPlans = 8;
+// What a replay that diverges after an irreversible action does (Note [Plan per
+// step program]): continue as a warmup (the default) or fail with kDiverged.
+enum class AfterActions : std::uint8_t { kContinueAsWarmup, kFail };
 // The one default of every entry point (the C++ session, Python's
 // OffloadConfig(rewarm_once=True)): a training loop's first step usually
 // differs from the rest (see above), so forgive it once.
@@ -84,6 +121,20 @@ struct SessionOptions {
   std::int64_t calibration_bytes = std::int64_t{4} << 20;  // see WarmupOptions
   std::optional<double> copy_bandwidth_gib_per_s;          // see WarmupOptions
   RewarmPolicy rewarm = kDefaultRewarmPolicy;              // see above
+  // The most plans cached, one per step program (Note [Plan per step
+  // program]); >= 1. Least recently used evicted.
+  std::int64_t max_plans = kDefaultMaxPlans;
+  AfterActions after_actions = AfterActions::kContinueAsWarmup;
+};
+
+// The plan cache so far (Note [Plan per step program]).
+struct PlanCacheStats {
+  std::int64_t plans_cached = 0;
+  std::int64_t hits = 0;       // steps that ended as a replay of a cached plan
+  std::int64_t misses = 0;     // steps no cached plan served: each warmup, each replay that diverged after acting
+  std::int64_t warmups = 0;    // warmup steps begun (the first, re-warmups, replays continued as warmups)
+  std::int64_t switches = 0;   // replays that switched to another cached plan mid-step (hits too)
+  std::int64_t evictions = 0;  // plans evicted to keep max_plans
 };
 
 // The one check of a session's options, for every entry point (the C++
@@ -133,7 +184,12 @@ class Session final : public StepHooks {
   // In a replay: the traced index of the current op (RecomputeCall::source_op
   // names ops by it); -1 outside a replay.
   OpIndex current_op() const { return replay_ != nullptr ? replay_->current_op() : -1; }
-  StepKind next_step_kind() const { return plan_ != nullptr ? StepKind::kReplay : StepKind::kWarmup; }
+  // kReplay when a plan is cached (the step may still become a warmup).
+  StepKind next_step_kind() const { return plans_.empty() ? StepKind::kWarmup : StepKind::kReplay; }
+  // The kind of the step running (a replay may become a warmup mid-step), or
+  // of the last step begun.
+  StepKind step_kind() const { return step_kind_; }
+  const PlanCacheStats& plan_cache_stats() const { return cache_stats_; }
   std::int64_t steps_completed() const { return steps_completed_; }
 
   // The last step begun is the first replay after a warmup.
@@ -146,7 +202,7 @@ class Session final : public StepHooks {
   // Precondition: not inside a step (abort it first).
   bool forgive_and_rewarm(const Error& error);
 
-  // The recorded trace and the plan, once the warmup has ended (else null).
+  // The recorded trace and the plan of the last replay or warmup (else null).
   // plan_result()'s schedule is empty: schedule() holds it.
   // trace() is also set when planning failed after a good warmup.
   const Trace* trace() const {
@@ -196,6 +252,22 @@ class Session final : public StepHooks {
   }
   Status finish_warmup();
   Status finish_replay();
+  struct CachedPlan {
+    std::shared_ptr<const ReplayPlan> plan;
+    PlanResult result;
+    std::optional<UnavoidableFloor> floor;
+    std::optional<BudgetOutcome> outcome;
+  };
+  // Makes `it` the current plan and the most recently used.
+  void use_plan(std::list<CachedPlan>::iterator it);
+  // Note [Plan per step program]: after a divergence of a reversible replay,
+  // hands the step to a replay of another cached plan matching the log, or to
+  // a warmup, and re-feeds it the first `feed` logged events.
+  Status switch_executor(std::size_t feed, bool complete);
+  bool can_switch(const Error& error) const;
+  // Logs a hook call that succeeded (while the replay is reversible).
+  template <class Log>
+  void log_call(Log log);
 
   Backend& backend_;
   SessionOptions options_;
@@ -207,7 +279,14 @@ class Session final : public StepHooks {
   std::unique_ptr<ReplayExecutor> replay_;
   std::optional<Error> failure_;
 
-  std::shared_ptr<const ReplayPlan> plan_;
+  std::shared_ptr<const ReplayPlan> plan_;  // of the current or last replay, or of the last warmup
+  std::list<CachedPlan> plans_;             // most recently used first
+  PlanCacheStats cache_stats_;
+  StepLog log_;
+  bool logging_ = false;
+  std::vector<std::string> plan_notes_;  // one per plan cached, the last kMaxPlanNotes
+  static constexpr std::size_t kMaxPlanNotes = 32;
+  std::vector<bool> call_asked_;  // by op: recomputes_current_op() was true when it ran
   std::optional<Trace> unplanned_trace_;  // the last warmup's trace when planning failed
   std::optional<UnavoidableFloor> floor_;
   std::optional<BudgetOutcome> budget_outcome_;

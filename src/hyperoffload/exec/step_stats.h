@@ -1,9 +1,11 @@
 // What one executed step measured.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 #include "hyperoffload/ir/ids.h"
+#include "hyperoffload/runtime/residency_manager.h"
 
 namespace hyperoffload {
 
@@ -44,6 +46,14 @@ struct StepStats {
   std::int64_t regenerated_bytes = 0;    // bytes of the storages they regenerated
   double recompute_ms = 0.0;             // compute-stream time of those recomputes
   double step_ms = 0.0;           // host wall time from begin to finish
+};
+
+// Where a step began, for an executor that continues a step another executor
+// of the same step began (the session's plan switch, exec/session.h): its stats
+// count from here, so a step that switched reports the whole step.
+struct StepOrigin {
+  ResidencyStats stats;
+  std::chrono::steady_clock::time_point time;
 };
 
 }  // namespace hyperoffload

@@ -34,7 +34,7 @@ Result<std::unique_ptr<WarmupExecutor>> WarmupExecutor::start(ResidencyManager& 
                                                                "got {}",
                                                                *options.copy_bandwidth_gib_per_s));
   }
-  HO_RETURN_IF_ERROR(internal::check_fresh_residency(residency, "warmup"));
+  if (!options.continues) HO_RETURN_IF_ERROR(internal::check_fresh_residency(residency, "warmup"));
   return std::unique_ptr<WarmupExecutor>(new WarmupExecutor(residency, options));
 }
 
@@ -44,8 +44,13 @@ WarmupExecutor::WarmupExecutor(ResidencyManager& residency, WarmupOptions option
   // room; each allocation then waits, when the budget is full, for the
   // evictions' copies to finish so their buffers are freed.
   residency_.set_held_budget(options_.budget_bytes);
-  residency_.reset_peak();
-  start_stats_ = residency_.stats();
+  if (options_.continues) {
+    start_stats_ = options_.continues->stats;
+    start_time_ = options_.continues->time;
+  } else {
+    residency_.reset_peak();
+    start_stats_ = residency_.stats();
+  }
   residency_.set_record_copies(RecordCopies::kYes);
   residency_.set_reclaimer([this](std::int64_t) { return evict_one(); });
 }
@@ -142,8 +147,9 @@ Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const Storag
     HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageRecord * record, find_alive(id, "input"));
   }
   HO_RETURN_IF_ERROR(internal::check_written(inputs, written, [this] { return op_label(); }));
-  HO_RETURN_IF_ERROR(evict_while_over_budget(0));
+  if (!catching_up_) HO_RETURN_IF_ERROR(evict_while_over_budget(0));
   for (StorageId id : inputs) {
+    if (catching_up_) break;
     StorageRecord& record = storages_.at(id);
     // Room first, so paging an input back in does not overshoot the budget.
     if (!residency_.resident(id)) HO_RETURN_IF_ERROR(evict_while_over_budget(record.size_bytes));
@@ -169,12 +175,16 @@ Result<void*> WarmupExecutor::allocate_output(StorageId id, std::int64_t size_by
   if (id < 0) {
     return make_error(ErrorCode::kInvalidArgument, fmt::format("{}: output storage id {} is negative", op_label(), id));
   }
-  if (storages_.contains(id) || residency_.tracked(id)) {
+  if (catching_up_) return nullptr;  // bound by the executor before this one
+  // Continuing a step: the executor before this one bound it.
+  const bool bound_before = options_.continues && residency_.tracked(id) && !storages_.contains(id);
+  if (!bound_before && (storages_.contains(id) || residency_.tracked(id))) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("{}: output storage id {} was already used in this step", op_label(), id));
   }
-  HO_RETURN_IF_ERROR(evict_while_over_budget(size_bytes));  // room first, as for page-ins
-  Result<void*> ptr = residency_.bind(id, size_bytes);
+  if (!bound_before) HO_RETURN_IF_ERROR(evict_while_over_budget(size_bytes));  // room first, as for page-ins
+  Result<void*> ptr =
+      bound_before ? residency_.device_ptr(id, DeviceAccess::kReadWrite) : residency_.bind(id, size_bytes);
   if (!ptr) return std::unexpected(in_context(std::move(ptr.error()), op_label()));
   current_allocated_.add(id, size_bytes);
   return ptr;
@@ -190,10 +200,16 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
   // bytes only now: room first, as for allocate_output, so the step's resident
   // bytes stay within the budget whenever the op's own storages fit in it.
   std::int64_t adopted_bytes = 0;
+  auto adopted_before = [&](const OpOutput& output) {
+    return options_.continues && residency_.tracked(output.id) && !current_allocated_.contains(output.id) &&
+           !storages_.contains(output.id);
+  };
   for (const OpOutput& output : outputs) {
-    if (!current_allocated_.contains(output.id)) adopted_bytes += std::max<std::int64_t>(output.size_bytes, 0);
+    if (!current_allocated_.contains(output.id) && !adopted_before(output)) {
+      adopted_bytes += std::max<std::int64_t>(output.size_bytes, 0);
+    }
   }
-  HO_RETURN_IF_ERROR(evict_while_over_budget(adopted_bytes));
+  if (!catching_up_) HO_RETURN_IF_ERROR(evict_while_over_budget(adopted_bytes));
   for (const OpOutput& output : outputs) {
     if (!current_allocated_.contains(output.id)) {
       if (output.id < 0) {
@@ -205,10 +221,13 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
                           fmt::format("{}: output storage id {} was already used in this step", op_label(), output.id));
       }
     }
-    HO_RETURN_IF_ERROR(internal::take_output(current_allocated_, residency_, output, [this] { return op_label(); }));
+    if (!catching_up_ && !adopted_before(output)) {
+      HO_RETURN_IF_ERROR(
+          internal::take_output(current_allocated_, residency_, output, [this] { return op_label(); }));
+    }
     StorageRecord& record = storages_[output.id];
     record = StorageRecord{output.size_bytes, op_index, true, false};
-    make_evictable(output.id, record);
+    if (!catching_up_) make_evictable(output.id, record);
     declared_.push_back(output.id);
     largest_storage_bytes_ = std::max(largest_storage_bytes_, output.size_bytes);
     accesses_.emplace_back(output.id, AccessKind::kWrite);
@@ -216,7 +235,7 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
   HO_RETURN_IF_ERROR(current_allocated_.check_all_claimed([this] { return op_label(); }));
   for (StorageId id : mutated) {
     HO_ASSIGN_OR_RETURN([[maybe_unused]] StorageRecord * record, find_alive(id, "mutated"));
-    if (Status written = residency_.mark_written(id); !written) {
+    if (Status written = catching_up_ ? ok_status() : residency_.mark_written(id); !written) {
       return std::unexpected(in_context(std::move(written.error()), op_label()));
     }
     accesses_.emplace_back(id, AccessKind::kWrite);
@@ -228,6 +247,17 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
   in_op_ = false;
   current_used_.clear();
   return ok_status();
+}
+
+void WarmupExecutor::end_catch_up() {
+  catching_up_ = false;
+  for (auto& [id, record] : storages_) {
+    if (record.alive && residency_.tracked(id) && residency_.resident(id)) {
+      make_evictable(id, record);
+    } else {
+      make_unevictable(id, record);
+    }
+  }
 }
 
 Status WarmupExecutor::mark_recomputable(Recomputable how) {
@@ -245,6 +275,7 @@ Status WarmupExecutor::on_storage_freed(StorageId id) {
   }
   make_unevictable(id, it->second);
   it->second.alive = false;
+  if (options_.continues && !residency_.tracked(id)) return ok_status();  // forgotten before the switch
   return residency_.forget(id);
 }
 

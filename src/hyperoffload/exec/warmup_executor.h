@@ -66,6 +66,12 @@ struct WarmupOptions {
   // instead of the one the step's copies measured: to plan for another link
   // (a GPU's PCIe link while running on the CPU) or conservatively.
   std::optional<double> copy_bandwidth_gib_per_s;
+  // Continues a step another executor of the same step began (Session: a
+  // replay that diverged before any irreversible action becomes a warmup): as
+  // ReplayOptions::continues — outputs the residency already tracks are taken
+  // as they are, frees of storages it no longer tracks are only recorded, the
+  // peak is not reset and the step's stats count from the origin.
+  std::optional<StepOrigin> continues;
 };
 
 struct WarmupResult {
@@ -94,6 +100,16 @@ class WarmupExecutor final : public StepHooks {
 
   // Ends the step. Precondition: not inside an op.
   Result<WarmupResult> finish();
+
+  // Catching up (with WarmupOptions::continues): the session re-feeds the
+  // hooks of the ops another executor already ran, in whatever residency state
+  // it left (copies, offloads, releases of its plan). They are only recorded
+  // into the trace — nothing is bound, adopted, evicted or paged in, and their
+  // durations are what the re-feed takes (about 0). end_catch_up() then makes
+  // the live storages resident now candidates for eviction; the others are
+  // paged in when an op uses them (a fault), or fail if the plan dropped them.
+  void begin_catch_up() { catching_up_ = true; }
+  void end_catch_up();
 
  private:
   WarmupExecutor(ResidencyManager& residency, WarmupOptions options);
@@ -140,6 +156,7 @@ class WarmupExecutor final : public StepHooks {
   std::vector<TimedSpan> copy_spans_;
 
   bool in_op_ = false;
+  bool catching_up_ = false;
   Recomputable current_marked_recomputable_ = Recomputable::kNo;
   std::string current_name_;
   // Storages the current op uses (inputs, and any it reaches through

@@ -1,0 +1,189 @@
+// The session's plan per step program (exec/session.h, Note [Plan per step
+// program]): each matching case with counters derived by hand.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "exec/step_driver.h"
+#include "hyperoffload/exec/session.h"
+#include "hyperoffload/runtime/host_backend.h"
+
+namespace hyperoffload {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::StepDriver;
+
+std::unique_ptr<HostBackend> backend_of(std::int64_t capacity) {
+  Result<std::unique_ptr<HostBackend>> backend =
+      HostBackend::create({.device_capacity_bytes = capacity, .device_alignment_bytes = 64});
+  EXPECT_TRUE(backend.has_value());
+  return std::move(*backend);
+}
+
+std::unique_ptr<Session> session_of(Backend& backend, SessionOptions options) {
+  Result<std::unique_ptr<Session>> session = Session::create(backend, std::move(options));
+  EXPECT_TRUE(session.has_value()) << session.error().message;
+  return std::move(*session);
+}
+
+// A four-op chain whose storages are `bytes` each ("a batch of length
+// bytes"), ids from `base`; with `ops` = 3 the last op is left out (a shorter
+// program). Everything is freed before the step ends.
+Status run_chain(Session& session, std::int64_t bytes, StorageId base, int ops = 4) {
+  HO_RETURN_IF_ERROR(session.begin_step());
+  StepDriver step(session);
+  HO_RETURN_IF_ERROR(step.op("embed", {}, {{base, bytes}}));
+  HO_RETURN_IF_ERROR(step.op("mm", {base}, {{base + 1, bytes}}));
+  HO_RETURN_IF_ERROR(step.op("relu", {base + 1}, {{base + 2, bytes}}));
+  if (ops == 4) HO_RETURN_IF_ERROR(step.op("loss", {base, base + 2}, {{base + 3, 64}}));
+  for (StorageId id = base; id < base + ops; ++id) HO_RETURN_IF_ERROR(step.free(id));
+  return session.end_step();
+}
+
+void expect_cache(const Session& session, std::int64_t cached, std::int64_t hits, std::int64_t misses,
+                  std::int64_t warmups, std::int64_t switches, std::int64_t evictions) {
+  const PlanCacheStats& stats = session.plan_cache_stats();
+  EXPECT_EQ(stats.plans_cached, cached);
+  EXPECT_EQ(stats.hits, hits);
+  EXPECT_EQ(stats.misses, misses);
+  EXPECT_EQ(stats.warmups, warmups);
+  EXPECT_EQ(stats.switches, switches);
+  EXPECT_EQ(stats.evictions, evictions);
+}
+
+// An unlimited budget: no plan has an action, so every replay stays
+// reversible to its end.
+TEST(PlanCache, AStepOfAnotherShapeWarmsUpThenEachShapeReplaysItsOwnPlan) {
+  auto backend = backend_of(std::int64_t{1} << 20);
+  auto session = session_of(*backend, {});
+  // 1: warmup (cache empty): warmups 1, misses 1, plan A cached.
+  ASSERT_TRUE(run_chain(*session, 1024, 10));
+  expect_cache(*session, 1, 0, 1, 1, 0, 0);
+  // 2: replays A; embed's output is 2048 bytes, not 1024: no other plan, so
+  // the step continues as a warmup from there: warmups 2, misses 2, plan B.
+  ASSERT_TRUE(run_chain(*session, 2048, 20));
+  EXPECT_EQ(session->last_step_stats().kind, StepKind::kWarmup);
+  EXPECT_EQ(session->last_step_stats().ops, 4);
+  expect_cache(*session, 2, 0, 2, 2, 0, 0);
+  // 3: replays B (most recent); differs at embed's output; A matches: switch.
+  ASSERT_TRUE(run_chain(*session, 1024, 30));
+  EXPECT_EQ(session->last_step_stats().kind, StepKind::kReplay);
+  expect_cache(*session, 2, 1, 2, 2, 1, 0);
+  // 4: replays A again: a plain hit.
+  ASSERT_TRUE(run_chain(*session, 1024, 40));
+  expect_cache(*session, 2, 2, 2, 2, 1, 0);
+  // 5: B again: switch from A.
+  ASSERT_TRUE(run_chain(*session, 2048, 50));
+  expect_cache(*session, 2, 3, 2, 2, 2, 0);
+  // One note per plan cached.
+  int plan_notes = 0;
+  for (const std::string& note : session->notes()) plan_notes += note.starts_with("plan ") ? 1 : 0;
+  EXPECT_EQ(plan_notes, 2);
+  EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
+}
+
+TEST(PlanCache, TheLeastRecentlyUsedPlanIsEvictedAtMaxPlans) {
+  auto backend = backend_of(std::int64_t{1} << 20);
+  SessionOptions options;
+  options.max_plans = 2;
+  auto session = session_of(*backend, options);
+  // Lengths 1, 2, 3 (x 1024): three warmups; the third evicts plan 1.
+  ASSERT_TRUE(run_chain(*session, 1024, 10));
+  ASSERT_TRUE(run_chain(*session, 2048, 20));
+  ASSERT_TRUE(run_chain(*session, 3072, 30));
+  expect_cache(*session, 2, 0, 3, 3, 0, 1);
+  // Length 2 is cached (switch from 3); length 1 was evicted: warmup again,
+  // evicting 3 (2 was used since).
+  ASSERT_TRUE(run_chain(*session, 2048, 40));
+  expect_cache(*session, 2, 1, 3, 3, 1, 1);
+  ASSERT_TRUE(run_chain(*session, 1024, 50));
+  expect_cache(*session, 2, 1, 4, 4, 1, 2);
+  ASSERT_TRUE(run_chain(*session, 2048, 60));  // still cached: switch
+  expect_cache(*session, 2, 2, 4, 4, 2, 2);
+}
+
+TEST(PlanCache, AStepThatEndsEarlyMatchesAShorterProgramOrWarmsUp) {
+  auto backend = backend_of(std::int64_t{1} << 20);
+  auto session = session_of(*backend, {});
+  ASSERT_TRUE(run_chain(*session, 1024, 10));
+  // Ends after 3 of 4 ops: a warmup from the end (nothing left to run).
+  ASSERT_TRUE(run_chain(*session, 1024, 20, 3));
+  EXPECT_EQ(session->last_step_stats().kind, StepKind::kWarmup);
+  EXPECT_EQ(session->trace()->op_count(), 3);
+  expect_cache(*session, 2, 0, 2, 2, 0, 0);
+  // The 4-op step replays the 3-op plan first: it runs a 4th op, so it
+  // switches to the 4-op plan at that op.
+  ASSERT_TRUE(run_chain(*session, 1024, 30));
+  expect_cache(*session, 2, 1, 2, 2, 1, 0);
+  // And the 3-op step ends early on the 4-op plan: switch at the end.
+  ASSERT_TRUE(run_chain(*session, 1024, 40, 3));
+  expect_cache(*session, 2, 2, 2, 2, 2, 0);
+}
+
+TEST(PlanCache, OneWarmupPerProgramEvenWhenProgramsAlternate) {
+  auto backend = backend_of(std::int64_t{1} << 20);
+  auto session = session_of(*backend, {});
+  // Gradient accumulation's pattern: program 1, 2, 2, 1, 2, 2, ...
+  const std::int64_t lengths[] = {1024, 2048, 2048, 1024, 2048, 2048, 1024};
+  StorageId base = 10;
+  for (std::int64_t bytes : lengths) {
+    ASSERT_TRUE(run_chain(*session, bytes, base));
+    base += 10;
+  }
+  // Warmups: steps 1 and 2. Steps 4 and 5 switch; 3, 6 and 7... step 7 switches too.
+  expect_cache(*session, 2, 5, 2, 2, 3, 0);
+}
+
+TEST(PlanCache, ADivergenceAfterAnOffloadContinuesAsAWarmupFromThatOp) {
+  // Budget 2688 bytes with 1 KiB storages: the plan offloads "embed"'s output
+  // (read again by "loss") before "relu" allocates (3 KiB live); the other
+  // program's floor is 1024 + 1536 + 64 = 2624 bytes, at "loss"; a step whose "relu"
+  // output is larger has then acted, so it cannot switch plans: it continues
+  // as a warmup (the first ops only recorded), reading the offloaded storage
+  // back when "loss" reads it.
+  auto backend = backend_of(std::int64_t{1} << 20);
+  SessionOptions options;
+  options.budget_bytes = 2688;
+  options.planner = "greedy";
+  auto session = session_of(*backend, options);
+  ASSERT_TRUE(run_chain(*session, 1024, 10));
+  ASSERT_GT(session->schedule()->actions.size(), 0u);
+  ASSERT_TRUE(session->begin_step());
+  StepDriver step(*session);
+  ASSERT_TRUE(step.op("embed", {}, {{20, 1024}}));
+  ASSERT_TRUE(step.op("mm", {20}, {{21, 1024}}));
+  ASSERT_TRUE(step.op("relu", {21}, {{22, 1536}}));  // checks the data of 21
+  ASSERT_TRUE(step.op("loss", {20, 22}, {{23, 64}}));  // and of 20, offloaded by the plan
+  for (StorageId id = 20; id < 24; ++id) ASSERT_TRUE(step.free(id));
+  Status ended = session->end_step();
+  ASSERT_TRUE(ended) << ended.error().message;
+  EXPECT_EQ(session->last_step_stats().kind, StepKind::kWarmup);
+  EXPECT_EQ(session->last_step_stats().ops, 4);
+  expect_cache(*session, 2, 0, 2, 2, 0, 0);
+  // The 1536-byte program is the most recent plan: a plain hit.
+  ASSERT_TRUE(session->begin_step());
+  StepDriver again(*session);
+  ASSERT_TRUE(again.op("embed", {}, {{30, 1024}}));
+  ASSERT_TRUE(again.op("mm", {30}, {{31, 1024}}));
+  ASSERT_TRUE(again.op("relu", {31}, {{32, 1536}}));
+  ASSERT_TRUE(again.op("loss", {30, 32}, {{33, 64}}));
+  for (StorageId id = 30; id < 34; ++id) ASSERT_TRUE(again.free(id));
+  ASSERT_TRUE(session->end_step());
+  expect_cache(*session, 2, 1, 2, 2, 0, 0);
+  EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
+}
+
+TEST(PlanCache, MaxPlansBelowOneIsRejected) {
+  auto backend = backend_of(std::int64_t{1} << 20);
+  SessionOptions options;
+  options.max_plans = 0;
+  Result<std::unique_ptr<Session>> session = Session::create(*backend, options);
+  ASSERT_FALSE(session.has_value());
+  EXPECT_THAT(session.error().message, HasSubstr("max_plans must be >= 1, got 0"));
+}
+
+}  // namespace
+}  // namespace hyperoffload
