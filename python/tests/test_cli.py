@@ -71,7 +71,8 @@ def test_compare_runs_every_planner_on_the_captured_trace(captured):
     assert report["trace"]["ops"] == len(session.trace()["ops"])
     assert report["trace"]["unplanned_peak_bytes"] == session.unplanned_peak_bytes()
     planners = {r["planner"]: r for r in report["results"]}
-    assert set(planners) == {"greedy", "peak", "hybrid", "recompute"}
+    # The default planners and DTR, the published recompute-only reference.
+    assert set(planners) == {"greedy", "peak", "hybrid", "recompute", "dtr"}
     assert all(r["valid"] and r["faults"] == 0 for r in planners.values())
     # Recompute-only has only the ops the capture marked recomputable to work
     # with; the others reach any budget above the floor.
@@ -102,7 +103,11 @@ def test_the_shipped_example_traces_describe_their_model_and_compare(name):
     # only what recomputable ops wrote: its floor is above 50% on all three
     # (e.g. vit: 410.13 KiB at aten::gelu_backward, budget 348.63 KiB), but it
     # does recompute (the capture marks ops recomputable: format version 2).
+    # DTR (the reference, an online heuristic) may miss a budget and states no
+    # floor.
     for r in results.values():
-        assert r["valid"] and (r["feasible"] or r["floor"]["bytes"] > r["budget_bytes"]), r["planner"]
+        assert r["valid"], r["planner"]
+        if r["planner"] != "dtr":
+            assert r["feasible"] or r["floor"]["bytes"] > r["budget_bytes"], r["planner"]
     assert all(results[name]["feasible"] for name in ("greedy", "peak", "hybrid"))
     assert results["recompute"]["recompute_count"] > 0

@@ -165,9 +165,12 @@ def test_the_shipped_example_traces_describe_their_model_and_compare(name):
     assert document["version"] == 2 and any(op.get("recomputable") for op in document["ops"])
     # Every planner fits wherever its floor allows: recompute-only can free
     # only what recomputable ops wrote, and its floor is above 30% on all four
-    # (hf_gpt2: 2.72 MiB at aten::_log_softmax_backward_data, budget 1.72 MiB),
-    # but it does recompute (format version 2 marks ops).
+    # (hf_gpt2: 2.19 MiB, budget 1.72 MiB), but it does recompute (format
+    # version 2 marks ops). DTR, the reference, may miss a budget and states no
+    # floor.
     for r in results:
-        assert r["valid"] and (r["feasible"] or r["floor"]["bytes"] > r["budget_bytes"]), (r["planner"], r["budget_percent"])
-    assert all(r["feasible"] for r in results if r["planner"] != "recompute")
+        assert r["valid"], (r["planner"], r["budget_percent"])
+        if r["planner"] != "dtr":
+            assert r["feasible"] or r["floor"]["bytes"] > r["budget_bytes"], (r["planner"], r["budget_percent"])
+    assert all(r["feasible"] for r in results if r["planner"] not in ("recompute", "dtr"))
     assert all(r["recompute_count"] > 0 for r in results if r["planner"] == "recompute")

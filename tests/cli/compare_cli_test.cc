@@ -48,8 +48,10 @@ TEST(CompareCli, PrintsOneTableRowPerPlannerOnTheUnlimitedDevice) {
   EXPECT_THAT(run.out, HasSubstr("ops, 3 storages, 5.000 ms of compute"));
   EXPECT_THAT(run.out, HasSubstr("unplanned  300 B op-granular peak (op 3)"));
   EXPECT_THAT(run.out, HasSubstr("memory     unlimited (--memory-cap unlimited)"));
-  EXPECT_THAT(run.out, HasSubstr("budget 200 B (66.7% of the unplanned peak), floor 200 B at op 2; offload-only "
-                                 "stall bound 1.000 ms\n"));
+  // Nothing is recomputable, so no recompute-only plan goes below the
+  // unplanned peak: its floor and its limit are both 300 B at op 3.
+  EXPECT_THAT(run.out, HasSubstr("budget 200 B (66.7% of the unplanned peak), floor 200 B at op 2; recompute-only "
+                                 "floor 300 B at op 3 (limit 300 B at op 3); offload-only stall bound 1.000 ms\n"));
   // Storage 1 is retained and past its last access at op 3: a plan may copy it
   // to host after op 1 and release it, which costs nothing on this device, so
   // no bound holds for plans that may do that (ours keep it).
@@ -79,7 +81,8 @@ TEST(CompareCli, PlansAndSimulatesForADeviceThatHoldsOnlyTheBudgetByDefault) {
   const testing::CliRun run = run_cli({"compare", dir.write("t.json", kTrace), "--budget", "200"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("memory     capped at the budget"));
-  EXPECT_THAT(run.out, HasSubstr("floor 200 B at op 2; offload-only stall bound 2.000 ms\n"));
+  EXPECT_THAT(run.out, HasSubstr("floor 200 B at op 2; recompute-only floor 300 B at op 3 (limit 300 B at op 3); "
+                                 "offload-only stall bound 2.000 ms\n"));
   EXPECT_THAT(run.out, HasSubstr("peak       yes         200 B     200 B       2.000                 -        0.000  "
                                  "    40.00%        200 B"));
   // The same with the flag spelled out.
@@ -95,7 +98,8 @@ TEST(CompareCli, SweepsBudgetsGivenAsAList) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("budget 250 B (83.3% of the unplanned peak)"));
   EXPECT_THAT(run.out,
-              HasSubstr("budget 150 B (50.0% of the unplanned peak), floor 200 B at op 2; no offload-only plan fits it"));
+              HasSubstr("budget 150 B (50.0% of the unplanned peak), floor 200 B at op 2; recompute-only floor "
+                        "300 B at op 3 (limit 300 B at op 3); no offload-only plan fits it"));
   // Every op touches 100 B, within 150 B. Op 3 needs 150 B off: storage 1
   // (retained, past its last access: copied to host at any time on this
   // device) and 50 B more of storage 2, which the bound lets come back during
