@@ -26,7 +26,7 @@ using ::testing::HasSubstr;
 constexpr Recomputable kRec = Recomputable::kYes;
 constexpr std::int64_t kMiB = 1 << 20;
 
-PlanResult plan_dtr(const Trace& trace, std::optional<std::int64_t> budget) {
+PlanResult planned_by_dtr(const Trace& trace, std::optional<std::int64_t> budget) {
   Result<std::unique_ptr<Planner>> made = make_planner("dtr");
   EXPECT_TRUE(made.has_value());
   if (!made) return {};
@@ -36,7 +36,14 @@ PlanResult plan_dtr(const Trace& trace, std::optional<std::int64_t> budget) {
   const ValidationReport report = validate_schedule(trace, plan->schedule);
   EXPECT_TRUE(report.valid()) << (report.problems.empty() ? "" : report.problems.front());
   EXPECT_TRUE(report.faults.empty());
-  if (budget) EXPECT_EQ(report.peak_bytes, plan->planned_peak_bytes);
+  if (budget) {
+    EXPECT_EQ(report.peak_bytes, plan->planned_peak_bytes);
+    // The walk as a plan (the recompute-only planner's portfolio) names the
+    // validator's peak op and counts the recompute actions.
+    const DtrPlan walk = plan_dtr(trace, *budget);
+    EXPECT_EQ(walk.peak_op, report.peak_op);
+    EXPECT_EQ(walk.recompute_count, report.recompute_count);
+  }
   return std::move(*plan);
 }
 
@@ -61,7 +68,7 @@ TEST(DtrPlanner, EvictsTheStorageWithTheLowestCostPerByteAndStaleness) {
                           .op("use", "R1")
                           .op("use", "R2 R3")
                           .build();
-  const PlanResult plan = plan_dtr(trace, 2 * kMiB);
+  const PlanResult plan = planned_by_dtr(trace, 2 * kMiB);
   EXPECT_EQ(plan.schedule.actions,
             actions("pre 3 release_device 1; pre 4 release_device 2; pre 4 recompute 1; post 4 release_device 1; "
                     "pre 5 recompute 2; post 5 release_device 2; post 5 release_device 3"));
@@ -90,7 +97,7 @@ TEST(DtrPlanner, RematerializesADeadChainRecursivelyAndDropsItAfter) {
                           .op("big", "W4", 1.0)
                           .op("use", "R3")
                           .build();
-  const PlanResult plan = plan_dtr(trace, 3 * kMiB);
+  const PlanResult plan = planned_by_dtr(trace, 3 * kMiB);
   EXPECT_EQ(plan.schedule.actions,
             actions("post 2 release_device 1; post 3 release_device 2; pre 4 release_device 3; "
                     "post 4 release_device 4; pre 5 recompute 1; pre 5 recompute 2; pre 5 recompute 3; "
@@ -115,7 +122,7 @@ TEST(DtrPlanner, KeepsWhatCannotBeRegeneratedAndSaysWhenTheBudgetIsMissed) {
                           .op("big", "W4", 1.0)
                           .op("use", "R3")
                           .build();
-  const PlanResult plan = plan_dtr(trace, 2 * kMiB);
+  const PlanResult plan = planned_by_dtr(trace, 2 * kMiB);
   EXPECT_EQ(plan.planned_peak_bytes, 3 * kMiB);
   ASSERT_FALSE(plan.notes.empty());
   EXPECT_THAT(plan.notes.front(), HasSubstr("is not met"));
@@ -133,14 +140,14 @@ TEST(DtrPlanner, NeverEvictsAStorageWrittenAgainInPlace) {
                           .op("big", "W2", 1.0)
                           .op("use", "R1")
                           .build();
-  const PlanResult plan = plan_dtr(trace, kMiB);
+  const PlanResult plan = planned_by_dtr(trace, kMiB);
   EXPECT_EQ(plan.schedule.actions, actions("post 2 release_device 2; post 3 release_device 1"));
   EXPECT_EQ(plan.planned_peak_bytes, 2 * kMiB);
 }
 
 TEST(DtrPlanner, PlansNothingWithoutABudget) {
   const Trace trace = TraceDsl().storage(1, kMiB).op("a", "W1", 1.0, kRec).op("use", "R1").build();
-  EXPECT_TRUE(plan_dtr(trace, std::nullopt).schedule.actions.empty());
+  EXPECT_TRUE(planned_by_dtr(trace, std::nullopt).schedule.actions.empty());
 }
 
 // Over random traces with recomputable ops and random budgets: the schedule
@@ -172,7 +179,7 @@ TEST(DtrPlannerProperty, ValidAndWithinBudgetWheneverItSaysSoOnRandomTraces) {
     const std::int64_t unplanned = unplanned_peak(trace).bytes;
     const auto budget = static_cast<std::int64_t>(static_cast<double>(unplanned) * (seed % 2 == 0 ? uniform(0.0, 1.1) : uniform(0.7, 1.1)));
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", budget " << budget << " of " << unplanned);
-    const PlanResult plan = plan_dtr(trace, budget);
+    const PlanResult plan = planned_by_dtr(trace, budget);
     const bool missed = !plan.notes.empty() && plan.notes.front().find("is not met") != std::string::npos;
     EXPECT_EQ(missed, plan.planned_peak_bytes > budget);
     if (budget >= unplanned) {

@@ -34,8 +34,9 @@ class DtrWalk {
     regenerable_through_ = regenerable_through();
   }
 
-  PlanResult run() && {
-    PlanResult result;
+  DtrPlan run() && {
+    DtrPlan plan;
+    PlanResult& result = plan.result;
     result.schedule.planner = "dtr";
     result.initial_peak_bytes = unplanned_peak(trace_, accesses_).bytes;
     for (OpIndex t = 0; t < trace_.op_count(); ++t) step(t);
@@ -49,7 +50,10 @@ class DtrWalk {
     }
     result.notes.push_back(fmt::format("dtr: {} evictions, {} recomputes ({:.3f} ms)", evictions_, recomputes_,
                                        recompute_ms_));
-    return result;
+    plan.peak_op = peak_op_;
+    plan.recompute_count = recomputes_;
+    plan.recompute_ms = recompute_ms_;
+    return plan;
   }
 
  private:
@@ -204,7 +208,7 @@ class DtrWalk {
     ++recomputes_;
     recompute_ms_ += trace_.op_duration_ms(p);
     for (const StorageIndex o : fresh) make_resident(o);
-    peak_bytes_ = std::max(peak_bytes_, resident_bytes_);
+    note_peak(t);
     now_ms_ += trace_.op_duration_ms(p);
     for (const StorageIndex u : frame.pinned) {
       last_use_ms_[at(u)] = now_ms_;
@@ -213,6 +217,12 @@ class DtrWalk {
     for (const StorageIndex o : fresh) {
       if (accesses_.last_op(o) < t) chain_only_.push_back(o);
     }
+  }
+
+  void note_peak(OpIndex t) {
+    if (peak_op_ >= 0 && resident_bytes_ <= peak_bytes_) return;
+    peak_bytes_ = resident_bytes_;
+    peak_op_ = t;
   }
 
   void step(OpIndex t) {
@@ -239,7 +249,7 @@ class DtrWalk {
     for (const StorageIndex s : fresh) fresh_bytes += size_of(s);
     make_room(fresh_bytes, t);
     for (const StorageIndex s : fresh) make_resident(s);
-    peak_bytes_ = std::max(peak_bytes_, resident_bytes_);
+    note_peak(t);
     now_ms_ += trace_.op_duration_ms(t);
     for (const Access& access : list) {
       last_use_ms_[at(access.storage)] = now_ms_;
@@ -270,6 +280,7 @@ class DtrWalk {
   std::vector<Action> actions_;
   std::int64_t resident_bytes_ = 0;
   std::int64_t peak_bytes_ = 0;
+  OpIndex peak_op_ = -1;
   double now_ms_ = 0.0;  // compute time so far, re-runs included
   std::int64_t evictions_ = 0;
   std::int64_t recomputes_ = 0;
@@ -284,7 +295,16 @@ Result<PlanResult> DtrPlanner::plan(const Trace& trace, std::optional<std::int64
     result.schedule.planner = std::string(name());
     return result;
   }
-  return DtrWalk(trace, *budget_bytes).run();
+  return plan_dtr(trace, *budget_bytes).result;
+}
+
+DtrPlan plan_dtr(const Trace& trace, std::int64_t budget_bytes) {
+  if (trace.op_count() == 0) {
+    DtrPlan plan;
+    plan.result.schedule.planner = "dtr";
+    return plan;
+  }
+  return DtrWalk(trace, budget_bytes).run();
 }
 
 }  // namespace hyperoffload

@@ -35,6 +35,18 @@
 
 namespace hyperoffload {
 
+// The walk's plan with what a portfolio of plans compares (the recompute-only
+// planner takes it as one more plan: plan/internal/hybrid_plans.h): the op
+// where planned_peak_bytes is first reached (an op of the trace; when a re-run
+// reaches it, the op it runs before; -1 without ops) and the re-runs.
+struct DtrPlan {
+  PlanResult result;
+  OpIndex peak_op = -1;
+  std::int64_t recompute_count = 0;
+  double recompute_ms = 0.0;
+};
+DtrPlan plan_dtr(const Trace& trace, std::int64_t budget_bytes);
+
 class DtrPlanner final : public Planner {
  public:
   std::string_view name() const override { return "dtr"; }

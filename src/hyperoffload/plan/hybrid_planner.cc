@@ -119,6 +119,16 @@ class HybridPlanning {
         maker_, options_, [this](const HybridPlan& plan) { stop_offload_only_if_beaten(plan); });
     // 6. The portfolio, once the offload-only plan is made or stopped.
     offload_worker_.join();
+    // Where the decision sequences cannot fit the budget, DTR's walk may
+    // (PlanMaker::or_within_an_eighth): the recompute-only planner would take
+    // it, so the hybrid planner weighs it too.
+    if (!recompute_ && maker_.room_for_more_plans()) {
+      HybridPlan walk = maker_.dtr_recompute_only();
+      if (walk.peak_bytes <= models_.budget_bytes) {
+        walk.recompute_only = true;
+        recompute_ = std::move(walk);
+      }
+    }
     if (recompute_) plans.insert(plans.begin(), std::move(*recompute_));
     return finish(std::move(plans), floor);
   }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/dtr_planner.h"
 #include "hyperoffload/plan/internal/augmented_trace.h"
 #include "hyperoffload/plan/internal/stall_estimate.h"
 
@@ -141,22 +142,46 @@ RecomputeSelection PlanMaker::recompute_only_sequence(RegenerationRule regenerat
 
 HybridPlan PlanMaker::best_recompute_only() const { return or_within_an_eighth(recompute_only(recompute_only_sequence())); }
 
+bool PlanMaker::room_for_more_plans() const {
+  constexpr std::int64_t kMaxSize = 250'000;  // where four plans or more can be made
+  return static_cast<std::int64_t>(models_.trace.op_count()) + static_cast<std::int64_t>(models_.trace.access_count()) <=
+         kMaxSize;
+}
+
 HybridPlan PlanMaker::or_within_an_eighth(HybridPlan plan) const {
-  constexpr std::int64_t kTwoRulesMaxSize = 250'000;  // where four plans or more can be made
-  if (static_cast<std::int64_t>(models_.trace.op_count()) + static_cast<std::int64_t>(models_.trace.access_count()) >
-      kTwoRulesMaxSize) {
-    return plan;
-  }
-  HybridPlan other = recompute_only(recompute_only_sequence(RegenerationRule::kWithinAnEighth));
+  if (!room_for_more_plans()) return plan;
   const std::int64_t budget = models_.budget_bytes;
-  const UnavoidableFloor floor = plan.floor->bytes <= other.floor->bytes ? *plan.floor : *other.floor;
+  HybridPlan other = recompute_only(recompute_only_sequence(RegenerationRule::kWithinAnEighth));
+  UnavoidableFloor floor = plan.floor->bytes <= other.floor->bytes ? *plan.floor : *other.floor;
   const bool fits = plan.peak_bytes <= budget;
   const bool other_fits = other.peak_bytes <= budget;
   const bool take_other = other_fits ? !fits || other.time_ms < plan.time_ms
                                      : !fits && other.peak_bytes < plan.peak_bytes;
-  HybridPlan& chosen = take_other ? other : plan;
+  HybridPlan chosen = take_other ? std::move(other) : std::move(plan);
+  // DTR's walk evicts and regenerates op by op, so it can go below the
+  // decision sequences' floors where their greedy order gets stuck (a re-run
+  // that needs what an earlier decision dropped; docs/HYBRID_PLANNER.md, "No
+  // artificial floor"), and now and then it is quicker. One more plan, for
+  // the cost of one walk.
+  HybridPlan walk = dtr_recompute_only();
+  if (walk.peak_bytes < floor.bytes) floor = UnavoidableFloor{walk.peak_op, walk.peak_bytes};
+  if (better(walk, chosen, budget)) chosen = std::move(walk);
   chosen.floor = floor;
-  return std::move(chosen);
+  return chosen;
+}
+
+HybridPlan PlanMaker::dtr_recompute_only() const {
+  DtrPlan walk = plan_dtr(models_.trace, models_.budget_bytes);
+  HybridPlan plan;
+  plan.label = "recompute-only, DTR's eviction walk";
+  plan.peak_bytes = walk.result.planned_peak_bytes;
+  plan.peak_op = walk.peak_op;
+  plan.floor = UnavoidableFloor{walk.peak_op, walk.result.planned_peak_bytes};
+  plan.recompute_count = walk.recompute_count;
+  plan.recompute_ms = walk.recompute_ms;
+  plan.actions = std::move(walk.result.schedule.actions);
+  plan.time_ms = estimated_time_ms(plan.actions, plan.recompute_ms);
+  return plan;
 }
 
 std::optional<RecomputeSelection> PlanMaker::recompute_only_sequence_if_it_can_fit() const {

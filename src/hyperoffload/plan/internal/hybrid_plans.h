@@ -83,16 +83,22 @@ class PlanMaker {
       RegenerationRule regeneration = RegenerationRule::kWhileThePeakAllows) const;
   // The recompute-only planner's plan: recompute_only of the sequence and, on
   // a trace small enough for four plans or more (ops + accesses <= 250,000),
-  // also of the sequence under RegenerationRule::kWithinAnEighth: both rules
-  // are greedy and each wins on some example traces (docs/HYBRID_PLANNER.md,
-  // "Recompute-only"). The quicker that fits the budget, else the lower peak;
-  // its floor is the lower of the two.
+  // also of the sequence under RegenerationRule::kWithinAnEighth and DTR's
+  // eviction walk (dtr_recompute_only): each is greedy and each wins on some
+  // example traces (docs/HYBRID_PLANNER.md, "Recompute-only"). The best by
+  // better(); its floor is the lowest of the two sequences' floors and the
+  // walk's peak.
   HybridPlan best_recompute_only() const;
   // `plan` (a recompute-only plan of the default rule), or on such a small
-  // trace the plan of the other rule when that is better (as above). The
-  // hybrid planner's recompute-only plan goes through it too, so the hybrid
-  // plan is never slower than the recompute-only planner's.
+  // trace the best of it and the other two (as above). The hybrid planner's
+  // recompute-only plan goes through it too, so the hybrid plan is never
+  // slower than the recompute-only planner's.
   HybridPlan or_within_an_eighth(HybridPlan plan) const;
+  // DTR's eviction walk at the budget (plan/dtr_planner.h) as a plan.
+  HybridPlan dtr_recompute_only() const;
+  // Whether the trace is small enough for four plans or more (ops + accesses
+  // <= 250,000): the extra recompute-only plans above are made only there.
+  bool room_for_more_plans() const;
   // That sequence when the recompute-only plan can fit the budget. At real
   // ops the augmented trace holds exactly the selection's profile (re-runs can
   // only add), which never goes below the resident bytes less every candidate
