@@ -12,7 +12,7 @@ STRESS_ITERATIONS ?= 2000
 FUZZ_SECONDS ?= 60
 CLI := build/bin/hyperoffload
 
-.PHONY: run test test-long test-pip build bench fuzz deps deps-python test-asan test-tsan test-debug clean distclean
+.PHONY: run test test-long test-pip build bench soak fuzz deps deps-python test-asan test-tsan test-debug clean distclean
 
 deps:
 	@scripts/install-deps.sh
@@ -45,6 +45,13 @@ test-pip: deps-python
 
 bench: build
 	scripts/run-benchmarks.sh
+
+# 1,000 steps of a varying-shape training loop under one session; fails if the
+# plan cache, the runtime's tables, the pinned pool or RSS grow after the
+# warmups (python/bench/soak.py; python/tests/test_soak.py runs 100 steps).
+SOAK_STEPS ?= 1000
+soak: build
+	PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python python/bench/soak.py --steps $(SOAK_STEPS)
 
 # Builds the libFuzzer harnesses with clang + ASan + UBSan (build-fuzz/) and fuzzes
 # each for FUZZ_SECONDS; corpora grow in build-fuzz/corpus/, findings land in

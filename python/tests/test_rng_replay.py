@@ -88,7 +88,7 @@ def check_recomputes_bit_identically(build, fraction=0.4, generator=None, interc
     session = ho.OffloadSession(ho.OffloadConfig(**options))
     results = run(build, session, generator=generator)
     assert_same(eager, results)
-    assert [r[4]["kind"] for r in results] == ["warmup", "replay", "replay"]
+    assert [r[4]["kind"] for r in results] == ["warmup", "replay", "replay"], session.notes()
     assert session.trace()["version"] == 3
     replayed = replayed_random_recomputes(session)
     assert replayed, "the plan re-runs no op that draws random numbers"

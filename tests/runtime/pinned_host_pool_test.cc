@@ -92,6 +92,47 @@ TEST_F(PinnedHostPoolTest, ReusesAReleasedBlockOfTheSameClass) {
   EXPECT_EQ(backend_->host_bytes_in_use(), 0);
 }
 
+TEST_F(PinnedHostPoolTest, TrimToFreesTheLargestCachedBlocksFirstAndKeepsHeldOnes) {
+  // Classes 1024, 2048 and 4096 cached, a 512 block held: reserved 7680.
+  // trim_to(4000) frees the 4096 block (largest first): 3584 <= 4000, so the
+  // 2048 and 1024 blocks stay. trim_to(0) frees the rest of the cache; the
+  // held block stays reserved.
+  PinnedHostPool pool(*backend_);
+  PinnedBlock held = *pool.acquire(512);
+  PinnedBlock a = *pool.acquire(1024);
+  PinnedBlock b = *pool.acquire(2048);
+  PinnedBlock c = *pool.acquire(4096);
+  pool.release(a);
+  pool.release(b);
+  pool.release(c);
+  EXPECT_EQ(pool.stats().reserved_bytes, 7680);
+  ASSERT_TRUE(pool.trim_to(4000));
+  EXPECT_EQ(pool.stats().reserved_bytes, 512 + 1024 + 2048);
+  EXPECT_EQ(pool.stats().cached_bytes, 1024 + 2048);
+  EXPECT_EQ(pool.acquire(2048)->ptr, b.ptr);  // the 2048 block is still cached
+  EXPECT_EQ(backend_->host_bytes_in_use(), 512 + 1024 + 2048);
+  pool.release(b);
+  ASSERT_TRUE(pool.trim_to(0));
+  EXPECT_EQ(pool.stats().reserved_bytes, 512);
+  EXPECT_EQ(pool.stats().cached_bytes, 0);
+  EXPECT_EQ(backend_->host_bytes_in_use(), 512);
+  pool.release(held);
+}
+
+TEST_F(PinnedHostPoolTest, ResetPeakStartsANewPeakAtTheBytesHeldNow) {
+  PinnedHostPool pool(*backend_);
+  PinnedBlock a = *pool.acquire(1024);
+  PinnedBlock b = *pool.acquire(2048);
+  pool.release(b);
+  EXPECT_EQ(pool.stats().peak_bytes, 3072);
+  pool.reset_peak();
+  EXPECT_EQ(pool.stats().peak_bytes, 1024);  // a is still held
+  PinnedBlock c = *pool.acquire(1024);
+  EXPECT_EQ(pool.stats().peak_bytes, 2048);
+  pool.release(a);
+  pool.release(c);
+}
+
 TEST_F(PinnedHostPoolTest, ABlockReleasedDuringACopyIsReusedOnlyAfterTheCopy) {
   PinnedHostPool pool(*backend_);
   Gate gate;

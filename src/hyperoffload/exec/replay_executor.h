@@ -156,6 +156,8 @@ class ReplayExecutor final : public StepHooks {
   // on_op_end) later in this step: a framework that must record what it needs
   // to re-run an op (PyTorch records the call) does it now.
   bool recomputes_current_op() const { return in_op_ && plan_->recomputed(op_); }
+  // Between the current op's on_op_begin and its on_op_end.
+  bool in_op() const { return in_op_; }
   // Index in the traced step of the current op (or of the next one between ops).
   OpIndex current_op() const { return op_; }
   // Nothing irreversible ran yet: no schedule action (so nothing was offloaded,

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -68,7 +69,9 @@ Status Session::begin_step() {
   if (in_step()) return make_error(ErrorCode::kFailedPrecondition, "begin_step: a step is already running");
   failure_.reset();
   HO_RETURN_IF_ERROR(residency_->reset());  // storages held over from the last step
+  pool_->reset_peak();  // the step's own pool peak (Note [Pinned pool between steps])
   step_kind_ = next_step_kind();
+  miss_reason_.clear();
   log_.clear();
   call_asked_.clear();
   logging_ = false;
@@ -103,13 +106,13 @@ Status Session::on_op_begin(std::string_view name, std::span<const StorageId> in
   Status status = active()->on_op_begin(name, inputs, written);
   if (!status && can_switch(status.error())) {
     log_.op_begin(name, inputs, written);  // matched with the rest, run below
-    HO_RETURN_IF_ERROR(check(switch_executor(log_.events().size() - 1, false)));
+    HO_RETURN_IF_ERROR(check(switch_executor(log_.events().size() - 1, false, status.error())));
     status = active()->on_op_begin(name, inputs, written);
   }
   if (status && replay_ != nullptr) {
     const auto op = static_cast<std::size_t>(replay_->current_op());
     if (call_asked_.size() <= op) call_asked_.resize(op + 1, false);
-    call_asked_[op] = replay_->recomputes_current_op();
+    call_asked_[op] = recomputes_current_op();
   }
   if (status) log_call([&](StepLog& log) { log.op_begin(name, inputs, written); });
   return check(std::move(status));
@@ -121,7 +124,7 @@ Result<void*> Session::allocate_output(StorageId id, std::int64_t size_bytes) {
   Result<void*> ptr = active()->allocate_output(id, size_bytes);
   if (!ptr && can_switch(ptr.error())) {
     log_.allocate(id, size_bytes);
-    HO_RETURN_IF_ERROR(check(switch_executor(log_.events().size() - 1, false)));
+    HO_RETURN_IF_ERROR(check(switch_executor(log_.events().size() - 1, false, ptr.error())));
     ptr = active()->allocate_output(id, size_bytes);
   }
   if (ptr) log_call([&](StepLog& log) { log.allocate(id, size_bytes); });
@@ -134,7 +137,7 @@ Status Session::on_op_end(std::span<const OpOutput> outputs, std::span<const Sto
   Status status = active()->on_op_end(outputs, mutated);
   if (!status && can_switch(status.error())) {
     log_.op_end(outputs, mutated);
-    HO_RETURN_IF_ERROR(check(switch_executor(log_.events().size() - 1, false)));
+    HO_RETURN_IF_ERROR(check(switch_executor(log_.events().size() - 1, false, status.error())));
     status = active()->on_op_end(outputs, mutated);
   }
   if (status) log_call([&](StepLog& log) { log.op_end(outputs, mutated); });
@@ -260,10 +263,11 @@ Status Session::finish_warmup() {
   }
   cache_stats_.plans_cached = static_cast<std::int64_t>(plans_.size());
   plan_notes_.push_back(fmt::format("plan {} cached for a step program of {} ops (peak {} planned; {} of at most {} plans "
-                               "cached, {} evicted so far)",
+                               "cached, {} evicted so far{})",
                                cache_stats_.warmups, plan_->trace().op_count(),
                                format_bytes(plan_result_.planned_peak_bytes), plans_.size(), options_.max_plans,
-                               cache_stats_.evictions));
+                               cache_stats_.evictions,
+                               miss_reason_.empty() ? "" : fmt::format("; the step began as a replay and left it: {}", miss_reason_)));
   if (plan_notes_.size() > kMaxPlanNotes) plan_notes_.erase(plan_notes_.begin());
   notes_.insert(notes_.end(), plan_notes_.begin(), plan_notes_.end());
   return ok_status();
@@ -276,6 +280,16 @@ void Session::use_plan(std::list<CachedPlan>::iterator it) {
   plan_result_ = cached.result;
   floor_ = cached.floor;
   budget_outcome_ = cached.outcome;
+}
+
+bool Session::recomputes_current_op() const {
+  if (replay_ == nullptr) return false;
+  if (replay_->recomputes_current_op()) return true;
+  if (!replay_->in_op() || !replay_->reversible()) return false;
+  const OpIndex op = replay_->current_op();
+  return std::any_of(plans_.begin(), plans_.end(), [op](const CachedPlan& cached) {
+    return op < cached.plan->trace().op_count() && cached.plan->recomputed(op);
+  });
 }
 
 template <class Log>
@@ -291,7 +305,7 @@ bool Session::can_switch(const Error& error) const {
           (options_.after_actions == AfterActions::kContinueAsWarmup && plan_->recompute_count() == 0));
 }
 
-Status Session::switch_executor(std::size_t feed, bool complete) {
+Status Session::switch_executor(std::size_t feed, bool complete, const Error& why) {
   const StepOrigin origin = replay_->origin();
   // A plan that recomputes an op the framework was not asked to record a call
   // for (recomputes_current_op) cannot run.
@@ -328,6 +342,7 @@ Status Session::switch_executor(std::size_t feed, bool complete) {
   } else {
     ++cache_stats_.warmups;
     ++cache_stats_.misses;
+    miss_reason_ = why.message;
     step_kind_ = StepKind::kWarmup;
     logging_ = false;
     plan_.reset();
@@ -351,7 +366,7 @@ Status Session::finish_replay() {
   Result<ReplayResult> replayed = replay_->finish();
   if (!replayed && can_switch(replayed.error())) {
     // It ended early: a shorter program.
-    if (Status switched = switch_executor(log_.events().size(), true); !switched) {
+    if (Status switched = switch_executor(log_.events().size(), true, replayed.error()); !switched) {
       (void)abort_step();
       return switched;
     }
@@ -366,6 +381,13 @@ Status Session::finish_replay() {
   replay_.reset();
   logging_ = false;
   log_.clear();
+  // Note [Pinned pool between steps].
+  const auto ran = std::find_if(plans_.begin(), plans_.end(),
+                                [&](const CachedPlan& cached) { return cached.plan == plan_; });
+  if (ran != plans_.end()) ran->host_pool_peak_bytes = std::max(ran->host_pool_peak_bytes, pool_->stats().peak_bytes);
+  std::int64_t keep_bytes = 0;
+  for (const CachedPlan& cached : plans_) keep_bytes = std::max(keep_bytes, cached.host_pool_peak_bytes);
+  HO_RETURN_IF_ERROR(pool_->trim_to(keep_bytes));
   ++cache_stats_.hits;
   ++steps_completed_;
   ++replays_since_warmup_;

@@ -42,7 +42,9 @@
 //    or sizes, in-place writes, the op count) before such an action, the
 //    session looks for another cached plan whose traced step begins with the
 //    ops seen so far (StepLog, matches_prefix) and that needs no recorded call
-//    the framework was not asked for; found, the step switches to it (a hit).
+//    the framework was not asked for (while the step can still switch, the
+//    framework is asked to record the call of every op any cached plan
+//    re-runs: recomputes_current_op); found, the step switches to it (a hit).
 //    Otherwise the step continues as a warmup from that op (a miss): the ops
 //    seen so far are re-fed to it (their measured durations are lost: the
 //    planner sees them as instant), it evicts online within the budget, and at
@@ -58,6 +60,15 @@
 //    pad_to_multiple_of, raise max_plans, skip_offload only for
 //    data-dependent control flow).
 // A warmup's plan replaces a cached plan of the same program.
+//
+// Note [Pinned pool between steps]. The pinned host pool is the session's,
+// shared by every plan, and its freed blocks stay cached for reuse. After a
+// warmup it is trimmed to nothing (the warmup's blocks are not the plan's);
+// after a replay, to the largest footprint any cached plan's replays have had
+// (CachedPlan::host_pool_peak_bytes: class-size bytes held at once), freeing
+// the largest cached blocks first. So with one program the pool holds the
+// plan's peak host bytes rounded to size classes, and over many programs it
+// never holds more than the hungriest cached plan needs: it stays flat.
 //
 // Between steps. Storages the caller still held when a step ended stay tracked
 // and resident until the caller frees them (on_storage_freed) or the next step
@@ -178,9 +189,12 @@ class Session final : public StepHooks {
   Result<void*> device_ptr(StorageId id, DeviceAccess access = DeviceAccess::kReadWrite) override;
 
   bool in_step() const { return warmup_ != nullptr || replay_ != nullptr; }
-  // In a replay, inside an op: the plan re-runs this op later in the step
-  // (ReplayExecutor::recomputes_current_op).
-  bool recomputes_current_op() const { return replay_ != nullptr && replay_->recomputes_current_op(); }
+  // In a replay, inside an op: the framework must record the op's call,
+  // because the plan re-runs it later in the step
+  // (ReplayExecutor::recomputes_current_op) or, while the step can still
+  // change plans (nothing irreversible ran), another cached plan does: a plan
+  // the step switches to can re-run only ops whose calls were recorded.
+  bool recomputes_current_op() const;
   // In a replay: the traced index of the current op (RecomputeCall::source_op
   // names ops by it); -1 outside a replay.
   OpIndex current_op() const { return replay_ != nullptr ? replay_->current_op() : -1; }
@@ -257,13 +271,18 @@ class Session final : public StepHooks {
     PlanResult result;
     std::optional<UnavoidableFloor> floor;
     std::optional<BudgetOutcome> outcome;
+    // The most pinned-pool bytes (in size classes) a replay of it held at
+    // once: what the pool keeps for it between steps (Note [Pinned pool
+    // between steps]).
+    std::int64_t host_pool_peak_bytes = 0;
   };
   // Makes `it` the current plan and the most recently used.
   void use_plan(std::list<CachedPlan>::iterator it);
   // Note [Plan per step program]: after a divergence of a reversible replay,
   // hands the step to a replay of another cached plan matching the log, or to
   // a warmup, and re-feeds it the first `feed` logged events.
-  Status switch_executor(std::size_t feed, bool complete);
+  // `why`: the replay's divergence, kept for the new plan's note.
+  Status switch_executor(std::size_t feed, bool complete, const Error& why);
   bool can_switch(const Error& error) const;
   // Logs a hook call that succeeded (while the replay is reversible).
   template <class Log>
@@ -285,6 +304,7 @@ class Session final : public StepHooks {
   StepLog log_;
   bool logging_ = false;
   std::vector<std::string> plan_notes_;  // one per plan cached, the last kMaxPlanNotes
+  std::string miss_reason_;  // why this step left the plan it began replaying, if it did
   static constexpr std::size_t kMaxPlanNotes = 32;
   std::vector<bool> call_asked_;  // by op: recomputes_current_op() was true when it ran
   std::optional<Trace> unplanned_trace_;  // the last warmup's trace when planning failed

@@ -236,6 +236,35 @@ Status PinnedHostPool::trim() {
   return status;
 }
 
+Status PinnedHostPool::trim_to(std::int64_t reserved_bytes) {
+  std::vector<std::pair<void*, std::int64_t>> to_free;
+  {
+    std::lock_guard lock(mu_);
+    poll_pending_locked();
+    for (std::size_t c = free_lists_.size(); c-- > 0 && stats_.reserved_bytes > reserved_bytes;) {
+      const std::int64_t size = size_class_of_index(static_cast<std::int32_t>(c));
+      std::vector<void*>& list = free_lists_[c];
+      while (!list.empty() && stats_.reserved_bytes > reserved_bytes) {
+        to_free.emplace_back(list.back(), size);
+        list.pop_back();
+        stats_.cached_bytes -= size;
+        stats_.reserved_bytes -= size;
+      }
+    }
+  }
+  Status status = ok_status();
+  for (auto [ptr, size] : to_free) {
+    internal::unpoison_memory(ptr, size);
+    if (Status freed = backend_.free_host(ptr); !freed && status) status = std::move(freed);
+  }
+  return status;
+}
+
+void PinnedHostPool::reset_peak() {
+  std::lock_guard lock(mu_);
+  stats_.peak_bytes = stats_.current_bytes;
+}
+
 PinnedPoolStats PinnedHostPool::stats() const {
   std::lock_guard lock(mu_);
   return stats_;

@@ -96,6 +96,12 @@ class PinnedHostPool {
   Status drain();
   // Frees every cached block back to the backend.
   Status trim();
+  // Frees cached blocks, largest class first, until the pool holds at most
+  // `reserved_bytes` from the backend or nothing is cached. Blocks in use or
+  // pending stay. reserved_bytes >= 0.
+  Status trim_to(std::int64_t reserved_bytes);
+  // Starts a new peak: stats().peak_bytes becomes current_bytes.
+  void reset_peak();
 
   PinnedPoolStats stats() const;
 
