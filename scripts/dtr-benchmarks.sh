@@ -24,11 +24,6 @@
 # overrides) and python3 for the summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cli=${HYPEROFFLOAD_CLI:-build/bin/hyperoffload}
-if [[ ! -x "$cli" ]]; then
-  cmake --preset release >/dev/null
-  cmake --build --preset release --target hyperoffload_cli
-fi
 targets=0
 link=""
 while (($#)); do
@@ -42,6 +37,12 @@ while (($#)); do
   esac
   shift
 done
+
+cli=${HYPEROFFLOAD_CLI:-build/bin/hyperoffload}
+if [[ ! -x "$cli" ]]; then
+  cmake --preset release >/dev/null
+  cmake --build --preset release --target hyperoffload_cli
+fi
 
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
