@@ -64,7 +64,8 @@ class CifarBlock(nn.Module):
         y = self.bn2(self.conv2(y))
         shortcut = x
         if self.stride != 1 or self.pad:
-            shortcut = F.pad(x[:, :, ::self.stride, ::self.stride], (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
+            low, high = self.pad // 2, self.pad - self.pad // 2
+            shortcut = F.pad(x[:, :, ::self.stride, ::self.stride], (0, 0, 0, 0, low, high))
         return F.relu(y + shortcut)
 
 
@@ -234,7 +235,8 @@ class Stem(nn.Module):
                                    conv_bn_relu(32 // d, 64 // d, 3, 1, 1))
         self.branch1_conv = conv_bn_relu(64 // d, 96 // d, 3, 2)
         self.branch2a = nn.Sequential(conv_bn_relu(160 // d, 64 // d, 1), conv_bn_relu(64 // d, 96 // d, 3, 1, 1))
-        self.branch2b = nn.Sequential(conv_bn_relu(160 // d, 64 // d, 1), conv_bn_relu(64 // d, 64 // d, (1, 7), 1, (0, 3)),
+        self.branch2b = nn.Sequential(conv_bn_relu(160 // d, 64 // d, 1),
+                                      conv_bn_relu(64 // d, 64 // d, (1, 7), 1, (0, 3)),
                                       conv_bn_relu(64 // d, 64 // d, (7, 1), 1, (3, 0)),
                                       conv_bn_relu(64 // d, 96 // d, 3, 1, 1))
         self.branch3_conv = conv_bn_relu(192 // d, 192 // d, 3, 2, 1)
@@ -311,7 +313,8 @@ class InceptionC(nn.Module):
         self.b2 = conv_bn_relu(1536 // d, 384 // d, 1)
         self.b2a = conv_bn_relu(384 // d, 256 // d, (1, 3), 1, (0, 1))
         self.b2b = conv_bn_relu(384 // d, 256 // d, (3, 1), 1, (1, 0))
-        self.b3 = nn.Sequential(conv_bn_relu(1536 // d, 384 // d, 1), conv_bn_relu(384 // d, 448 // d, (3, 1), 1, (1, 0)),
+        self.b3 = nn.Sequential(conv_bn_relu(1536 // d, 384 // d, 1),
+                                conv_bn_relu(384 // d, 448 // d, (3, 1), 1, (1, 0)),
                                 conv_bn_relu(448 // d, 512 // d, (1, 3), 1, (0, 1)))
         self.b3a = conv_bn_relu(512 // d, 256 // d, (1, 3), 1, (0, 1))
         self.b3b = conv_bn_relu(512 // d, 256 // d, (3, 1), 1, (1, 0))
@@ -329,7 +332,8 @@ class InceptionV4(nn.Module):
     def __init__(self, blocks, d, dropout, classes):
         super().__init__()
         layers = [Stem(d)] + [InceptionA(d) for _ in range(blocks[0])] + [ReductionA(d)]
-        layers += [InceptionB(d) for _ in range(blocks[1])] + [ReductionB(d)] + [InceptionC(d) for _ in range(blocks[2])]
+        layers += [InceptionB(d) for _ in range(blocks[1])] + [ReductionB(d)]
+        layers += [InceptionC(d) for _ in range(blocks[2])]
         self.features = nn.Sequential(*layers)
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(1536 // d, classes)
