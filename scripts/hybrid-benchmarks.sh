@@ -49,7 +49,7 @@ done
 python3 - "$scratch"/*.result.json <<'PY'
 import json, os, sys
 targets = {30: 25.0, 50: 8.0, 70: 2.0}
-print(f"{'memory cap':10s} {'trace':14s} {'budget':>6s}  {'peak %':>8s} {'recompute %':>11s} {'hybrid %':>9s}  "
+print(f"{'memory cap':10s} {'trace':16s} {'budget':>6s}  {'peak %':>8s} {'recompute %':>11s} {'hybrid %':>9s}  "
       f"{'bound %':>7s} {'recomputes':>10s} {'target':>6s}  result")
 met = total = unreachable = 0
 rows = []
@@ -85,7 +85,7 @@ for cap, name, percent, plans in sorted(rows, key=lambda r: (r[0] != "unlimited"
             unreachable += 1
             result += " (no plan can: the bound is above the target)"
     shown_bound = f"{bound:.1f}" if bound is not None else "-"
-    print(f"{cap:10s} {name:14s} {percent:5d}%  {shown(p):>8s} {shown(rc):>11s} {shown(h):>9s}  "
+    print(f"{cap:10s} {name:16s} {percent:5d}%  {shown(p):>8s} {shown(rc):>11s} {shown(h):>9s}  "
           f"{shown_bound:>7s} {h['recompute_count']:10d} {target:5.0f}%  {result}")
 print(f"hybrid within target in {met} of {total} cases; {unreachable} of the others have a target below what any "
       "plan can reach")

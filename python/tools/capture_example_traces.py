@@ -2,7 +2,9 @@
 
     PYTHONPATH=build/python .venv/bin/python python/tools/capture_example_traces.py [--out examples/traces] [--tries 5]
 
-For each model (python/tests/models.py: gpt_decoder, resnet18, vit; and, when
+For each model (python/tests/models.py: gpt_decoder, resnet18, vit;
+python/tests/dtr_models.py: dtr_resnet32, dtr_densenet, dtr_unet,
+dtr_inception, dtr_transformer — DTR's model families, issue 26; and, when
 `transformers` is installed, python/tests/hf_models.py: hf_gpt2, hf_llama,
 hf_bert, hf_vit — built from config objects with random weights, nothing
 downloaded) it runs one step without a budget to measure the unplanned
@@ -39,6 +41,7 @@ sys.path.insert(0, str(REPO / "python" / "tests"))
 import hyperoffload as ho  # noqa: E402
 from conftest import train  # noqa: E402  (also sets one thread and deterministic algorithms)
 from models import CASES  # noqa: E402
+from dtr_models import DTR_CASES  # noqa: E402
 
 try:
     import transformers
@@ -79,7 +82,7 @@ def capture(name: str, out: pathlib.Path, tries: int) -> pathlib.Path:
 
 def capture_once(name: str) -> tuple[ho.OffloadSession, dict]:
     hf = name in HF_CASES
-    case = HF_CASES[name] if hf else CASES[name]
+    case = HF_CASES[name] if hf else DTR_CASES[name] if name in DTR_CASES else CASES[name]
     probe = ho.OffloadSession()
     train(case.build, probe, steps=1)
     peak = probe.unplanned_peak_bytes()
@@ -105,6 +108,15 @@ def capture_once(name: str) -> tuple[ho.OffloadSession, dict]:
         replay_peak_held_bytes=results[1].stats["peak_held_bytes"],
         replay_offloaded_bytes=results[1].stats["offloaded_bytes"],
     )
+    if name in DTR_CASES:
+        meta.update(
+            source_models="python/tests/dtr_models.py",
+            step="forward + cross-entropy + backward in training mode (BatchNorm batch statistics; dropout on, "
+                 "its mask op marked rng_replay: recomputable by RNG replay, trace format v3); parameter "
+                 "gradients exist before the step and are accumulated in place (not traced); the SGD update runs "
+                 "outside the step",
+            parameters=sum(p.numel() for p in case.build()[0].parameters()),
+        )
     if hf:
         model = case.build()[0]
         meta.update(
@@ -124,10 +136,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=REPO / "examples" / "traces")
     parser.add_argument("--tries", type=int, default=5, help="captures per model; the least disturbed is kept")
-    parser.add_argument("models", nargs="*", default=sorted(CASES) + sorted(HF_CASES))
+    parser.add_argument("models", nargs="*", default=sorted(CASES) + sorted(DTR_CASES) + sorted(HF_CASES))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    known = set(CASES) | set(DTR_CASES) | set(HF_CASES)
     for name in args.models:
+        if name not in known:
+            raise SystemExit(f"unknown model {name!r}; known: {', '.join(sorted(known))}")
         print(capture(name, args.out, max(1, args.tries)))
     return 0
 
