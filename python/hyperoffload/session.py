@@ -13,6 +13,7 @@ made from it. See docs/PYTHON.md.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
@@ -20,6 +21,7 @@ import logging
 import os
 import types
 import warnings
+import weakref
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -31,6 +33,28 @@ from .config import OffloadConfig
 from .errors import HyperoffloadError
 
 _LOG = logging.getLogger("hyperoffload")
+
+# Sessions not yet closed. At interpreter exit they are closed while Python is
+# still whole: the runtime's copy threads are joined, its recorded calls and
+# tensors dropped on the main thread with the GIL. Left to finalization, a
+# session still alive could be torn down from another thread (a collective's
+# worker holding the last reference) that must take the GIL while the
+# interpreter is being finalized, which aborts the process
+# ("terminate called without an active exception"; docs/PYTHON.md,
+# "Multi-process training").
+_LIVE_SESSIONS: "weakref.WeakSet[OffloadSession]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_sessions() -> None:
+    for session in list(_LIVE_SESSIONS):
+        try:
+            if session.in_step:
+                session._rt.abort_step()
+                session._in_step = False
+            session.close()
+        except Exception:  # noqa: BLE001 - exiting: nothing left to report to
+            pass
 
 
 def _size(n: Optional[int]) -> str:
@@ -144,6 +168,7 @@ class OffloadSession:
         self._mode: Optional[_StepMode] = None
         # Ends the step's torch.compile scope (_compile_check: compiled callables run eagerly in a step).
         self._end_compile_scope: Optional[Callable[[], None]] = None
+        _LIVE_SESSIONS.add(self)
 
     # ---- The whole run ----------------------------------------------------------------
 
@@ -159,6 +184,7 @@ class OffloadSession:
         if self._in_step:
             raise HyperoffloadError("close() inside a step: end the step (leave its `with session:` block) first")
         runtime, self._rt = self._rt, _ClosedRuntime()
+        _LIVE_SESSIONS.discard(self)
         del runtime  # the C++ session and its pinned pool go with the last reference
 
     @property

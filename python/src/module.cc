@@ -281,6 +281,14 @@ class PyCall final : public OpCall {
     if (how == Recomputable::kWithRngReplay) generators_ = SavedGenerators(generator, devices);
   }
   ~PyCall() override {
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+      // Taking the GIL now would end this thread (or abort the process):
+      // the objects are left to the interpreter's teardown.
+      (void)func_.release();
+      (void)args_.release();
+      (void)kwargs_.release();
+      return;
+    }
     py::gil_scoped_acquire gil;
     func_ = py::object();
     args_ = py::object();
