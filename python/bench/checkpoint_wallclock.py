@@ -1,7 +1,6 @@
 """hyperoffload's recompute and hybrid plans against gradient checkpointing, in wall clock (issue 25, part 4).
 
-    PYTHONPATH=build/python:python/tests OMP_NUM_THREADS=1 \\
-        .venv/bin/python python/bench/checkpoint_wallclock.py [--rounds 9] [--models hf_gpt2,hf_llama,gpt_decoder]
+    PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python python/bench/checkpoint_wallclock.py [--rounds 9] [--models hf_gpt2,hf_llama,gpt_decoder]
         [--quick] [--json PATH]
 
 For each model in training mode with dropout on (forward, loss, loss.backward(),
@@ -60,6 +59,8 @@ from torch import nn  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 import transformers  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
 
 import hyperoffload as ho  # noqa: E402
 from models import GptDecoder  # noqa: E402  (python/tests/models.py)
@@ -238,6 +239,7 @@ def run_model(name, shape, rounds, log):
     times = {v: [] for v in variants}
     held = {v: [] for v in variants}
     recompute_ms = {v: [] for v in variants}
+    wait_ms = {v: [] for v in variants}
     order = list(variants)
     for _ in range(rounds):
         random.shuffle(order)
@@ -250,6 +252,9 @@ def run_model(name, shape, rounds, log):
                 stats = session.stats()
                 held[variant].append(stats["peak_held_bytes"])
                 recompute_ms[variant].append(stats.get("recompute_ms", 0.0))
+                wait_ms[variant].append(stats["memory_wait_ms"])
+                info_offloaded = stats["offloaded_bytes"]
+                result[variant]["offloaded_bytes"] = info_offloaded
                 result[variant].setdefault("step_kinds", collections.Counter())[stats["kind"]] += 1
 
     checkpoint_median = statistics.median(times["checkpoint"])
@@ -264,6 +269,7 @@ def run_model(name, shape, rounds, log):
         if held[variant]:
             info["peak_held_bytes"] = max(held[variant])
             info["recompute_ms_median"] = statistics.median(recompute_ms[variant])
+            info["memory_wait_ms_median"] = statistics.median(wait_ms[variant])
             info["step_kinds"] = dict(info["step_kinds"])
     return result
 
@@ -281,12 +287,12 @@ def report(results, log):
         log(f"held activation peak: eager {mib(r['eager_peak_held_bytes'])} MiB, checkpointing "
             f"{mib(r['checkpoint_peak_held_bytes'])} MiB (the budget)")
         log(f"| variant | step ms, median (min-max) | vs checkpoint | held peak MiB | recomputes (RNG replay) "
-            f"| recompute ms |")
-        log("|---|---|---|---|---|---|")
+            f"| recompute ms | offloaded MiB | memory wait ms |")
+        log("|---|---|---|---|---|---|---|---|")
         for variant in VARIANTS:
             info = r.get(variant, {})
             if not info.get("feasible", True):
-                log(f"| {variant} | infeasible, floor {mib(info['floor_bytes'])} MiB | | | | |")
+                log(f"| {variant} | infeasible, floor {mib(info['floor_bytes'])} MiB | | | | | | |")
                 continue
             peak = info.get("peak_held_bytes")
             if variant == "eager":
@@ -297,7 +303,8 @@ def report(results, log):
             log(f"| {variant} | {info['median_ms']:.1f} ({info['min_ms']:.1f}-{info['max_ms']:.1f}) "
                 f"| {info['vs_checkpoint']:.2f}x | {mib(peak)} "
                 f"| {'' if rec is None else str(rec['count']) + ' (' + str(rec['rng_replay']) + ')'} "
-                f"| {info.get('recompute_ms_median', 0.0):.1f} |")
+                f"| {info.get('recompute_ms_median', 0.0):.1f} | {mib(info.get('offloaded_bytes', 0))} "
+                f"| {info.get('memory_wait_ms_median', 0.0):.1f} |")
         for variant in ("recompute", "hybrid"):
             rec = r.get(variant, {}).get("recomputes")
             if rec:
