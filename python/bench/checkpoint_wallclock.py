@@ -1,7 +1,7 @@
 """hyperoffload's recompute and hybrid plans against gradient checkpointing, in wall clock (issue 25, part 4).
 
-    PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python python/bench/checkpoint_wallclock.py [--rounds 9] [--models hf_gpt2,hf_llama,gpt_decoder]
-        [--quick] [--json PATH]
+    PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python python/bench/checkpoint_wallclock.py \\
+        [--rounds 9] [--models hf_gpt2,hf_llama,gpt_decoder] [--quick] [--json PATH]
 
 For each model in training mode with dropout on (forward, loss, loss.backward(),
 gradients set to None before each step), on the CPU with one intra-op thread:
@@ -16,7 +16,9 @@ gradients set to None before each step), on the CPU with one intra-op thread:
   session      an OffloadSession with no budget: its replays cost the
                interception alone (nothing is moved or re-run);
   recompute    OffloadSession(planner="recompute") at checkpointing's peak;
-  hybrid       OffloadSession(planner="hybrid") at checkpointing's peak.
+  hybrid       OffloadSession(planner="hybrid") at checkpointing's peak;
+  recompute Fx planner="recompute" at F times checkpointing's peak (--looser,
+               default 1.25,1.5): what recompute gains with some memory to spare.
 
 Checkpointing's peak is measured, not estimated: one step of the checkpointed
 model inside an OffloadSession with no budget (the tracker) gives the peak of
@@ -176,22 +178,48 @@ def measured_peak(loss_fn, modules) -> int:
     return tracker.stats()["peak_held_bytes"]
 
 
+MATMULS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm")
+
+
+def forward_ms(trace) -> "float | None":
+    """The traced time of the step's forward: its ops up to the loss (nll_loss_forward), inclusive."""
+    total = 0.0
+    for op in trace["ops"]:
+        total += op["duration_ms"]
+        if op["name"] == "aten::nll_loss_forward":
+            return total
+    return None
+
+
 def recompute_ops(session) -> dict:
-    """The ops the plan re-runs per step, by name, and how many of them replay an RNG state."""
+    """What the plan re-runs per step: by op name, RNG-replayed ones, and its traced time.
+
+    traced_ms is the warmup's measured time of the re-run ops (one per action);
+    distinct_ops how many traced ops that is, most_reruns the most times one op
+    is re-run in a step (an op re-run for several dropped results, or inside
+    several recompute chains).
+    """
     schedule, trace = session.schedule(), session.trace()
     ops = trace["ops"]
     names = collections.Counter()
+    per_op = collections.Counter()
     random_ones = 0
+    traced = matmul = 0.0
     for action in schedule["actions"]:
         if action["kind"] != "recompute":
             continue
         op = ops[action["source_op"]]
         names[op["name"]] += 1
+        per_op[action["source_op"]] += 1
         random_ones += bool(op.get("rng_replay"))
-    return {"count": sum(names.values()), "rng_replay": random_ones, "by_op": dict(names.most_common())}
+        traced += op["duration_ms"]
+        matmul += op["duration_ms"] if op["name"] in MATMULS else 0.0
+    return {"count": sum(names.values()), "rng_replay": random_ones, "by_op": dict(names.most_common()),
+            "distinct_ops": len(per_op), "most_reruns": max(per_op.values(), default=0),
+            "traced_ms": traced, "matmul_traced_ms": matmul, "forward_traced_ms": forward_ms(trace)}
 
 
-def run_model(name, shape, rounds, log):
+def run_model(name, shape, rounds, log, looser=()):
     model, eager_loss, checkpoint_loss, modules = BUILDERS[name](shape)
     result = {"model": name, "description": DESCRIPTIONS[name], "shape": shape, "rounds": rounds}
     eager_peak = measured_peak(eager_loss, modules)
@@ -203,12 +231,19 @@ def run_model(name, shape, rounds, log):
 
     calls = {"eager": (eager_loss, None), "checkpoint": (checkpoint_loss, None)}
     sessions = {"session": ho.OffloadSession()}
+    budgets = {"session": None}
     for planner in ("recompute", "hybrid"):
-        sessions[planner] = ho.OffloadSession(
-            ho.OffloadConfig(max_resident_activation_bytes=budget, planner=planner))
+        budgets[planner] = budget
+    for factor in looser:
+        budgets[f"recompute {factor:g}x"] = int(budget * factor)
+    for variant, variant_budget in budgets.items():
+        if variant_budget is not None:
+            sessions[variant] = ho.OffloadSession(ho.OffloadConfig(
+                max_resident_activation_bytes=variant_budget, planner=variant.split()[0]))
+    result["variants"] = list(VARIANTS) + [v for v in budgets if v not in VARIANTS]
     variants = {}
-    for variant in VARIANTS:
-        info = {}
+    for variant in result["variants"]:
+        info = {"budget_bytes": budgets.get(variant)}
         if variant in calls:
             variants[variant] = calls[variant]
         else:
@@ -223,7 +258,7 @@ def run_model(name, shape, rounds, log):
             except ho.BudgetError as error:
                 info.update(feasible=False, floor_bytes=session.floor_bytes(), error=str(error).splitlines()[0])
                 result[variant] = info
-                log(f"  {variant}: infeasible at {budget / 2**20:.2f} MiB, floor "
+                log(f"  {variant}: infeasible at {budgets[variant] / 2**20:.2f} MiB, floor "
                     f"{(session.floor_bytes() or 0) / 2**20:.2f} MiB")
                 continue
             plan = session.plan_summary()
@@ -289,7 +324,7 @@ def report(results, log):
         log(f"| variant | step ms, median (min-max) | vs checkpoint | held peak MiB | recomputes (RNG replay) "
             f"| recompute ms | offloaded MiB | memory wait ms |")
         log("|---|---|---|---|---|---|---|---|")
-        for variant in VARIANTS:
+        for variant in r["variants"]:
             info = r.get(variant, {})
             if not info.get("feasible", True):
                 log(f"| {variant} | infeasible, floor {mib(info['floor_bytes'])} MiB | | | | | | |")
@@ -305,10 +340,16 @@ def report(results, log):
                 f"| {'' if rec is None else str(rec['count']) + ' (' + str(rec['rng_replay']) + ')'} "
                 f"| {info.get('recompute_ms_median', 0.0):.1f} | {mib(info.get('offloaded_bytes', 0))} "
                 f"| {info.get('memory_wait_ms_median', 0.0):.1f} |")
-        for variant in ("recompute", "hybrid"):
-            rec = r.get(variant, {}).get("recomputes")
-            if rec:
-                log(f"{variant} re-runs: " + ", ".join(f"{op} x{n}" for op, n in rec["by_op"].items()))
+        extra = {v: r[v]["median_ms"] - r["eager"]["median_ms"] for v in r["variants"] if "median_ms" in r[v]}
+        log("median step time over eager's: " + ", ".join(f"{v} {ms:+.1f} ms" for v, ms in extra.items()))
+        for variant in r["variants"][3:]:
+            rec = r[variant].get("recomputes")
+            if rec and rec["count"]:
+                forward = rec["forward_traced_ms"]
+                log(f"{variant} re-runs {rec['count']} ops per step ({rec['distinct_ops']} distinct, one up to "
+                    f"{rec['most_reruns']}x), {rec['traced_ms']:.1f} ms traced ({rec['matmul_traced_ms']:.1f} ms "
+                    f"of it matmuls; the whole forward to the loss is {forward or 0.0:.1f} ms traced): "
+                    + ", ".join(f"{op} x{n}" for op, n in rec["by_op"].items()))
 
 
 def main(argv=None):
@@ -318,11 +359,20 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny models, 2 rounds")
     parser.add_argument("--json", help="write the results as JSON to this path")
     parser.add_argument("--seed", type=int, default=0, help="seed of the round order")
+    parser.add_argument("--looser", default="1.25,1.5",
+                        help="also run planner='recompute' at these multiples of checkpointing's peak "
+                             "(comma-separated, each > 1; '' for none)")
     args = parser.parse_args(argv)
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if n not in BUILDERS]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; known: {sorted(BUILDERS)}")
+    try:
+        looser = [float(f) for f in args.looser.split(",") if f.strip()]
+    except ValueError:
+        parser.error(f"--looser: not a comma-separated list of numbers: {args.looser!r}")
+    if any(not f > 1 for f in looser):
+        parser.error("--looser: every multiple must be above 1")
     rounds = 2 if args.quick else args.rounds
     if rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -336,7 +386,7 @@ def main(argv=None):
     results = []
     for name in names:
         log(f"{name} ...")
-        results.append(run_model(name, shapes[name], rounds, log))
+        results.append(run_model(name, shapes[name], rounds, log, looser))
     report(results, log)
     document = {"torch": torch.__version__, "transformers": transformers.__version__, "threads": 1,
                 "quick": args.quick, "results": results}

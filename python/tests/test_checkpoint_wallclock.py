@@ -37,11 +37,15 @@ def test_quick_run_is_well_formed_and_measured_peaks_are_within_the_budget(tmp_p
         assert r["budget_bytes"] == r["checkpoint_peak_held_bytes"]
         assert r["checkpoint"]["vs_checkpoint"] == 1.0
         assert r["eager"]["feasible"] and r["checkpoint"]["feasible"] and r["session"]["feasible"]
-        for variant in VARIANTS:
+        assert r["variants"] == list(VARIANTS) + ["recompute 1.25x", "recompute 1.5x"]
+        budgets = {"recompute": r["budget_bytes"], "hybrid": r["budget_bytes"],
+                   "recompute 1.25x": int(r["budget_bytes"] * 1.25), "recompute 1.5x": int(r["budget_bytes"] * 1.5)}
+        for variant in r["variants"]:
             info = r[variant]
+            assert info["budget_bytes"] == budgets.get(variant)
             if not info["feasible"]:
-                assert variant in ("recompute", "hybrid")
-                assert info["floor_bytes"] > r["budget_bytes"]
+                assert variant.startswith(("recompute", "hybrid"))
+                assert info["floor_bytes"] > info["budget_bytes"]
                 assert f"| {variant} | infeasible, floor " in out
                 continue
             assert len(info["step_ms"]) == 2 and all(t > 0 for t in info["step_ms"])
@@ -55,16 +59,21 @@ def test_quick_run_is_well_formed_and_measured_peaks_are_within_the_budget(tmp_p
             if variant == "session":
                 assert info["offloaded_bytes"] == 0 and info["recompute_ms_median"] == 0.0
                 continue
-            assert info["peak_held_bytes"] <= r["budget_bytes"], (r["model"], variant)
-            assert info["planned_peak_bytes"] <= r["budget_bytes"]
+            assert info["peak_held_bytes"] <= info["budget_bytes"], (r["model"], variant)
+            assert info["planned_peak_bytes"] <= info["budget_bytes"]
             recomputes = info["recomputes"]
             assert recomputes["count"] == sum(recomputes["by_op"].values())
             assert 0 <= recomputes["rng_replay"] <= recomputes["count"]
+            assert recomputes["distinct_ops"] <= recomputes["count"]
+            assert 0 <= recomputes["matmul_traced_ms"] <= recomputes["traced_ms"]
+            assert recomputes["forward_traced_ms"] > 0
+            if variant.startswith("recompute"):
+                assert info["offloaded_bytes"] == 0
             if variant == "recompute":
-                assert recomputes["count"] > 0 and info["offloaded_bytes"] == 0
+                assert recomputes["count"] > 0
                 rng_replayed += recomputes["rng_replay"]
         assert f"\n{r['model']}: " in out
-        for variant in VARIANTS:
+        for variant in r["variants"]:
             assert f"| {variant} | " in out
     # Dropout is among what the recompute plans re-run (RNG replay).
     assert rng_replayed > 0
