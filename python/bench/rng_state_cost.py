@@ -16,17 +16,17 @@ interleaved repeats:
               get_state + set_state back afterwards.
 2. In the runtime: a step of N ops each made once and read again in the
    backward (`w * r`, with `r` the op's result), planned with
-   planner="recompute" at 1.05x its floor, so the plan drops most results and
-   re-runs their ops before the backward reads them. The ops are
-   `torch.rand_like(x)` (random: RNG replay) or `x * 2.0` (deterministic, `aten::mul.Tensor`), on
-   tensors of --numel floats. Reported per recompute: the runtime's own
-   recompute time (stats()["recompute_ms"] / stats()["recompute_count"]), the
-   op's time as the warmup traced it (the median `duration_ms`, in
-   session.trace(), of the ops the plan re-runs, measured in C++ like the recompute), the op's time from
-   Python (with Python's call overhead, for reference) and the recompute's
-   time less the traced op's (the bookkeeping of a recompute); the random
-   op's bookkeeping less the deterministic op's is what RNG replay adds per
-   recompute.
+   planner="recompute" at 1.05x its floor, so the plan drops most results
+   and re-runs their ops before the backward reads them. The ops are
+   `torch.rand_like(x)` (random: RNG replay) or `x * 2.0` (deterministic,
+   `aten::mul.Tensor`), on tensors of --numel floats. Reported per
+   recompute: the runtime's own recompute time (stats()["recompute_ms"] /
+   stats()["recompute_count"]), the op's time as the warmup traced it (the
+   median `duration_ms`, in session.trace(), of the ops the plan re-runs,
+   measured in C++ like the recompute), the op's time from Python (with
+   Python's call overhead, for reference) and the recompute's time less the
+   traced op's (the bookkeeping of a recompute); the random op's bookkeeping
+   less the deterministic op's is what RNG replay adds per recompute.
 """
 
 from __future__ import annotations
