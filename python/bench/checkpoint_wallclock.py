@@ -37,7 +37,9 @@ name). On this CPU an offload is a memcpy into the session's host pool (the
 same RAM): a hybrid plan that offloads is cheap here and would not be on a GPU.
 
 --quick runs tiny models, 2 rounds (python/tests/test_checkpoint_wallclock.py).
---json writes the results as one JSON document.
+--json writes the results as one JSON document; --combine A.json B.json ...
+pools the step times of such runs into one table per model (median, quartiles,
+minimum; speed relative to checkpointing on the pooled medians and per run).
 """
 
 from __future__ import annotations
@@ -352,6 +354,59 @@ def report(results, log):
                     + ", ".join(f"{op} x{n}" for op, n in rec["by_op"].items()))
 
 
+def _span(values, fmt="{:.0f}"):
+    low, high = min(values), max(values)
+    return fmt.format(low) if low == high else fmt.format(low) + "-" + fmt.format(high)
+
+
+def combine(paths, log):
+    """Pools the step times of several --json runs (same models and variants) into one table per model."""
+    documents = []
+    for path in paths:
+        with open(path) as f:
+            documents.append(json.load(f))
+    by_model = collections.defaultdict(list)
+    for document in documents:
+        for r in document["results"]:
+            by_model[r["model"]].append(r)
+    for model, runs in by_model.items():
+        if any(r["shape"] != runs[0]["shape"] for r in runs):
+            raise SystemExit(f"{model}: the runs have different shapes")
+        rounds = sum(r["rounds"] for r in runs)
+        log(f"\n{model}: {runs[0]['description']} {runs[0]['shape']}; {len(runs)} runs, {rounds} interleaved "
+            f"rounds in all, 1 thread; held activation peak: eager {mib(runs[0]['eager_peak_held_bytes'])} MiB, "
+            f"checkpointing {mib(runs[0]['checkpoint_peak_held_bytes'])} MiB")
+        log("| variant | step ms, median (IQR) [min] | vs checkpoint | vs checkpoint per run | held peak MiB "
+            "| recomputes per step (RNG replay) | re-run ms, traced |")
+        log("|---|---|---|---|---|---|---|")
+        pooled = {}
+        variants = list(dict.fromkeys(v for r in runs for v in r["variants"]))
+        for variant in variants:
+            pooled[variant] = [t for r in runs for t in r.get(variant, {}).get("step_ms", [])]
+        checkpoint = statistics.median(pooled["checkpoint"])
+        for variant in variants:
+            infos = [r[variant] for r in runs if variant in r]
+            if not all(info["feasible"] for info in infos):
+                floors = [info["floor_bytes"] for info in infos if not info["feasible"]]
+                log(f"| {variant} | infeasible in {len(floors)} of {len(infos)} runs, floor "
+                    f"{_span([f / 2**20 for f in floors], '{:.2f}')} MiB | | | | | |")
+                continue
+            t = pooled[variant]
+            q1, median, q3 = statistics.quantiles(t, n=4) if len(t) > 1 else (t[0], t[0], t[0])
+            median = statistics.median(t)
+            per_run = ", ".join(f"{info['vs_checkpoint']:.2f}" for info in infos)
+            if variant in ("eager", "checkpoint"):
+                peaks = [r[f"{variant}_peak_held_bytes"] for r in runs]
+            else:
+                peaks = [info["peak_held_bytes"] for info in infos]
+            recs = [info["recomputes"] for info in infos if "recomputes" in info]
+            rec = "" if not recs else (f"{_span([x['count'] for x in recs])} "
+                                       f"({_span([x['rng_replay'] for x in recs])})")
+            traced = "" if not recs else _span([x["traced_ms"] for x in recs])
+            log(f"| {variant} | {median:.0f} ({q1:.0f}-{q3:.0f}) [{min(t):.0f}] | {checkpoint / median:.2f}x "
+                f"| {per_run} | {_span([p / 2**20 for p in peaks], '{:.2f}')} | {rec} | {traced} |")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
@@ -359,10 +414,15 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny models, 2 rounds")
     parser.add_argument("--json", help="write the results as JSON to this path")
     parser.add_argument("--seed", type=int, default=0, help="seed of the round order")
+    parser.add_argument("--combine", nargs="+", metavar="JSON",
+                        help="print one table per model pooling these --json runs, and run nothing")
     parser.add_argument("--looser", default="1.25,1.5",
                         help="also run planner='recompute' at these multiples of checkpointing's peak "
                              "(comma-separated, each > 1; '' for none)")
     args = parser.parse_args(argv)
+    if args.combine:
+        combine(args.combine, lambda line: print(line, flush=True))
+        return {"combined": args.combine}
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if n not in BUILDERS]
     if unknown:

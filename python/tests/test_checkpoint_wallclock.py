@@ -77,3 +77,12 @@ def test_quick_run_is_well_formed_and_measured_peaks_are_within_the_budget(tmp_p
             assert f"| {variant} | " in out
     # Dropout is among what the recompute plans re-run (RNG replay).
     assert rng_replayed > 0
+
+    # --combine pools runs: twice the same run gives its medians again, over twice the rounds.
+    assert bench.main(["--combine", str(path), str(path)]) == {"combined": [str(path), str(path)]}
+    combined = capsys.readouterr().out
+    for r in results:
+        assert f"\n{r['model']}: " in combined and "; 2 runs, 4 interleaved rounds in all" in combined
+        median = r["eager"]["median_ms"]
+        assert f"| eager | {median:.0f} (" in combined
+        assert f"| checkpoint | {r['checkpoint']['median_ms']:.0f} (" in combined
