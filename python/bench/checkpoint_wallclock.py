@@ -1,7 +1,9 @@
 """hyperoffload's recompute and hybrid plans against gradient checkpointing, in wall clock (issue 25, part 4).
 
     PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python python/bench/checkpoint_wallclock.py \\
-        [--rounds 9] [--models hf_gpt2,hf_llama,gpt_decoder] [--quick] [--json PATH]
+        [--rounds 9] [--models hf_gpt2,hf_llama,gpt_decoder] [--looser 1.25,1.5] [--seed 0]
+        [--quick] [--json PATH]
+    .venv/bin/python python/bench/checkpoint_wallclock.py --combine run1.json run2.json ...
 
 For each model in training mode with dropout on (forward, loss, loss.backward(),
 gradients set to None before each step), on the CPU with one intra-op thread:
@@ -222,7 +224,7 @@ def recompute_ops(session) -> dict:
 
 
 def run_model(name, shape, rounds, log, looser=()):
-    model, eager_loss, checkpoint_loss, modules = BUILDERS[name](shape)
+    _, eager_loss, checkpoint_loss, modules = BUILDERS[name](shape)
     result = {"model": name, "description": DESCRIPTIONS[name], "shape": shape, "rounds": rounds}
     eager_peak = measured_peak(eager_loss, modules)
     checkpoint_peak = measured_peak(checkpoint_loss, modules)
@@ -290,8 +292,7 @@ def run_model(name, shape, rounds, log, looser=()):
                 held[variant].append(stats["peak_held_bytes"])
                 recompute_ms[variant].append(stats.get("recompute_ms", 0.0))
                 wait_ms[variant].append(stats["memory_wait_ms"])
-                info_offloaded = stats["offloaded_bytes"]
-                result[variant]["offloaded_bytes"] = info_offloaded
+                result[variant]["offloaded_bytes"] = stats["offloaded_bytes"]
                 result[variant].setdefault("step_kinds", collections.Counter())[stats["kind"]] += 1
 
     checkpoint_median = statistics.median(times["checkpoint"])
@@ -392,7 +393,7 @@ def combine(paths, log):
                     f"{_span([f / 2**20 for f in floors], '{:.2f}')} MiB | | | | | |")
                 continue
             t = pooled[variant]
-            q1, median, q3 = statistics.quantiles(t, n=4) if len(t) > 1 else (t[0], t[0], t[0])
+            q1, _, q3 = statistics.quantiles(t, n=4) if len(t) > 1 else (t[0], t[0], t[0])
             median = statistics.median(t)
             per_run = ", ".join(f"{info['vs_checkpoint']:.2f}" for info in infos)
             if variant in ("eager", "checkpoint"):
