@@ -1,0 +1,88 @@
+"""python/bench/checkpoint_wallclock.py --quick: well-formed results, and the sessions stay within their budget."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from conftest import REPO
+
+VARIANTS = ("eager", "checkpoint", "session", "recompute", "hybrid")
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("checkpoint_wallclock",
+                                                  REPO / "python" / "bench" / "checkpoint_wallclock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_run_is_well_formed_and_measured_peaks_are_within_the_budget(tmp_path, capsys):
+    bench = load_bench()
+    path = tmp_path / "results.json"
+    document = bench.main(["--quick", "--json", str(path)])
+    out = capsys.readouterr().out
+
+    assert json.loads(path.read_text()) == json.loads(json.dumps(document))
+    assert document["quick"] is True and document["threads"] == 1
+    results = document["results"]
+    assert [r["model"] for r in results] == ["hf_gpt2", "hf_llama", "gpt_decoder"]
+    rng_replayed = 0
+    for r in results:
+        assert r["rounds"] == 2
+        assert r["shape"] == bench.QUICK[r["model"]]
+        # Checkpointing lowers the held peak the tracker measured; that peak is the sessions' budget.
+        assert 0 < r["checkpoint_peak_held_bytes"] < r["eager_peak_held_bytes"]
+        assert r["budget_bytes"] == r["checkpoint_peak_held_bytes"]
+        assert r["checkpoint"]["vs_checkpoint"] == 1.0
+        assert r["eager"]["feasible"] and r["checkpoint"]["feasible"] and r["session"]["feasible"]
+        assert r["variants"] == list(VARIANTS) + ["recompute 1.25x", "recompute 1.5x"]
+        budgets = {"recompute": r["budget_bytes"], "hybrid": r["budget_bytes"],
+                   "recompute 1.25x": int(r["budget_bytes"] * 1.25), "recompute 1.5x": int(r["budget_bytes"] * 1.5)}
+        for variant in r["variants"]:
+            info = r[variant]
+            assert info["budget_bytes"] == budgets.get(variant)
+            if not info["feasible"]:
+                assert variant.startswith(("recompute", "hybrid"))
+                assert info["floor_bytes"] > info["budget_bytes"]
+                assert f"| {variant} | infeasible, floor " in out
+                continue
+            assert len(info["step_ms"]) == 2 and all(t > 0 for t in info["step_ms"])
+            assert info["min_ms"] <= info["median_ms"] <= info["max_ms"]
+            assert info["vs_checkpoint"] == r["checkpoint"]["median_ms"] / info["median_ms"]
+            if variant in ("eager", "checkpoint"):
+                continue
+            # Every timed step of a session was a replay of its plan, measured by the runtime.
+            assert info["step_kinds"] == {"replay": 2}
+            assert info["peak_held_bytes"] > 0
+            if variant == "session":
+                assert info["offloaded_bytes"] == 0 and info["recompute_ms_median"] == 0.0
+                continue
+            assert info["peak_held_bytes"] <= info["budget_bytes"], (r["model"], variant)
+            assert info["planned_peak_bytes"] <= info["budget_bytes"]
+            recomputes = info["recomputes"]
+            assert recomputes["count"] == sum(recomputes["by_op"].values())
+            assert 0 <= recomputes["rng_replay"] <= recomputes["count"]
+            assert recomputes["distinct_ops"] <= recomputes["count"]
+            assert 0 <= recomputes["matmul_traced_ms"] <= recomputes["traced_ms"]
+            assert recomputes["forward_traced_ms"] > 0
+            if variant.startswith("recompute"):
+                assert info["offloaded_bytes"] == 0
+            if variant == "recompute":
+                assert recomputes["count"] > 0
+                rng_replayed += recomputes["rng_replay"]
+        assert f"\n{r['model']}: " in out
+        for variant in r["variants"]:
+            assert f"| {variant} | " in out
+    # Dropout is among what the recompute plans re-run (RNG replay).
+    assert rng_replayed > 0
+
+    # --combine pools runs: twice the same run gives its medians again, over twice the rounds.
+    assert bench.main(["--combine", str(path), str(path)]) == {"combined": [str(path), str(path)]}
+    combined = capsys.readouterr().out
+    for r in results:
+        assert f"\n{r['model']}: " in combined and "; 2 runs, 4 interleaved rounds in all" in combined
+        median = r["eager"]["median_ms"]
+        assert f"| eager | {median:.0f} (" in combined
+        assert f"| checkpoint | {r['checkpoint']['median_ms']:.0f} (" in combined
