@@ -17,6 +17,7 @@ measured by an unbudgeted session.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import warnings
@@ -308,3 +309,45 @@ def test_importing_the_module_needs_neither_framework():
     with pytest.raises(AttributeError, match="has no attribute 'Nothing'"):
         integrations.Nothing  # noqa: B018
     assert integrations.OffloadTrainer.__module__ == "hyperoffload.integrations"
+
+
+# ---- accelerate (the docs' example: accelerator.backward inside the step) ---------------------------
+
+
+def run_accelerate(session=None):
+    accelerate = pytest.importorskip("accelerate")
+    accelerate.utils.set_seed(0)
+    accelerator = accelerate.Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model = tiny_gpt2()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = torch.utils.data.DataLoader(examples(14, range(5, 25)), batch_size=BATCH,
+                                         collate_fn=PadWithLabels(pad_to_multiple_of=8))
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    model.train()
+    losses, stats = [], []
+    for _ in range(2):  # epochs
+        for batch in loader:
+            with accelerator.accumulate(model):
+                with session if session is not None else contextlib.nullcontext():
+                    loss = model(**batch).loss
+                    accelerator.backward(loss)  # divides by gradient_accumulation_steps
+                if session is not None:
+                    stats.append(session.stats())
+                losses.append(loss.detach())
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()  # the prepared optimizer steps only when the window ends
+                optimizer.zero_grad()
+    accelerator.free_memory()
+    return losses, [p.detach().clone() for p in model.parameters()], stats
+
+
+def test_accelerate_backward_inside_the_step_is_bit_identical():
+    budget = trainer_budget()
+    eager = run_accelerate()
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="peak"))
+    offloaded = run_accelerate(session)
+    assert len(eager[0]) == 8
+    assert_same(eager[0], offloaded[0])
+    assert_same(eager[1], offloaded[1])
+    check_steps(session, offloaded[2], budget)
