@@ -130,8 +130,8 @@ def run_trainer(tmp_path, accumulate, session=None):
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=BATCH, gradient_accumulation_steps=accumulate,
         num_train_epochs=2, learning_rate=1e-2, max_grad_norm=1.0, lr_scheduler_type="linear", optim="adamw_torch",
-        save_strategy="no", logging_strategy="no", report_to=[], use_cpu=True, seed=0, data_seed=0,
-        disable_tqdm=True, dataloader_num_workers=0)
+        save_strategy="no", logging_strategy="no", eval_strategy="epoch", report_to=[], use_cpu=True, seed=0,
+        data_seed=0, disable_tqdm=True, dataloader_num_workers=0)
     if session is None:
         cls = type("RecordingTrainer", (Recording, transformers.Trainer), {})
         extra = {}
@@ -139,7 +139,7 @@ def run_trainer(tmp_path, accumulate, session=None):
         cls = type("RecordingOffloadTrainer", (Recording, integrations.OffloadTrainer), {})
         extra = {"offload_session": session}
     trainer = cls(model=tiny_gpt2(), args=args, train_dataset=examples(14, range(5, 25)),
-                  data_collator=PadWithLabels(pad_to_multiple_of=8), **extra)
+                  eval_dataset=examples(6, range(3, 30)), data_collator=PadWithLabels(pad_to_multiple_of=8), **extra)
     trainer.step_losses, trainer.step_stats = [], []
     trainer.train()
     return trainer
@@ -148,7 +148,8 @@ def run_trainer(tmp_path, accumulate, session=None):
 @pytest.mark.parametrize("accumulate", [1, 3])
 def test_trainer_steps_are_bit_identical_to_the_trainer_without_it(tmp_path, accumulate):
     # 14 examples of 5..24 tokens, padded per batch to a multiple of 8 (8, 16
-    # or 24): 4 batches an epoch, the last of 2 examples; 2 epochs.
+    # or 24): 4 batches an epoch, the last of 2 examples; 2 epochs, each
+    # followed by an evaluation (outside the session).
     budget = trainer_budget()
     eager = run_trainer(tmp_path / "eager", accumulate)
     session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="peak"))
@@ -156,6 +157,8 @@ def test_trainer_steps_are_bit_identical_to_the_trainer_without_it(tmp_path, acc
     assert len(eager.step_losses) == 8
     assert_same(eager.step_losses, offloaded.step_losses)
     assert_same([p.detach() for p in eager.model.parameters()], [p.detach() for p in offloaded.model.parameters()])
+    evals = [[e["eval_loss"] for e in t.state.log_history if "eval_loss" in e] for t in (eager, offloaded)]
+    assert len(evals[0]) == 2 and evals[0] == evals[1]
     assert eager.state.global_step == offloaded.state.global_step == (4 if accumulate == 3 else 8)  # the last window of an epoch is short
     check_steps(session, offloaded.step_stats, budget)
     assert not session.in_step
@@ -205,7 +208,7 @@ class TinyGpt(L.LightningModule):
         super().__init__()
         torch.manual_seed(3)
         self.model = GptDecoder(VOCAB, CONTEXT, width=32, heads=2, layers=2, ffn=64, dropout=0.1)
-        self.step_losses = []
+        self.step_losses, self.val_losses = [], []
 
     def training_step(self, batch, batch_idx):
         (tokens,) = batch
@@ -213,6 +216,11 @@ class TinyGpt(L.LightningModule):
         loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
         self.step_losses.append(loss.detach().clone())
         return loss
+
+    def validation_step(self, batch, batch_idx):
+        (tokens,) = batch
+        logits = self.model(tokens[:, :-1])
+        self.val_losses.append(nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1)))
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=1e-2)
@@ -229,9 +237,9 @@ class StatsAfterEachBatch(L.Callback):
         self.stats.append(self.session.stats())
 
 
-def lightning_loader():
-    # 22 sequences of 25 tokens: 5 batches of 4 and a last one of 2.
-    tokens = torch.randint(0, VOCAB, (22, CONTEXT - 7), generator=torch.Generator().manual_seed(6))
+def lightning_loader(count=22, length=CONTEXT - 7, seed=6):
+    # Training: 22 sequences of 25 tokens, 5 batches of 4 and a last one of 2.
+    tokens = torch.randint(0, VOCAB, (count, length), generator=torch.Generator().manual_seed(seed))
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(tokens), batch_size=BATCH, shuffle=False)
 
 
@@ -253,7 +261,8 @@ def run_lightning(accumulate, callbacks=()):
                         accumulate_grad_batches=accumulate, gradient_clip_val=1.0, callbacks=list(callbacks))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        trainer.fit(module, lightning_loader())
+        # Validation at each epoch's end (outside the session): 2 batches of another length.
+        trainer.fit(module, lightning_loader(), lightning_loader(8, 17, 7))
     return module
 
 
@@ -268,6 +277,8 @@ def test_lightning_steps_are_bit_identical_to_the_run_without_the_callback(accum
     assert len(eager.step_losses) == 12  # 6 batches, 2 epochs
     assert_same(eager.step_losses, offloaded.step_losses)
     assert_same([p.detach() for p in eager.parameters()], [p.detach() for p in offloaded.parameters()])
+    assert len(eager.val_losses) == 4
+    assert_same(eager.val_losses, offloaded.val_losses)
     check_steps(callback.offload_session, recorder.stats, budget)
     # Two shapes (4 and 2 sequences); with accumulation, the first micro-batch
     # after zero_grad creates .grad and the next adds into it: more programs.
@@ -288,6 +299,7 @@ def test_lightning_exception_in_the_training_step_aborts_the_step():
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[callback])
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        warnings.filterwarnings("ignore", message=".*no `val_dataloader`.*")
         with pytest.raises(ValueError, match="batch 2 fails"):
             trainer.fit(Failing(), lightning_loader())
     assert not callback.offload_session.in_step
