@@ -287,6 +287,60 @@ def test_lightning_steps_are_bit_identical_to_the_run_without_the_callback(accum
     callback.offload_session.close()
 
 
+class ManualGpt(TinyGpt):
+    """Manual optimization: backward, clipping and the optimizer step inside training_step (inside the step)."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        (tokens,) = batch
+        logits = self.model(tokens[:, :-1])
+        loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+        self.step_losses.append(loss.detach().clone())
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        self.clip_gradients(optimizer, gradient_clip_val=1.0)
+        optimizer.step()
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+
+def test_lightning_manual_optimization_is_bit_identical():
+    def run(callbacks=()):
+        L.seed_everything(0, verbose=False)
+        module = ManualGpt()
+        trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, callbacks=list(callbacks))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=".*no `val_dataloader`.*")
+            trainer.fit(module, lightning_loader())
+        return module
+
+    budget = lightning_budget()
+    eager = run()
+    callback = integrations.OffloadCallback(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="peak"))
+    recorder = StatsAfterEachBatch(callback.offload_session)
+    # The first step also creates AdamW's state (two copies of the parameters),
+    # which stays on the device: its floor is above this budget. A warning, and
+    # the next step warms up again (docs/PYTHON.md, "Training loops").
+    with pytest.warns(RuntimeWarning, match="below the unavoidable floor .* This was the first warmup step"):
+        offloaded = run([callback, recorder])
+    assert len(eager.step_losses) == 6
+    assert_same(eager.step_losses, offloaded.step_losses)
+    assert_same([p.detach() for p in eager.parameters()], [p.detach() for p in offloaded.parameters()])
+    assert recorder.stats[0]["kind"] == "warmup" and recorder.stats[0]["peak_held_bytes"] > budget
+    assert [s["kind"] for s in recorder.stats[1:]] == ["warmup", "replay", "replay", "replay", "warmup"]  # last: 2
+    for s in recorder.stats[1:]:
+        assert not s["passthrough"] and s["peak_held_bytes"] <= budget
+    # The optimizer step ran inside each step: AdamW's update (a foreach or per-parameter op) is traced.
+    assert any("addcdiv" in op["name"] for op in callback.offload_session.trace()["ops"])
+
+
 def test_lightning_exception_in_the_training_step_aborts_the_step():
     class Failing(TinyGpt):
         def training_step(self, batch, batch_idx):
