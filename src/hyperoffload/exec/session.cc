@@ -291,7 +291,8 @@ Status Session::finish_warmup() {
   std::erase_if(plans_, [&](const CachedPlan& cached) {
     return cached.program_tag == program_tag_ && same_program(*cached.plan, *plan_);
   });
-  plans_.push_front(CachedPlan{plan_, plan_result_, floor_, budget_outcome_, program_tag_});
+  plans_.push_front(CachedPlan{plan_, plan_result_, floor_, budget_outcome_});
+  plans_.front().program_tag = program_tag_;
   while (static_cast<std::int64_t>(plans_.size()) > options_.max_plans) {
     plans_.pop_back();
     ++cache_stats_.evictions;

@@ -57,17 +57,16 @@
 //    naming what differed, with advice that fits (bucket shapes with
 //    pad_to_multiple_of, raise max_plans, skip_offload only for
 //    data-dependent control flow).
+//  - Program tags. Before its first op the framework may name the step's
+//    mode (set_program_tag; the PyTorch binding passes whether autograd
+//    records and whether inference mode is on, at the first op). A step
+//    replays and switches only to plans made under the same tag: an
+//    evaluation step under torch.no_grad() runs the training forward's ops, so
+//    its forward-only plan is a prefix of the training step's program, and a
+//    training step replaying it would match until the plan ends, after the
+//    plan had released what backward still reads. With tags the two never
+//    share a plan. Without calls, every step has tag 0.
 // A warmup's plan replaces a cached plan of the same program.
-//
-// Program tags. Before its first op the framework may name the step's mode
-// (set_program_tag; the PyTorch binding passes whether autograd records and
-// whether inference mode is on, at the first op). A step replays and switches
-// only to plans made under the same tag: an evaluation step under
-// torch.no_grad() runs the training forward's ops, so its forward-only plan is
-// a prefix of the training step's program, and a training step replaying it
-// would match until the plan ends, after the plan had released what backward
-// still reads. With tags the two never share a plan. Without calls, every step
-// has tag 0.
 //
 // Between steps. Storages the caller still held when a step ended stay tracked
 // and resident until the caller frees them (on_storage_freed) or the next step
