@@ -27,8 +27,19 @@ library and tool named on a compile or link line — and finds who owns it:
   * anything else: `dpkg -S` names the Debian package, which must be one of
     scripts/debian-packages.txt or a package one of them depends on, recursively.
 
-Exit 0 when every file is accounted for; otherwise exit 1 and list each stray
-file with its owner and the fix (add the package to the list).
+It also checks the Python side of the install step: every `name==version` pin
+of python/requirements.txt (PyTorch, transformers, and the training frameworks
+the integration tests run: accelerate, lightning) is installed in .venv at
+exactly that version, and every package of pyproject.toml's `test` extra is
+pinned there. (A test run against another version than the pinned one passes or
+fails for reasons the project did not see.)
+
+    --requirements FILE   read the pins from FILE instead of python/requirements.txt
+                          (the tests use it to show that a wrong pin is caught)
+
+Exit 0 when every file is accounted for and every pin is met; otherwise exit 1
+and list each stray file with its owner and the fix (add the package to the
+list), and each pin that .venv does not meet.
 """
 
 from __future__ import annotations
@@ -81,23 +92,81 @@ def used_files(build: Path) -> set[str]:
     return {f for f in files if os.path.exists(f)}
 
 
-def venv_owners(python: Path) -> tuple[dict[str, str], dict[str, set[str]], str]:
-    """(file -> distribution, distribution -> its requirements, base interpreter prefix) of a venv."""
+def venv_owners(python: Path) -> tuple[dict[str, str], dict[str, set[str]], dict[str, str], str]:
+    """(file -> distribution, distribution -> its requirements, distribution -> its version,
+    base interpreter prefix) of a venv."""
     probe = r"""
 import json, sys, importlib.metadata as md, re
 from pathlib import Path
-files, requires = {}, {}
+files, requires, versions = {}, {}, {}
 for dist in md.distributions():
     name = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
+    versions[name] = dist.version
     for f in dist.files or []:
         files[str(Path(dist.locate_file(f)).resolve())] = name
     requires[name] = sorted({re.sub(r"[-_.]+", "-", re.split(r"[ ;<>=!~\[(]", r, 1)[0]).lower()
                              for r in (dist.requires or []) if "extra ==" not in r})
-print(json.dumps({"files": files, "requires": requires, "base": sys.base_prefix}))
+print(json.dumps({"files": files, "requires": requires, "versions": versions, "base": sys.base_prefix}))
 """
     out = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True).stdout
     data = json.loads(out)
-    return data["files"], {k: set(v) for k, v in data["requires"].items()}, data["base"]
+    return data["files"], {k: set(v) for k, v in data["requires"].items()}, data["versions"], data["base"]
+
+
+def canonical(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503): `PyYAML`, `pyyaml` and `py_yaml` are one."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_name(line: str) -> str:
+    return canonical(re.split(r"[ ;<>=!~\[]", line, 1)[0])
+
+
+def version_matches(installed: str, pinned: str) -> bool:
+    """Whether `installed` meets `==pinned` (PEP 440): a pin without a local label (`+cpu`) ignores the
+    installed one's, and release numbers compare with trailing zeros padded (1.0 == 1.0.0)."""
+    if "+" not in pinned:
+        installed = installed.split("+", 1)[0]
+
+    def key(version: str) -> tuple:
+        release, _, rest = version.partition("+")
+        if re.fullmatch(r"\d+(\.\d+)*", release):
+            parts = [int(p) for p in release.split(".")]
+            while len(parts) > 1 and parts[-1] == 0:
+                parts.pop()
+            return tuple(parts), rest
+        return release, rest
+
+    return key(installed) == key(pinned)
+
+
+def pin_problems(requirements: list[str], versions: dict[str, str], requirements_path: Path) -> list[str]:
+    """Each `name==version` pin that the venv (distribution -> version) does not meet."""
+    problems = []
+    for line in requirements:
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;]+)", line)
+        if match is None:
+            continue
+        name, version = canonical(match.group(1)), match.group(2)
+        installed = versions.get(name)
+        if installed is None:
+            problems.append(f"{requirements_path.name} pins {name}=={version}, which .venv does not have; "
+                            f"run scripts/install-deps.sh --python")
+        elif not version_matches(installed, version):
+            problems.append(f"{requirements_path.name} pins {name}=={version}, but .venv has {name} {installed}; "
+                            f"run scripts/install-deps.sh --python (or change the pin)")
+    return problems
+
+
+def test_extra_problems(pyproject: Path, requirement_names: set[str]) -> list[str]:
+    """Each package of pyproject.toml's `test` extra that python/requirements.txt does not pin."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11: nothing to read the file with
+        return []
+    extras = tomllib.loads(pyproject.read_text()).get("project", {}).get("optional-dependencies", {})
+    return [f"pyproject.toml's test extra lists {name}, which python/requirements.txt does not pin; pin it there"
+            for name in map(requirement_name, extras.get("test", [])) if name not in requirement_names]
 
 
 def debian_closure(roots: list[str]) -> set[str]:
@@ -156,6 +225,11 @@ def dpkg_owners(paths: list[str]) -> dict[str, str]:
 
 def main() -> int:
     args = sys.argv[1:]
+    requirements_path = REPO / "python" / "requirements.txt"
+    if "--requirements" in args:
+        at = args.index("--requirements")
+        requirements_path = Path(args[at + 1])
+        args = args[:at] + args[at + 2:]
     extra: list[str] = []
     if "--extra" in args:
         at = args.index("--extra")
@@ -165,16 +239,17 @@ def main() -> int:
         print(f"check-deps: {build} is not a Ninja build directory (run `make build` first)", file=sys.stderr)
         return 2
     debian = read_list(REPO / "scripts" / "debian-packages.txt")
-    requirements = [re.sub(r"[-_.]+", "-", re.split(r"[ ;<>=!~\[]", r, 1)[0]).lower()
-                    for r in read_list(REPO / "python" / "requirements.txt")]
+    requirement_lines = read_list(requirements_path)
+    requirements = [requirement_name(r) for r in requirement_lines]
     files = used_files(build) | {os.path.abspath(f) for f in extra}
 
     venv_python = REPO / ".venv" / "bin" / "python"
     pip_files: dict[str, str] = {}
     pip_requires: dict[str, set[str]] = {}
+    pip_versions: dict[str, str] = {}
     base_prefix = None
     if venv_python.exists():
-        pip_files, pip_requires, base_prefix = venv_owners(venv_python)
+        pip_files, pip_requires, pip_versions, base_prefix = venv_owners(venv_python)
     allowed_pip: set[str] = set()
     stack = list(requirements)
     while stack:
@@ -218,6 +293,13 @@ def main() -> int:
         else:
             counts["debian"] += 1
     summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+    pins = test_extra_problems(REPO / "pyproject.toml", set(requirements))
+    if venv_python.exists():
+        pins += pin_problems(requirement_lines, pip_versions, requirements_path)
+    if pins:
+        print(f"check-deps: {len(pins)} Python requirement(s) not met:")
+        for line in pins:
+            print("  " + line)
     if strays:
         print(f"check-deps: {len(strays)} of {len(files)} files the build used come from outside the project's "
               f"install step:")
@@ -226,7 +308,11 @@ def main() -> int:
         if len(strays) > 50:
             print(f"  ... and {len(strays) - 50} more")
         return 1
-    print(f"check-deps: all {len(files)} files the build used are accounted for ({summary})")
+    if pins:
+        return 1
+    pinned = sum("==" in line for line in requirement_lines)
+    print(f"check-deps: all {len(files)} files the build used are accounted for ({summary}); "
+          f".venv meets all {pinned} pins of {requirements_path.name}")
     return 0
 
 

@@ -1,5 +1,7 @@
 #include "torch_session.h"
 
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -146,6 +148,18 @@ TorchStatus TorchSession::make_session() {
 TorchStatus TorchSession::start_runtime_step() {
   if (Status begun = session_->begin_step(); !begun) return std::unexpected(runtime_error(begun.error()));
   in_runtime_step_ = true;
+  program_tag_sent_ = false;
+  return {};
+}
+
+TorchStatus TorchSession::send_program_tag() {
+  if (program_tag_sent_) return {};
+  program_tag_sent_ = true;
+  // An evaluation step under no_grad runs the training forward's ops: its own
+  // tag keeps its forward-only plan from serving a training step.
+  const std::uint64_t tag =
+      (c10::GradMode::is_enabled() ? 1u : 0u) | (c10::InferenceMode::is_enabled() ? 2u : 0u);
+  if (Status set = session_->set_program_tag(tag); !set) return hook_failed(set.error());
   return {};
 }
 
@@ -187,6 +201,7 @@ TorchStatus TorchSession::begin_op(std::string_view name, std::span<c10::Storage
     early_ops_.emplace_back(name);  // nothing is tracked before the device is known
     return {};
   }
+  if (TorchStatus tagged = send_program_tag(); !tagged || mode_ != StepMode::kTracking) return tagged;
   if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;
   input_ids_.clear();
   for (c10::StorageImpl* impl : inputs) {
@@ -298,6 +313,7 @@ TorchStatus TorchSession::end_op(std::span<const c10::Storage> outputs) {
       op_failed();
       return started;
     }
+    if (TorchStatus tagged = send_program_tag(); !tagged) return tagged;
     // The ops so far touched no tracked storage; the last one is this op.
     const std::string current = std::move(early_ops_.back());
     early_ops_.pop_back();

@@ -181,6 +181,9 @@ class TorchSession {
   TorchStatus finish_runtime_step();
   // Reports queued deaths to the runtime.
   TorchStatus report_deaths();
+  // Once per step, before its first op: the step's program tag (autograd on,
+  // inference mode; Note [Plan per step program] in exec/session.h).
+  TorchStatus send_program_tag();
   // A runtime error from a hook: stop offloading (restoring every storage),
   // then either swallow a first-replay divergence (re-warmup) or return it.
   TorchStatus hook_failed(const Error& error);
@@ -204,6 +207,7 @@ class TorchSession {
 
   StepMode mode_ = StepMode::kIdle;
   bool in_runtime_step_ = false;
+  bool program_tag_sent_ = false;  // send_program_tag ran in this runtime step
   bool in_op_ = false;
   // The current op is a collective (Note [Collective buffers] in torch_session.cc).
   bool collective_op_ = false;

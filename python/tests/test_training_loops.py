@@ -72,28 +72,45 @@ def batches_of(lengths, sizes=None):
     return [torch.randint(0, VOCAB, (size, length), generator=generator) for size, length in zip(sizes, lengths)]
 
 
-def train(name, batches, session=None, accumulate=1, set_to_none=True, eval_batch=None):
-    """The loop: micro-batches under the session, optimizer step outside. Returns losses, params, step stats."""
+def train(name, batches, session=None, accumulate=1, set_to_none=True, eval_batch=None, optimizer_inside=False,
+          eval_inside=False):
+    """The loop: micro-batches under the session. Returns losses, params, the training steps' stats.
+
+    The optimizer step (clipping, AdamW, the scheduler, zero_grad) ends each
+    accumulation window: after the window's last ``with`` block, or with
+    ``optimizer_inside`` inside it. With ``eval_batch``, an evaluation step under
+    ``torch.no_grad()`` follows each window: outside the session, or with
+    ``eval_inside`` as a step of its own (its stats are not returned).
+    """
     build, loss_fn = MODELS[name]
     model = build()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    step = session if session is not None else contextlib.nullcontext()
+
+    def optimizer_step():
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=set_to_none)
+
     losses, stats = [], []
     for i, tokens in enumerate(batches):
-        with session if session is not None else contextlib.nullcontext():
+        window_ends = (i + 1) % accumulate == 0
+        with step:
             loss = loss_fn(model, tokens) / accumulate
             loss.backward()
+            if window_ends and optimizer_inside:
+                optimizer_step()
         losses.append(loss.detach())
         if session is not None:
             stats.append(session.stats())
-        if (i + 1) % accumulate == 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=set_to_none)
+        if window_ends:
+            if not optimizer_inside:
+                optimizer_step()
             if eval_batch is not None:
                 model.eval()
-                with torch.no_grad():  # outside the session
+                with step if eval_inside else contextlib.nullcontext(), torch.no_grad():
                     losses.append(loss_fn(model, eval_batch))
                 model.train()
     return losses, [p.detach().clone() for p in model.parameters()], stats
@@ -172,3 +189,66 @@ def test_gradient_accumulation(name, accumulate, set_to_none):
     assert last["plan_hits"] + last["warmups"] == steps
     if not set_to_none:
         assert last["warmups"] == 2
+
+
+def programs(steps, accumulate, set_to_none, optimizer_inside):
+    """Each micro-batch's step program, by what its backward and optimizer do.
+
+    (creates .grad, runs the optimizer step inside, creates AdamW's state): the
+    first micro-batch after zero_grad() (set to None), and the first of the
+    run, create .grad; with the optimizer inside, a window's last micro-batch
+    also steps it, the first time creating its state.
+    """
+    labels, grads, state = [], False, False
+    for i in range(steps):
+        ends = (i + 1) % accumulate == 0
+        labels.append((not grads, optimizer_inside and ends, optimizer_inside and ends and not state))
+        grads = True
+        if ends:
+            state = True
+            grads = not set_to_none
+    return labels
+
+
+@pytest.mark.parametrize("accumulate", [2, 3, 8])
+@pytest.mark.parametrize("set_to_none", [True, False])
+@pytest.mark.parametrize("optimizer_inside", [False, True])
+def test_gradient_accumulation_windows_with_the_optimizer_inside_or_outside(accumulate, set_to_none,
+                                                                           optimizer_inside):
+    # Two windows of 2, 3 or 8 micro-batches. The programs differ only in
+    # backward and after it, after the replay has offloaded, so a step replays
+    # when its program is the previous step's (the most recently used plan)
+    # and otherwise continues as a warmup from where it differs, replacing its
+    # program's plan. Counters derived from the programs by that rule.
+    steps = 2 * accumulate
+    labels = programs(steps, accumulate, set_to_none, optimizer_inside)
+    warmups = 1 + sum(a != b for a, b in zip(labels, labels[1:]))
+    _, stats = run_both("gpt", batches_of([CONTEXT + 1] * steps), accumulate=accumulate, set_to_none=set_to_none,
+                        optimizer_inside=optimizer_inside)
+    assert cache(stats[-1]) == {"plans_cached": len(set(labels)), "plan_hits": steps - warmups,
+                                "plan_misses": warmups, "warmups": warmups}
+    expected = ["warmup"] + ["replay" if a == b else "warmup" for a, b in zip(labels, labels[1:])]
+    assert [s["kind"] for s in stats] == expected
+
+
+@pytest.mark.parametrize("name", ["gpt", "llama"])
+def test_evaluation_steps_inside_the_session_on_an_unseen_length(name):
+    # Training at lengths 16 and 24, evaluation under no_grad inside the
+    # session at length 20, which no training step has: a forward-only program
+    # of its own, planned once and replayed after every window.
+    extra = 1 if name == "gpt" else 0
+    lengths = [length + extra for length in [16, 24, 16, 24, 24, 16]]
+    session, stats = run_both(name, batches_of(lengths), eval_batch=batches_of([20 + extra])[0], eval_inside=True)
+    # Steps: 6 training and 6 evaluation; programs: 16, 24, evaluation.
+    assert cache(session.stats()) == {"plans_cached": 3, "plan_hits": 9, "plan_misses": 3, "warmups": 3}
+    assert session.stats()["steps"] == 12
+
+
+@pytest.mark.parametrize("name", ["gpt", "llama"])
+def test_evaluation_steps_inside_the_session_on_the_training_length(name):
+    # Evaluation at the training length: its forward-only program begins as
+    # the training step does.
+    extra = 1 if name == "gpt" else 0
+    lengths = [length + extra for length in [16, 16, 24, 16, 24]]
+    session, stats = run_both(name, batches_of(lengths), eval_batch=batches_of([16 + extra])[0], eval_inside=True)
+    assert session.stats()["steps"] == 10

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,10 @@ std::unique_ptr<Session> session_of(Backend& backend, SessionOptions options) {
 // A four-op chain whose storages are `bytes` each ("a batch of length
 // bytes"), ids from `base`; with `ops` = 3 the last op is left out (a shorter
 // program). Everything is freed before the step ends.
-Status run_chain(Session& session, std::int64_t bytes, StorageId base, int ops = 4) {
+Status run_chain(Session& session, std::int64_t bytes, StorageId base, int ops = 4,
+                 std::optional<std::uint64_t> tag = std::nullopt) {
   HO_RETURN_IF_ERROR(session.begin_step());
+  if (tag) HO_RETURN_IF_ERROR(session.set_program_tag(*tag));
   StepDriver step(session);
   HO_RETURN_IF_ERROR(step.op("embed", {}, {{base, bytes}}));
   HO_RETURN_IF_ERROR(step.op("mm", {base}, {{base + 1, bytes}}));
@@ -135,6 +138,56 @@ TEST(PlanCache, OneWarmupPerProgramEvenWhenProgramsAlternate) {
   }
   // Warmups: steps 1 and 2. Steps 4 and 5 switch; 3, 6 and 7... step 7 switches too.
   expect_cache(*session, 2, 5, 2, 2, 3, 0);
+}
+
+// Program tags: an evaluation step (tag 0, no autograd) whose ops are a
+// prefix of the training step's (tag 1) never replays its plan, nor the other
+// way round.
+TEST(PlanCache, StepsOfAnotherProgramTagNeverShareAPlan) {
+  auto backend = backend_of(std::int64_t{1} << 20);
+  auto session = session_of(*backend, {});
+  // 1: training (4 ops, tag 1): warmup, plan A.
+  ASSERT_TRUE(run_chain(*session, 1024, 10, 4, 1));
+  expect_cache(*session, 1, 0, 1, 1, 0, 0);
+  // 2: evaluation (3 ops, tag 0): begins as a replay of A, the tag makes it a
+  // warmup before its first op: plan B.
+  ASSERT_TRUE(run_chain(*session, 1024, 20, 3, 0));
+  EXPECT_EQ(session->last_step_stats().kind, StepKind::kWarmup);
+  expect_cache(*session, 2, 0, 2, 2, 0, 0);
+  // 3: training: begins on B (most recent), moves to A before its first op: a
+  // plain hit, no switch.
+  ASSERT_TRUE(run_chain(*session, 1024, 30, 4, 1));
+  EXPECT_EQ(session->last_step_stats().kind, StepKind::kReplay);
+  expect_cache(*session, 2, 1, 2, 2, 0, 0);
+  // 4: evaluation: B.
+  ASSERT_TRUE(run_chain(*session, 1024, 40, 3, 0));
+  EXPECT_EQ(session->last_step_stats().kind, StepKind::kReplay);
+  expect_cache(*session, 2, 2, 2, 2, 0, 0);
+  // 5: A's program under tag 0: B is the only tag-0 plan and it is shorter, so
+  // the step warms up at its 4th op (A, of tag 1, is not switched to): plan C.
+  ASSERT_TRUE(run_chain(*session, 1024, 50, 4, 0));
+  EXPECT_EQ(session->last_step_stats().kind, StepKind::kWarmup);
+  expect_cache(*session, 3, 2, 3, 3, 0, 0);
+  // 6: and tag 1 still replays A.
+  ASSERT_TRUE(run_chain(*session, 1024, 60, 4, 1));
+  expect_cache(*session, 3, 3, 3, 3, 0, 0);
+  EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
+}
+
+TEST(PlanCache, AProgramTagAfterTheFirstOpOrOutsideAStepIsAnError) {
+  auto backend = backend_of(std::int64_t{1} << 20);
+  auto session = session_of(*backend, {});
+  Status outside = session->set_program_tag(1);
+  ASSERT_FALSE(outside);
+  EXPECT_THAT(outside.error().message, HasSubstr("set_program_tag outside a step"));
+  ASSERT_TRUE(session->begin_step());
+  StepDriver step(*session);
+  ASSERT_TRUE(step.op("embed", {}, {{10, 1024}}));
+  Status late = session->set_program_tag(1);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_THAT(late.error().message, HasSubstr("after the step's first op"));
+  (void)session->abort_step();
 }
 
 TEST(PlanCache, ADivergenceAfterAnOffloadContinuesAsAWarmupFromThatOp) {

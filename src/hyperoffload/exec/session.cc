@@ -75,6 +75,8 @@ Status Session::begin_step() {
   log_.clear();
   call_asked_.clear();
   logging_ = false;
+  program_tag_ = 0;
+  op_seen_ = false;
   if (!plans_.empty()) {
     use_plan(plans_.begin());
     HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
@@ -99,10 +101,43 @@ Error already_failed(const Error& failure) {
 }
 }  // namespace
 
+Status Session::set_program_tag(std::uint64_t tag) {
+  if (failure_) return std::unexpected(already_failed(*failure_));
+  if (!in_step()) return std::unexpected(not_in_step("set_program_tag"));
+  if (op_seen_) {
+    return make_error(ErrorCode::kFailedPrecondition, "set_program_tag after the step's first op");
+  }
+  program_tag_ = tag;
+  if (replay_ == nullptr) return ok_status();  // a warmup: its plan gets the tag
+  auto current = std::find_if(plans_.begin(), plans_.end(),
+                              [&](const CachedPlan& cached) { return cached.plan == plan_; });
+  if (current != plans_.end() && current->program_tag == tag) return ok_status();
+  // Nothing has run yet: start again as begin_step would, among this tag's plans.
+  auto target = std::find_if(plans_.begin(), plans_.end(),
+                             [&](const CachedPlan& cached) { return cached.program_tag == tag; });
+  replay_.reset();
+  if (target != plans_.end()) {
+    use_plan(target);
+    HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
+                                                       ReplayOptions{options_.record_timeline, options_.recompute}));
+    return ok_status();
+  }
+  ++cache_stats_.warmups;
+  ++cache_stats_.misses;
+  step_kind_ = StepKind::kWarmup;
+  logging_ = false;
+  plan_.reset();
+  HO_ASSIGN_OR_RETURN(
+      warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes, options_.calibration_bytes,
+                                                                options_.copy_bandwidth_gib_per_s}));
+  return ok_status();
+}
+
 Status Session::on_op_begin(std::string_view name, std::span<const StorageId> inputs,
                             std::span<const StorageId> written) {
   if (failure_) return std::unexpected(already_failed(*failure_));
   if (!in_step()) return std::unexpected(not_in_step("on_op_begin"));
+  op_seen_ = true;
   Status status = active()->on_op_begin(name, inputs, written);
   if (!status && can_switch(status.error())) {
     log_.op_begin(name, inputs, written);  // matched with the rest, run below
@@ -255,8 +290,11 @@ Status Session::finish_warmup() {
   HO_RETURN_IF_ERROR(pool_->trim());
   // A plan of the same program is replaced; beyond max_plans the least
   // recently used goes.
-  std::erase_if(plans_, [&](const CachedPlan& cached) { return same_program(*cached.plan, *plan_); });
+  std::erase_if(plans_, [&](const CachedPlan& cached) {
+    return cached.program_tag == program_tag_ && same_program(*cached.plan, *plan_);
+  });
   plans_.push_front(CachedPlan{plan_, plan_result_, floor_, budget_outcome_});
+  plans_.front().program_tag = program_tag_;
   while (static_cast<std::int64_t>(plans_.size()) > options_.max_plans) {
     plans_.pop_back();
     ++cache_stats_.evictions;
@@ -287,8 +325,8 @@ bool Session::recomputes_current_op() const {
   if (replay_->recomputes_current_op()) return true;
   if (!replay_->in_op() || !replay_->reversible()) return false;
   const OpIndex op = replay_->current_op();
-  return std::any_of(plans_.begin(), plans_.end(), [op](const CachedPlan& cached) {
-    return op < cached.plan->trace().op_count() && cached.plan->recomputed(op);
+  return std::any_of(plans_.begin(), plans_.end(), [this, op](const CachedPlan& cached) {
+    return cached.program_tag == program_tag_ && op < cached.plan->trace().op_count() && cached.plan->recomputed(op);
   });
 }
 
@@ -320,7 +358,7 @@ Status Session::switch_executor(std::size_t feed, bool complete, const Error& wh
   auto target = plans_.end();
   const bool reversible = replay_->reversible();
   for (auto it = plans_.begin(); reversible && it != plans_.end(); ++it) {
-    if (it->plan == plan_) continue;
+    if (it->plan == plan_ || it->program_tag != program_tag_) continue;
     if (calls_cover(*it->plan) && matches_prefix(*it->plan, log_, complete)) {
       target = it;
       break;

@@ -59,6 +59,15 @@
 //    naming what differed, with advice that fits (bucket shapes with
 //    pad_to_multiple_of, raise max_plans, skip_offload only for
 //    data-dependent control flow).
+//  - Program tags. Before its first op the framework may name the step's
+//    mode (set_program_tag; the PyTorch binding passes whether autograd
+//    records and whether inference mode is on, at the first op). A step
+//    replays and switches only to plans made under the same tag: an
+//    evaluation step under torch.no_grad() runs the training forward's ops, so
+//    its forward-only plan is a prefix of the training step's program, and a
+//    training step replaying it would match until the plan ends, after the
+//    plan had released what backward still reads. With tags the two never
+//    share a plan. Without calls, every step has tag 0.
 // A warmup's plan replaces a cached plan of the same program.
 //
 // Note [Pinned pool between steps]. The pinned host pool is the session's,
@@ -166,6 +175,12 @@ class Session final : public StepHooks {
   // Starts a step (warmup until a plan exists, then replay). Forgets the
   // storages held over from the previous step.
   Status begin_step();
+  // Names the step's program tag (Note [Plan per step program], "Program
+  // tags"); call it before the step's first op. A replay of a plan of another
+  // tag becomes a replay of the most recently used plan of this tag, or a
+  // warmup when none is cached. kFailedPrecondition outside a step or after its
+  // first op.
+  Status set_program_tag(std::uint64_t tag);
   // Ends the step; after a warmup, plans. On any failure the step is aborted.
   Status end_step();
   // Abandons the step (e.g. after an exception in the caller's code) without
@@ -271,6 +286,7 @@ class Session final : public StepHooks {
     PlanResult result;
     std::optional<UnavoidableFloor> floor;
     std::optional<BudgetOutcome> outcome;
+    std::uint64_t program_tag = 0;  // of the step it was traced from (set_program_tag)
     // The most pinned-pool bytes (in size classes) a replay of it held at
     // once: what the pool keeps for it between steps (Note [Pinned pool
     // between steps]).
@@ -307,6 +323,8 @@ class Session final : public StepHooks {
   std::string miss_reason_;  // why this step left the plan it began replaying, if it did
   static constexpr std::size_t kMaxPlanNotes = 32;
   std::vector<bool> call_asked_;  // by op: recomputes_current_op() was true when it ran
+  std::uint64_t program_tag_ = 0;  // of the running step (set_program_tag)
+  bool op_seen_ = false;           // the running step has begun an op
   std::optional<Trace> unplanned_trace_;  // the last warmup's trace when planning failed
   std::optional<UnavoidableFloor> floor_;
   std::optional<BudgetOutcome> budget_outcome_;
