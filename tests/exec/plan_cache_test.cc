@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,12 +76,13 @@ TEST(PlanCache, AStepOfAnotherShapeWarmsUpThenEachShapeReplaysItsOwnPlan) {
   ASSERT_TRUE(run_chain(*session, 1024, 30));
   EXPECT_EQ(session->last_step_stats().kind, StepKind::kReplay);
   expect_cache(*session, 2, 1, 2, 2, 1, 0);
-  // 4: replays A again: a plain hit.
+  // 4: A again. Note [Next program]: the last time A ran (step 1), B came
+  // next, so the step starts on B: a switch to A at embed.
   ASSERT_TRUE(run_chain(*session, 1024, 40));
-  expect_cache(*session, 2, 2, 2, 2, 1, 0);
-  // 5: B again: switch from A.
+  expect_cache(*session, 2, 2, 2, 2, 2, 0);
+  // 5: B. After A (step 3) came A (step 4): it starts on A, switches to B.
   ASSERT_TRUE(run_chain(*session, 2048, 50));
-  expect_cache(*session, 2, 3, 2, 2, 2, 0);
+  expect_cache(*session, 2, 3, 2, 2, 3, 0);
   // One note per plan cached.
   int plan_notes = 0;
   for (const std::string& note : session->notes()) plan_notes += note.starts_with("plan ") ? 1 : 0;
@@ -117,13 +119,19 @@ TEST(PlanCache, AStepThatEndsEarlyMatchesAShorterProgramOrWarmsUp) {
   EXPECT_EQ(session->last_step_stats().kind, StepKind::kWarmup);
   EXPECT_EQ(session->trace()->op_count(), 3);
   expect_cache(*session, 2, 0, 2, 2, 0, 0);
-  // The 4-op step replays the 3-op plan first: it runs a 4th op, so it
-  // switches to the 4-op plan at that op.
+  // The 4-op step replays the 3-op plan first (the most recently used; no
+  // precedent after the 3-op program): it runs a 4th op, so it switches to
+  // the 4-op plan at that op.
   ASSERT_TRUE(run_chain(*session, 1024, 30));
   expect_cache(*session, 2, 1, 2, 2, 1, 0);
-  // And the 3-op step ends early on the 4-op plan: switch at the end.
+  // The 3-op step: after the 4-op program (step 1) came the 3-op one, so it
+  // starts on the 3-op plan (Note [Next program]): a plain hit.
   ASSERT_TRUE(run_chain(*session, 1024, 40, 3));
-  expect_cache(*session, 2, 2, 2, 2, 2, 0);
+  expect_cache(*session, 2, 2, 2, 2, 1, 0);
+  // And once more the 4-op step: after the 3-op program (step 2) came the
+  // 4-op one: a plain hit.
+  ASSERT_TRUE(run_chain(*session, 1024, 50));
+  expect_cache(*session, 2, 3, 2, 2, 1, 0);
 }
 
 TEST(PlanCache, OneWarmupPerProgramEvenWhenProgramsAlternate) {
@@ -226,6 +234,51 @@ TEST(PlanCache, ADivergenceAfterAnOffloadContinuesAsAWarmupFromThatOp) {
   for (StorageId id = 30; id < 34; ++id) ASSERT_TRUE(again.free(id));
   ASSERT_TRUE(session->end_step());
   expect_cache(*session, 2, 1, 2, 2, 0, 0);
+  EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
+}
+
+// The chain of ADivergenceAfterAnOffload... below, with "relu"'s output
+// `relu_bytes`: programs 1024 and 1536 differ only after the plan has
+// offloaded "embed"'s output.
+Status run_late_divergence(Session& session, std::int64_t relu_bytes, StorageId base) {
+  HO_RETURN_IF_ERROR(session.begin_step());
+  StepDriver step(session);
+  HO_RETURN_IF_ERROR(step.op("embed", {}, {{base, 1024}}));
+  HO_RETURN_IF_ERROR(step.op("mm", {base}, {{base + 1, 1024}}));
+  HO_RETURN_IF_ERROR(step.op("relu", {base + 1}, {{base + 2, relu_bytes}}));
+  HO_RETURN_IF_ERROR(step.op("loss", {base, base + 2}, {{base + 3, 64}}));
+  for (StorageId id = base; id < base + 4; ++id) HO_RETURN_IF_ERROR(step.free(id));
+  return session.end_step();
+}
+
+TEST(PlanCache, AlternatingProgramsThatDifferAfterActingReplayOnceThePatternIsSeen) {
+  // Note [Next program]. Programs A (relu 1024 B) and B (1536 B) alternate,
+  // as the first and later micro-batches of an accumulation window do. Each
+  // plan offloads before "relu", so a step started on the wrong plan warms up.
+  //   1 A: warmup (empty cache).                 warmups 1
+  //   2 B: no precedent; starts on A: warmup.    warmups 2
+  //   3 A: no precedent for B; starts on B:
+  //        warmup, replacing A's plan.           warmups 3
+  //   4 B: after A came B (step 2): hit.         hits 1
+  //   5 A: after B came A (step 3): hit.         hits 2
+  //   6 B, 7 A, 8 B: hits.                       hits 5
+  // Under the most-recently-used rule every step from 2 on warmed up.
+  auto backend = backend_of(std::int64_t{1} << 20);
+  SessionOptions options;
+  options.budget_bytes = 2688;
+  options.planner = "greedy";
+  auto session = session_of(*backend, options);
+  const std::int64_t relu[] = {1024, 1536, 1024, 1536, 1024, 1536, 1024, 1536};
+  const StepKind kinds[] = {StepKind::kWarmup, StepKind::kWarmup, StepKind::kWarmup, StepKind::kReplay,
+                            StepKind::kReplay, StepKind::kReplay, StepKind::kReplay, StepKind::kReplay};
+  StorageId base = 10;
+  for (std::size_t i = 0; i < std::size(relu); ++i) {
+    Status ran = run_late_divergence(*session, relu[i], base);
+    ASSERT_TRUE(ran) << "step " << i + 1 << ": " << ran.error().message;
+    EXPECT_EQ(session->last_step_stats().kind, kinds[i]) << "step " << i + 1;
+    base += 10;
+  }
+  expect_cache(*session, 2, 5, 3, 3, 0, 0);
   EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
 }
 

@@ -78,7 +78,7 @@ Status Session::begin_step() {
   program_tag_ = 0;
   op_seen_ = false;
   if (!plans_.empty()) {
-    use_plan(plans_.begin());
+    use_plan(predicted_plan());
     HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
                                                        ReplayOptions{options_.record_timeline, options_.recompute}));
     logging_ = true;
@@ -290,11 +290,18 @@ Status Session::finish_warmup() {
   HO_RETURN_IF_ERROR(pool_->trim());
   // A plan of the same program is replaced; beyond max_plans the least
   // recently used goes.
+  // The replacement keeps the program's number (Note [Next program]).
+  std::uint64_t program = next_program_;
   std::erase_if(plans_, [&](const CachedPlan& cached) {
-    return cached.program_tag == program_tag_ && same_program(*cached.plan, *plan_);
+    const bool same = cached.program_tag == program_tag_ && same_program(*cached.plan, *plan_);
+    if (same) program = cached.program;
+    return same;
   });
+  if (program == next_program_) ++next_program_;
   plans_.push_front(CachedPlan{plan_, plan_result_, floor_, budget_outcome_});
   plans_.front().program_tag = program_tag_;
+  plans_.front().program = program;
+  remember_program(program);
   while (static_cast<std::int64_t>(plans_.size()) > options_.max_plans) {
     plans_.pop_back();
     ++cache_stats_.evictions;
@@ -312,12 +319,33 @@ Status Session::finish_warmup() {
 }
 
 void Session::use_plan(std::list<CachedPlan>::iterator it) {
-  plans_.splice(plans_.begin(), plans_, it);
-  const CachedPlan& cached = plans_.front();
+  const CachedPlan& cached = *it;
   plan_ = cached.plan;
   plan_result_ = cached.result;
   floor_ = cached.floor;
   budget_outcome_ = cached.outcome;
+}
+
+void Session::remember_program(std::uint64_t program) {
+  recent_programs_.push_back(program);
+  if (recent_programs_.size() > kRecentPrograms) recent_programs_.pop_front();
+}
+
+std::list<Session::CachedPlan>::iterator Session::predicted_plan() {
+  // Note [Next program]: the program that followed the last one the last time
+  // it ran, if its plan is still cached; else the most recently used plan.
+  if (recent_programs_.size() >= 2) {
+    const std::uint64_t last = recent_programs_.back();
+    for (std::size_t i = recent_programs_.size() - 1; i-- > 0;) {
+      if (recent_programs_[i] != last) continue;
+      const std::uint64_t next = recent_programs_[i + 1];
+      const auto it = std::find_if(plans_.begin(), plans_.end(),
+                                   [next](const CachedPlan& cached) { return cached.program == next; });
+      if (it != plans_.end()) return it;
+      break;
+    }
+  }
+  return plans_.begin();
 }
 
 bool Session::recomputes_current_op() const {
@@ -422,7 +450,11 @@ Status Session::finish_replay() {
   // Note [Pinned pool between steps].
   const auto ran = std::find_if(plans_.begin(), plans_.end(),
                                 [&](const CachedPlan& cached) { return cached.plan == plan_; });
-  if (ran != plans_.end()) ran->host_pool_peak_bytes = std::max(ran->host_pool_peak_bytes, pool_->stats().peak_bytes);
+  if (ran != plans_.end()) {
+    ran->host_pool_peak_bytes = std::max(ran->host_pool_peak_bytes, pool_->stats().peak_bytes);
+    remember_program(ran->program);
+    plans_.splice(plans_.begin(), plans_, ran);  // the most recently used: a step ran it to its end
+  }
   std::int64_t keep_bytes = 0;
   for (const CachedPlan& cached : plans_) keep_bytes = std::max(keep_bytes, cached.host_pool_peak_bytes);
   HO_RETURN_IF_ERROR(pool_->trim_to(keep_bytes));

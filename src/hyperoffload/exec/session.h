@@ -35,7 +35,8 @@
 // batch of a gradient accumulation (which creates .grad) and the later ones
 // (which add into it). The session keeps up to SessionOptions::max_plans
 // warmed-up plans, least recently used evicted, and matches each step to one:
-//  - A step starts as a replay of the most recently used plan, and the session
+//  - A step starts as a replay of the plan predicted for it (Note [Next
+//    program]; by default the most recently used plan), and the session
 //    logs its hook calls while the replay has taken no irreversible action
 //    (no schedule action ran: nothing offloaded, released or recomputed).
 //  - When the step differs from that plan (an op's name, inputs, output count
@@ -70,6 +71,18 @@
 //    share a plan. Without calls, every step has tag 0.
 // A warmup's plan replaces a cached plan of the same program.
 //
+// Note [Next program]. Programs that differ only after the step has acted
+// (gradient accumulation: the first micro-batch creates .grad, the others add
+// into it; an optimizer step inside the last one) cannot switch plans, so a
+// step that starts on the wrong plan warms up again. Training loops repeat
+// their pattern, so the session numbers each program (a re-warmed plan keeps
+// its program's number), remembers the programs of the last 64 completed
+// steps, and starts a step on the program that followed the last step's
+// program the last time that one ran — A B A B: after A, B. Without such a
+// precedent (or with its plan evicted) it starts on the most recently used
+// plan. A wrong guess costs what it did before: a switch before any action,
+// a warmup after one.
+//
 // Note [Pinned pool between steps]. The pinned host pool is the session's,
 // shared by every plan, and its freed blocks stay cached for reuse. After a
 // warmup it is trimmed to nothing (the warmup's blocks are not the plan's);
@@ -88,6 +101,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <list>
 #include <memory>
@@ -287,16 +301,22 @@ class Session final : public StepHooks {
     std::optional<UnavoidableFloor> floor;
     std::optional<BudgetOutcome> outcome;
     std::uint64_t program_tag = 0;  // of the step it was traced from (set_program_tag)
+    std::uint64_t program = 0;      // the step program's number (Note [Next program])
     // The most pinned-pool bytes (in size classes) a replay of it held at
     // once: what the pool keeps for it between steps (Note [Pinned pool
     // between steps]).
     std::int64_t host_pool_peak_bytes = 0;
   };
-  // Makes `it` the current plan and the most recently used.
+  // Makes `it` the current plan (it becomes the most recently used when a
+  // step runs it to its end: finish_replay).
   void use_plan(std::list<CachedPlan>::iterator it);
   // Note [Plan per step program]: after a divergence of a reversible replay,
   // hands the step to a replay of another cached plan matching the log, or to
   // a warmup, and re-feeds it the first `feed` logged events.
+  // Note [Next program]: the plan a step starts replaying, and the record of
+  // which program each completed step ran.
+  std::list<CachedPlan>::iterator predicted_plan();
+  void remember_program(std::uint64_t program);
   // `why`: the replay's divergence, kept for the new plan's note.
   Status switch_executor(std::size_t feed, bool complete, const Error& why);
   bool can_switch(const Error& error) const;
@@ -321,6 +341,9 @@ class Session final : public StepHooks {
   bool logging_ = false;
   std::vector<std::string> plan_notes_;  // one per plan cached, the last kMaxPlanNotes
   std::string miss_reason_;  // why this step left the plan it began replaying, if it did
+  std::uint64_t next_program_ = 0;           // the number the next new program gets
+  std::deque<std::uint64_t> recent_programs_;  // of the last kRecentPrograms completed steps, oldest first
+  static constexpr std::size_t kRecentPrograms = 64;
   static constexpr std::size_t kMaxPlanNotes = 32;
   std::vector<bool> call_asked_;  // by op: recomputes_current_op() was true when it ran
   std::uint64_t program_tag_ = 0;  // of the running step (set_program_tag)
