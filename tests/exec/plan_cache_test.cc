@@ -33,15 +33,17 @@ std::unique_ptr<Session> session_of(Backend& backend, SessionOptions options) {
 
 // A four-op chain whose storages are `bytes` each ("a batch of length
 // bytes"), ids from `base`; with `ops` = 3 the last op is left out (a shorter
-// program). Everything is freed before the step ends.
+// program); "relu"'s output is `relu_bytes` when given (a program that differs
+// late). Everything is freed before the step ends.
 Status run_chain(Session& session, std::int64_t bytes, StorageId base, int ops = 4,
-                 std::optional<std::uint64_t> tag = std::nullopt) {
+                 std::optional<std::uint64_t> tag = std::nullopt,
+                 std::optional<std::int64_t> relu_bytes = std::nullopt) {
   HO_RETURN_IF_ERROR(session.begin_step());
   if (tag) HO_RETURN_IF_ERROR(session.set_program_tag(*tag));
   StepDriver step(session);
   HO_RETURN_IF_ERROR(step.op("embed", {}, {{base, bytes}}));
   HO_RETURN_IF_ERROR(step.op("mm", {base}, {{base + 1, bytes}}));
-  HO_RETURN_IF_ERROR(step.op("relu", {base + 1}, {{base + 2, bytes}}));
+  HO_RETURN_IF_ERROR(step.op("relu", {base + 1}, {{base + 2, relu_bytes.value_or(bytes)}}));
   if (ops == 4) HO_RETURN_IF_ERROR(step.op("loss", {base, base + 2}, {{base + 3, 64}}));
   for (StorageId id = base; id < base + ops; ++id) HO_RETURN_IF_ERROR(step.free(id));
   return session.end_step();
@@ -198,6 +200,16 @@ TEST(PlanCache, AProgramTagAfterTheFirstOpOrOutsideAStepIsAnError) {
   (void)session->abort_step();
 }
 
+// Budget 2688 bytes, greedy planner: there run_chain's programs with "relu"
+// outputs of 1024 and 1536 bytes differ only after the plan has offloaded
+// "embed"'s output (see the test below).
+SessionOptions late_divergence_options() {
+  SessionOptions options;
+  options.budget_bytes = 2688;
+  options.planner = "greedy";
+  return options;
+}
+
 TEST(PlanCache, ADivergenceAfterAnOffloadContinuesAsAWarmupFromThatOp) {
   // Budget 2688 bytes with 1 KiB storages: the plan offloads "embed"'s output
   // (read again by "loss") before "relu" allocates (3 KiB live); the other
@@ -206,49 +218,20 @@ TEST(PlanCache, ADivergenceAfterAnOffloadContinuesAsAWarmupFromThatOp) {
   // as a warmup (the first ops only recorded), reading the offloaded storage
   // back when "loss" reads it.
   auto backend = backend_of(std::int64_t{1} << 20);
-  SessionOptions options;
-  options.budget_bytes = 2688;
-  options.planner = "greedy";
-  auto session = session_of(*backend, options);
+  auto session = session_of(*backend, late_divergence_options());
   ASSERT_TRUE(run_chain(*session, 1024, 10));
   ASSERT_GT(session->schedule()->actions.size(), 0u);
-  ASSERT_TRUE(session->begin_step());
-  StepDriver step(*session);
-  ASSERT_TRUE(step.op("embed", {}, {{20, 1024}}));
-  ASSERT_TRUE(step.op("mm", {20}, {{21, 1024}}));
-  ASSERT_TRUE(step.op("relu", {21}, {{22, 1536}}));  // checks the data of 21
-  ASSERT_TRUE(step.op("loss", {20, 22}, {{23, 64}}));  // and of 20, offloaded by the plan
-  for (StorageId id = 20; id < 24; ++id) ASSERT_TRUE(step.free(id));
-  Status ended = session->end_step();
+  // The step driver checks the data of every input: 21 at "relu", and 20 at
+  // "loss", offloaded by the plan.
+  Status ended = run_chain(*session, 1024, 20, 4, std::nullopt, 1536);
   ASSERT_TRUE(ended) << ended.error().message;
   EXPECT_EQ(session->last_step_stats().kind, StepKind::kWarmup);
   EXPECT_EQ(session->last_step_stats().ops, 4);
   expect_cache(*session, 2, 0, 2, 2, 0, 0);
   // The 1536-byte program is the most recent plan: a plain hit.
-  ASSERT_TRUE(session->begin_step());
-  StepDriver again(*session);
-  ASSERT_TRUE(again.op("embed", {}, {{30, 1024}}));
-  ASSERT_TRUE(again.op("mm", {30}, {{31, 1024}}));
-  ASSERT_TRUE(again.op("relu", {31}, {{32, 1536}}));
-  ASSERT_TRUE(again.op("loss", {30, 32}, {{33, 64}}));
-  for (StorageId id = 30; id < 34; ++id) ASSERT_TRUE(again.free(id));
-  ASSERT_TRUE(session->end_step());
+  ASSERT_TRUE(run_chain(*session, 1024, 30, 4, std::nullopt, 1536));
   expect_cache(*session, 2, 1, 2, 2, 0, 0);
   EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
-}
-
-// The chain of ADivergenceAfterAnOffload... below, with "relu"'s output
-// `relu_bytes`: programs 1024 and 1536 differ only after the plan has
-// offloaded "embed"'s output.
-Status run_late_divergence(Session& session, std::int64_t relu_bytes, StorageId base) {
-  HO_RETURN_IF_ERROR(session.begin_step());
-  StepDriver step(session);
-  HO_RETURN_IF_ERROR(step.op("embed", {}, {{base, 1024}}));
-  HO_RETURN_IF_ERROR(step.op("mm", {base}, {{base + 1, 1024}}));
-  HO_RETURN_IF_ERROR(step.op("relu", {base + 1}, {{base + 2, relu_bytes}}));
-  HO_RETURN_IF_ERROR(step.op("loss", {base, base + 2}, {{base + 3, 64}}));
-  for (StorageId id = base; id < base + 4; ++id) HO_RETURN_IF_ERROR(step.free(id));
-  return session.end_step();
 }
 
 TEST(PlanCache, AlternatingProgramsThatDifferAfterActingReplayOnceThePatternIsSeen) {
@@ -264,16 +247,13 @@ TEST(PlanCache, AlternatingProgramsThatDifferAfterActingReplayOnceThePatternIsSe
   //   6 B, 7 A, 8 B: hits.                       hits 5
   // Under the most-recently-used rule every step from 2 on warmed up.
   auto backend = backend_of(std::int64_t{1} << 20);
-  SessionOptions options;
-  options.budget_bytes = 2688;
-  options.planner = "greedy";
-  auto session = session_of(*backend, options);
+  auto session = session_of(*backend, late_divergence_options());
   const std::int64_t relu[] = {1024, 1536, 1024, 1536, 1024, 1536, 1024, 1536};
   const StepKind kinds[] = {StepKind::kWarmup, StepKind::kWarmup, StepKind::kWarmup, StepKind::kReplay,
                             StepKind::kReplay, StepKind::kReplay, StepKind::kReplay, StepKind::kReplay};
   StorageId base = 10;
   for (std::size_t i = 0; i < std::size(relu); ++i) {
-    Status ran = run_late_divergence(*session, relu[i], base);
+    Status ran = run_chain(*session, 1024, base, 4, std::nullopt, relu[i]);
     ASSERT_TRUE(ran) << "step " << i + 1 << ": " << ran.error().message;
     EXPECT_EQ(session->last_step_stats().kind, kinds[i]) << "step " << i + 1;
     base += 10;
