@@ -515,7 +515,7 @@ TEST(TransformerTrace, DropoutSavesOneByteMasksForItsBackward) {
   EXPECT_EQ(t.trace.op_count(), 30 + 4 + 4);
 }
 
-TEST(TransformerTrace, MarksDeterministicOpsThatWriteOnlyWhatTheyCreateRecomputable) {
+TEST(TransformerTrace, MarksOpsThatWriteOnlyWhatTheyCreateRecomputableAndDropoutByRngReplay) {
   TransformerOptions o = tiny();
   o.dropout = Dropout::kOn;
   const TransformerTrace t = generate(o);
@@ -531,20 +531,29 @@ TEST(TransformerTrace, MarksDeterministicOpsThatWriteOnlyWhatTheyCreateRecomputa
   // this block's weight gradients).
   EXPECT_TRUE(recomputable("layer0.mlp.fc2_matmul.backward"));
   EXPECT_TRUE(recomputable("layer0.ln1.backward"));
-  // Seeded: dropout. In place: the scores backward fills the qkv gradient the
-  // context backward wrote; the embedding backward accumulates into the token
-  // table's gradient that the (tied) LM head's backward wrote.
-  for (const char* name : {"embedding.dropout", "layer0.attn.probs_dropout", "layer0.attn.proj_dropout",
-                           "layer0.mlp.fc2_dropout", "layer0.attn.scores_matmul.backward", "embedding.backward"}) {
+  // Seeded: dropout writes a fresh mask and output, so it is recomputable with
+  // its generator state replayed (rng_replay), and only it.
+  for (const char* name :
+       {"embedding.dropout", "layer0.attn.probs_dropout", "layer0.attn.proj_dropout", "layer0.mlp.fc2_dropout"}) {
+    EXPECT_TRUE(recomputable(name)) << name;
+    EXPECT_TRUE(trace.op_rng_replay(op_named(trace, name))) << name;
+  }
+  EXPECT_FALSE(trace.op_rng_replay(op_named(trace, "layer0.attn.softmax")));
+  // In place: the scores backward fills the qkv gradient the context backward
+  // wrote; the embedding backward accumulates into the token table's gradient
+  // that the (tied) LM head's backward wrote.
+  for (const char* name : {"layer0.attn.scores_matmul.backward", "embedding.backward"}) {
     EXPECT_FALSE(recomputable(name)) << name;
   }
-  // Fused attention draws its dropout mask itself.
+  // Fused attention draws its dropout mask itself: replayed with its RNG
+  // state; without dropout it is an ordinary recomputable op.
   o.attention = AttentionKernel::kFlash;
   const Trace flash = generate(o).trace;
-  EXPECT_FALSE(flash.op_recomputable(op_named(flash, "layer0.attn.flash_attention")));
+  EXPECT_TRUE(flash.op_rng_replay(op_named(flash, "layer0.attn.flash_attention")));
   o.dropout = Dropout::kOff;
   const Trace flash_no_dropout = generate(o).trace;
   EXPECT_TRUE(flash_no_dropout.op_recomputable(op_named(flash_no_dropout, "layer0.attn.flash_attention")));
+  EXPECT_FALSE(flash_no_dropout.op_rng_replay(op_named(flash_no_dropout, "layer0.attn.flash_attention")));
   // Every optimizer update is in place.
   o.optimizer = OptimizerStep::kAdamW;
   const Trace adam = generate(o).trace;

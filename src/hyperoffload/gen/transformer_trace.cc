@@ -25,7 +25,9 @@ constexpr std::int32_t kMaxLayers = 100'000;
 
 constexpr StorageIndex kAbsent = -1;
 
-// Whether an op draws random numbers (dropout): such an op cannot be recomputed.
+// Whether an op draws random numbers (dropout): such an op is recomputable by
+// RNG replay (the runtime restores its generator state for the re-run; trace
+// format v3, `rng_replay`), as the capture marks it.
 enum class Randomness : std::uint8_t { kDeterministic, kSeeded };
 
 // ---------------------------------------------------------------------------
@@ -392,8 +394,8 @@ class StepBuilder {
           }
         }
       }
-      if (writes && fresh_writes_only && op.randomness == Randomness::kDeterministic) {
-        result[i] = Recomputable::kYes;
+      if (writes && fresh_writes_only) {
+        result[i] = op.randomness == Randomness::kSeeded ? Recomputable::kWithRngReplay : Recomputable::kYes;
       }
       for (std::size_t a = op.access_begin; a < op.access_end; ++a) {
         seen[static_cast<std::size_t>(accesses_[a].storage)] = true;
