@@ -307,12 +307,13 @@ Status Session::finish_warmup() {
     ++cache_stats_.evictions;
   }
   cache_stats_.plans_cached = static_cast<std::int64_t>(plans_.size());
+  const std::string left =
+      miss_reason_.empty() ? "" : fmt::format("; the step began as a replay and left it: {}", miss_reason_);
   plan_notes_.push_back(fmt::format("plan {} cached for a step program of {} ops (peak {} planned; {} of at most {} plans "
-                               "cached, {} evicted so far{})",
-                               cache_stats_.warmups, plan_->trace().op_count(),
-                               format_bytes(plan_result_.planned_peak_bytes), plans_.size(), options_.max_plans,
-                               cache_stats_.evictions,
-                               miss_reason_.empty() ? "" : fmt::format("; the step began as a replay and left it: {}", miss_reason_)));
+                                    "cached, {} evicted so far{})",
+                                    cache_stats_.warmups, plan_->trace().op_count(),
+                                    format_bytes(plan_result_.planned_peak_bytes), plans_.size(), options_.max_plans,
+                                    cache_stats_.evictions, left));
   if (plan_notes_.size() > kMaxPlanNotes) plan_notes_.erase(plan_notes_.begin());
   notes_.insert(notes_.end(), plan_notes_.begin(), plan_notes_.end());
   return ok_status();

@@ -310,14 +310,14 @@ class Session final : public StepHooks {
   // Makes `it` the current plan (it becomes the most recently used when a
   // step runs it to its end: finish_replay).
   void use_plan(std::list<CachedPlan>::iterator it);
-  // Note [Plan per step program]: after a divergence of a reversible replay,
-  // hands the step to a replay of another cached plan matching the log, or to
-  // a warmup, and re-feeds it the first `feed` logged events.
   // Note [Next program]: the plan a step starts replaying, and the record of
   // which program each completed step ran.
   std::list<CachedPlan>::iterator predicted_plan();
   void remember_program(std::uint64_t program);
-  // `why`: the replay's divergence, kept for the new plan's note.
+  // Note [Plan per step program]: after a divergence of a reversible replay,
+  // hands the step to a replay of another cached plan matching the log, or to
+  // a warmup, and re-feeds it the first `feed` logged events. `why`: the
+  // replay's divergence, kept for the new plan's note.
   Status switch_executor(std::size_t feed, bool complete, const Error& why);
   bool can_switch(const Error& error) const;
   // Logs a hook call that succeeded (while the replay is reversible).
