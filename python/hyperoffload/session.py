@@ -49,7 +49,8 @@ _LIVE_SESSIONS: "weakref.WeakSet[OffloadSession]" = weakref.WeakSet()
 def _close_live_sessions() -> None:
     for session in list(_LIVE_SESSIONS):
         try:
-            if session.in_step:
+            if session.in_step:  # exiting from inside a step: stop intercepting, keep every tensor's data
+                session._rt.detach()
                 session._rt.abort_step()
                 session._in_step = False
             session.close()
