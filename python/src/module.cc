@@ -358,7 +358,7 @@ py::dict stats_dict(const TorchSession& torch_session) {
   stats["fault_bytes"] = s.fault_bytes;
   stats["evictions"] = s.evictions;
   stats["host_full_kept_storages"] = s.host_full_kept_storages;
-  if (const Session* session = torch_session.session()) {
+  if (session != nullptr) {
     // The pinned pool after the step: bytes held from the backend (in use,
     // awaiting copies and cached for reuse, in size-class bytes) and the most
     // handed out at once.

@@ -97,12 +97,16 @@ def test_the_shipped_example_traces_describe_their_model_and_compare(name):
     assert meta.get("replay_peak_held_bytes", 0) <= document["memory_limit_bytes"]
     result = run_cli("compare", path, "--budget", "50%", "--json")
     assert result.returncode == 0, result.stderr
-    assert document["version"] == 2 and any(op.get("recomputable") for op in document["ops"])
+    # Version 3 where an op draws random numbers (the CPU attention takes a
+    # dropout_p: marked rng_replay), version 2 for resnet18, which has none.
+    random_ops = [op["name"] for op in document["ops"] if op.get("rng_replay")]
+    assert document["version"] == (2 if name == "resnet18" else 3), random_ops
+    assert bool(random_ops) == (name != "resnet18")
+    assert any(op.get("recomputable") for op in document["ops"])
     results = {r["planner"]: r for r in json.loads(result.stdout)["results"]}
     # Every planner fits wherever its floor allows. Recompute-only can free
-    # only what recomputable ops wrote: its floor is above 50% on all three
-    # (e.g. vit: 410.13 KiB at aten::gelu_backward, budget 348.63 KiB), but it
-    # does recompute (the capture marks ops recomputable: format version 2).
+    # only what recomputable ops wrote, so it may not fit, but it does
+    # recompute (the capture marks ops recomputable).
     # DTR (the reference, an online heuristic) may miss a budget and states no
     # floor.
     for r in results.values():

@@ -44,7 +44,9 @@ TEST(HostSweep, PlansEveryTenthOfTheReferenceHostBytesAndUnlimited) {
       EXPECT_TRUE(row.valid);
       // Below 100 host bytes storage 1 stays on the device: 150 B at op 1.
       EXPECT_EQ(row.feasible(), i >= 10);
-      if (sweep->host_budgets_bytes[i]) EXPECT_LE(row.peak_host_bytes, *sweep->host_budgets_bytes[i]);
+      if (sweep->host_budgets_bytes[i]) {
+        EXPECT_LE(row.peak_host_bytes, *sweep->host_budgets_bytes[i]);
+      }
     }
   }
   const std::string svg = host_sweep_plot_svg(*sweep, "three.json");
