@@ -129,13 +129,12 @@ def soak(steps: int, seed: int = 0, planner: str = "hybrid", eager: bool = False
             with session if not eager else contextlib.nullcontext():
                 loss = loss_of(model, tokens)
                 loss.backward()
-            loss_item = loss.item()
+            losses[step] = loss.item()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
             del loss, tokens
             stats = session.stats()
-            losses[step] = loss_item
             kinds[step] = stats["kind"]
             peaks[step] = stats["peak_held_bytes"]
             host_peaks[step] = stats["peak_host_bytes"]
@@ -144,7 +143,6 @@ def soak(steps: int, seed: int = 0, planner: str = "hybrid", eager: bool = False
             samples["plans_cached"][step] = stats["plans_cached"]
             samples["tracked_storages"][step] = session._rt.tracked_storages()
             samples["python_objects"][step] = len(gc.get_objects())
-            del stats
         final = session.stats()
     return dict(steps=steps, budget_bytes=budget, host_budget_bytes=host_budget, kinds=kinds, losses=list(losses),
                 parameters=[p.detach().clone() for p in model.parameters()],

@@ -77,18 +77,30 @@ Status Session::begin_step() {
   logging_ = false;
   program_tag_ = 0;
   op_seen_ = false;
-  if (!plans_.empty()) {
-    use_plan(predicted_plan());
-    HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
-                                                       ReplayOptions{options_.record_timeline, options_.recompute}));
-    logging_ = true;
-  } else {
-    ++cache_stats_.warmups;
-    ++cache_stats_.misses;
-    HO_ASSIGN_OR_RETURN(
-        warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes, options_.calibration_bytes,
-                                                                  options_.copy_bandwidth_gib_per_s}));
-  }
+  if (plans_.empty()) return start_warmup();
+  HO_RETURN_IF_ERROR(start_replay(predicted_plan()));
+  logging_ = true;
+  return ok_status();
+}
+
+Status Session::start_replay(std::list<CachedPlan>::iterator it, std::optional<StepOrigin> continues) {
+  use_plan(it);
+  HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
+                                                     ReplayOptions{options_.record_timeline, options_.recompute,
+                                                                   continues}));
+  return ok_status();
+}
+
+Status Session::start_warmup(std::optional<StepOrigin> continues) {
+  ++cache_stats_.warmups;
+  ++cache_stats_.misses;
+  step_kind_ = StepKind::kWarmup;
+  logging_ = false;
+  plan_.reset();
+  HO_ASSIGN_OR_RETURN(warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes,
+                                                                                options_.calibration_bytes,
+                                                                                options_.copy_bandwidth_gib_per_s,
+                                                                                continues}));
   return ok_status();
 }
 
@@ -116,21 +128,7 @@ Status Session::set_program_tag(std::uint64_t tag) {
   auto target = std::find_if(plans_.begin(), plans_.end(),
                              [&](const CachedPlan& cached) { return cached.program_tag == tag; });
   replay_.reset();
-  if (target != plans_.end()) {
-    use_plan(target);
-    HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
-                                                       ReplayOptions{options_.record_timeline, options_.recompute}));
-    return ok_status();
-  }
-  ++cache_stats_.warmups;
-  ++cache_stats_.misses;
-  step_kind_ = StepKind::kWarmup;
-  logging_ = false;
-  plan_.reset();
-  HO_ASSIGN_OR_RETURN(
-      warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes, options_.calibration_bytes,
-                                                                options_.copy_bandwidth_gib_per_s}));
-  return ok_status();
+  return target != plans_.end() ? start_replay(target) : start_warmup();
 }
 
 Status Session::on_op_begin(std::string_view name, std::span<const StorageId> inputs,
@@ -397,26 +395,15 @@ Status Session::switch_executor(std::size_t feed, bool complete, const Error& wh
   Status fed = ok_status();
   auto feed_into = [&](StepHooks& hooks) { return log_.replay_into(hooks, feed); };
   if (target != plans_.end()) {
-    use_plan(target);
     ++cache_stats_.switches;
-    HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
-                                                       ReplayOptions{options_.record_timeline, options_.recompute,
-                                                                     origin}));
+    HO_RETURN_IF_ERROR(start_replay(target, origin));
     replay_->set_catching_up(true);
     fed = feed_into(*replay_);
     replay_->set_catching_up(false);
     log_.truncate(feed);  // the live call, logged again if it succeeds
   } else {
-    ++cache_stats_.warmups;
-    ++cache_stats_.misses;
     miss_reason_ = why.message;
-    step_kind_ = StepKind::kWarmup;
-    logging_ = false;
-    plan_.reset();
-    HO_ASSIGN_OR_RETURN(warmup_,
-                        WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes,
-                                                                         options_.calibration_bytes,
-                                                                         options_.copy_bandwidth_gib_per_s, origin}));
+    HO_RETURN_IF_ERROR(start_warmup(origin));
     warmup_->begin_catch_up();
     fed = feed_into(*warmup_);
     warmup_->end_catch_up();

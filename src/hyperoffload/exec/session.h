@@ -307,6 +307,10 @@ class Session final : public StepHooks {
     // between steps]).
     std::int64_t host_pool_peak_bytes = 0;
   };
+  // The step (from `continues`, when it began as another executor's) as a
+  // replay of `it`, or as a warmup: a miss, with no plan.
+  Status start_replay(std::list<CachedPlan>::iterator it, std::optional<StepOrigin> continues = std::nullopt);
+  Status start_warmup(std::optional<StepOrigin> continues = std::nullopt);
   // Makes `it` the current plan (it becomes the most recently used when a
   // step runs it to its end: finish_replay).
   void use_plan(std::list<CachedPlan>::iterator it);

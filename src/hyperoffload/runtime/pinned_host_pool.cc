@@ -216,31 +216,15 @@ Status PinnedHostPool::drain() {
   }
 }
 
-Status PinnedHostPool::trim() {
-  std::vector<std::pair<void*, std::int64_t>> to_free;
-  {
-    std::lock_guard lock(mu_);
-    for (std::size_t c = 0; c < free_lists_.size(); ++c) {
-      const std::int64_t size = size_class_of_index(static_cast<std::int32_t>(c));
-      for (void* ptr : free_lists_[c]) to_free.emplace_back(ptr, size);
-      stats_.cached_bytes -= size * static_cast<std::int64_t>(free_lists_[c].size());
-      stats_.reserved_bytes -= size * static_cast<std::int64_t>(free_lists_[c].size());
-      free_lists_[c].clear();
-    }
-  }
-  Status status = ok_status();
-  for (auto [ptr, size] : to_free) {
-    internal::unpoison_memory(ptr, size);
-    if (Status freed = backend_.free_host(ptr); !freed && status) status = std::move(freed);
-  }
-  return status;
-}
+Status PinnedHostPool::trim() { return free_cached(0, PollPending::kNo); }
 
-Status PinnedHostPool::trim_to(std::int64_t reserved_bytes) {
+Status PinnedHostPool::trim_to(std::int64_t reserved_bytes) { return free_cached(reserved_bytes, PollPending::kYes); }
+
+Status PinnedHostPool::free_cached(std::int64_t reserved_bytes, PollPending poll) {
   std::vector<std::pair<void*, std::int64_t>> to_free;
   {
     std::lock_guard lock(mu_);
-    poll_pending_locked();
+    if (poll == PollPending::kYes) poll_pending_locked();
     for (std::size_t c = free_lists_.size(); c-- > 0 && stats_.reserved_bytes > reserved_bytes;) {
       const std::int64_t size = size_class_of_index(static_cast<std::int32_t>(c));
       std::vector<void*>& list = free_lists_[c];

@@ -120,6 +120,12 @@ class PinnedHostPool {
     std::vector<Fence> fences;
   };
 
+  // Frees cached blocks, largest class first, until at most `reserved_bytes`
+  // are held or nothing is cached (0: every cached block; blocks in use or
+  // pending count toward reserved_bytes, so they never bring it to 0).
+  // kYes first recycles pending blocks whose copies are done. Takes the lock.
+  enum class PollPending : bool { kNo, kYes };
+  Status free_cached(std::int64_t reserved_bytes, PollPending poll);
   // Moves pending blocks whose fences have all passed to their free lists.
   void poll_pending_locked();
   void cache_locked(const PinnedBlock& block);
