@@ -64,9 +64,10 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
-import transformers  # noqa: E402
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
+
+import torchvision_models  # noqa: E402,F401  (before transformers, which imports torchvision)
+import transformers  # noqa: E402
 
 import hyperoffload as ho  # noqa: E402
 from models import GptDecoder  # noqa: E402  (python/tests/models.py)

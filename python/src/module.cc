@@ -431,7 +431,7 @@ class Runtime final : public OpHandler {
 
   // The fallback's path: the boxed counterpart of dispatch() below.
   void handle(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) override {
-    if (!session_->tracking()) {
+    if (!session_->intercepts()) {
       run_below(op, keys, stack);
       return;
     }
@@ -461,7 +461,7 @@ class Runtime final : public OpHandler {
   }
 
   void begin(const OpInfo& info, py::handle args, py::handle kwargs) {
-    if (!session_->tracking()) return;
+    if (!session_->intercepts()) return;
     inputs_.clear();
     written_.clear();
     PyObject* arg_tuple = args.ptr();
@@ -517,7 +517,7 @@ class Runtime final : public OpHandler {
       if (!empty) throw py::error_already_set();
       arg_tuple = empty.ptr();
     }
-    if (!session_->tracking()) return call(func, arg_tuple, kwarg_dict);
+    if (!session_->intercepts()) return call(func, arg_tuple, kwarg_dict);
     const OpInfo& info = op_info(func);
     begin(info, py::handle(arg_tuple), kwarg_dict != nullptr ? py::handle(kwarg_dict) : py::handle(Py_None));
     if (session_->wants_call()) {

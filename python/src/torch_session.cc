@@ -193,6 +193,15 @@ TorchStatus TorchSession::report_deaths() {
 TorchStatus TorchSession::begin_op(std::string_view name, std::span<c10::StorageImpl* const> inputs,
                                    std::span<c10::StorageImpl* const> written, Recomputable recomputable) {
   if (mode_ != StepMode::kTracking) return lost_.empty() ? TorchStatus{} : check_lost(name, inputs);
+  TorchStatus begun = report_op_begin(name, inputs, written, recomputable);
+  // A failure forgiven into passthrough (Note [Re-warmup]) still runs this
+  // op: it must not read a tensor whose data is lost.
+  if (begun && mode_ == StepMode::kPassthrough && !lost_.empty()) return check_lost(name, inputs);
+  return begun;
+}
+
+TorchStatus TorchSession::report_op_begin(std::string_view name, std::span<c10::StorageImpl* const> inputs,
+                                          std::span<c10::StorageImpl* const> written, Recomputable recomputable) {
   in_op_ = true;
   collective_op_ = is_collective(name);
   op_recomputable_ = collective_op_ ? Recomputable::kNo : recomputable;
@@ -213,7 +222,15 @@ TorchStatus TorchSession::begin_op(std::string_view name, std::span<c10::Storage
     if (id && !contains(written_ids_, *id)) written_ids_.push_back(*id);
   }
   if (Status begun = session_->on_op_begin(name, input_ids_, written_ids_); !begun) return hook_failed(begun.error());
+  drop_calls_after_leaving_plan();
   return mark_if_recomputable();
+}
+
+void TorchSession::drop_calls_after_leaving_plan() {
+  // A step that left its plan for a warmup (Note [Leaving a plan] in
+  // exec/session.h) re-runs nothing more: the recorded calls, and the
+  // arguments they keep alive, go now rather than at the end of the step.
+  if (!calls_.empty() && session_->step_kind() == StepKind::kWarmup) calls_.clear();
 }
 
 bool TorchSession::wants_call() const {
@@ -364,6 +381,7 @@ TorchStatus TorchSession::end_op(std::span<const c10::Storage> outputs) {
   outputs_.clear();
   in_op_ = false;
   if (!ended) return hook_failed(ended.error());
+  drop_calls_after_leaving_plan();
   return {};
 }
 

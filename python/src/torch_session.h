@@ -157,6 +157,10 @@ class TorchSession {
 
   StepMode mode() const { return mode_; }
   bool tracking() const { return mode_ == StepMode::kTracking; }
+  // Whether the interception layer must report the current op: while
+  // tracking, and in passthrough while some tensor's data is lost (Note [Lost
+  // storages]: begin_op refuses an op that reads one before it runs).
+  bool intercepts() const { return mode_ == StepMode::kTracking || (mode_ == StepMode::kPassthrough && !lost_.empty()); }
   std::optional<c10::Device> device() const { return device_; }
   const TorchSessionOptions& options() const { return options_; }
   // The runtime session, once the device is known.
@@ -184,6 +188,10 @@ class TorchSession {
   // Once per step, before its first op: the step's program tag (autograd on,
   // inference mode; Note [Plan per step program] in exec/session.h).
   TorchStatus send_program_tag();
+  // begin_op while tracking.
+  TorchStatus report_op_begin(std::string_view name, std::span<c10::StorageImpl* const> inputs,
+                              std::span<c10::StorageImpl* const> written, Recomputable recomputable);
+  void drop_calls_after_leaving_plan();
   // A runtime error from a hook: stop offloading (restoring every storage),
   // then either swallow a first-replay divergence (re-warmup) or return it.
   TorchStatus hook_failed(const Error& error);

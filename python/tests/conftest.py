@@ -12,6 +12,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# Before anything imports transformers, which imports torchvision when it is
+# installed (torchvision_models.py says why that needs care on the CPU torch).
+import torchvision_models  # noqa: E402,F401
+
 import hyperoffload as ho  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

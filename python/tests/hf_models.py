@@ -28,6 +28,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+import torchvision_models  # noqa: E402,F401  (before transformers, which imports torchvision)
 import transformers  # noqa: E402
 
 transformers.logging.set_verbosity_error()

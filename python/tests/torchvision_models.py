@@ -4,7 +4,9 @@ PyPI's torchvision wheel (python/requirements.txt) is built against PyTorch's
 CUDA libraries. With the CPU PyTorch of .venv its compiled operators (nms,
 roi_align, deform_conv2d: torchvision/_C.so) cannot load, and ``import
 torchvision`` then fails while registering fake kernels for those operators.
-The classification models (ViT, ResNet, DenseNet, MobileNet, EfficientNet,
+``transformers`` imports torchvision whenever it is installed, so every test
+and script that imports ``transformers`` imports this module first
+(conftest.py and hf_models.py do). The classification models (ViT, ResNet, DenseNet, MobileNet, EfficientNet,
 ConvNeXt, Swin) use none of them, so the two registration modules are skipped
 when the operators are absent; with a torchvision whose operators load (a CUDA
 machine, or a CPU wheel of torchvision) nothing is skipped.

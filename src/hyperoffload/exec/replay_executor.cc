@@ -34,9 +34,11 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
   std::vector<std::int64_t> last_recompute_of(static_cast<std::size_t>(trace.op_count()), -1);
   std::vector<std::int64_t> last_recompute_read(static_cast<std::size_t>(trace.storage_count()), -1);
   std::vector<std::int64_t> output_bytes(static_cast<std::size_t>(trace.op_count()), 0);
+  std::vector<OpIndex> producer(static_cast<std::size_t>(trace.storage_count()), -1);
   for (OpIndex op = 0; op < trace.op_count(); ++op) {
     for (StorageIndex output : guide.outputs(op)) {
       output_bytes[static_cast<std::size_t>(op)] += trace.storage(output).size_bytes;
+      producer[static_cast<std::size_t>(output)] = op;
     }
   }
   std::int64_t recomputes = 0;
@@ -68,6 +70,7 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
   plan->last_recompute_of_ = std::move(last_recompute_of);
   plan->last_recompute_read_ = std::move(last_recompute_read);
   plan->output_bytes_ = std::move(output_bytes);
+  plan->producer_ = std::move(producer);
   return std::shared_ptr<const ReplayPlan>(std::move(plan));
 }
 
@@ -147,6 +150,11 @@ ReplayExecutor::ReplayExecutor(ResidencyManager& residency, std::shared_ptr<cons
 }
 
 ReplayExecutor::~ReplayExecutor() {
+  if (owns_settings_) hand_over();
+}
+
+void ReplayExecutor::hand_over() {
+  owns_settings_ = false;
   residency_.cancel_reservation();
   residency_.set_held_budget(std::nullopt);
   residency_.set_record_copies(RecordCopies::kNo);
@@ -247,19 +255,10 @@ Status ReplayExecutor::run_actions(std::span<const Action> actions) {
 
 Status ReplayExecutor::run_recompute(const Action& action) {
   const OpIndex source = action.source_op;
-  const ReplayGuide& guide = plan_->guide();
   const Trace& trace = plan_->trace();
   const auto position = static_cast<std::int64_t>(plan_->position_of(action));
-  auto context = [&] {
-    return fmt::format("{}: {} ({})", op_label(), describe(action), trace.op_name(source));
-  };
-  RecomputeCall& call = call_;
-  call.source_op_ = source;
-  call.op_name_ = trace.op_name(source);
-  call.last_of_step_ = plan_->last_recompute_of(source) == position;
-  call.input_ids_.clear();
-  call.input_ptrs_.clear();
-  call.outputs_.clear();
+  auto context = [&] { return fmt::format("{}: {} ({})", op_label(), describe(action), trace.op_name(source)); };
+  const ReplayGuide& guide = plan_->guide();
   for (StorageIndex input : guide.inputs(source)) {
     const StorageId id = caller_of_[static_cast<std::size_t>(input)];
     // The validator guarantees residency for a step that matches the trace;
@@ -269,6 +268,33 @@ Status ReplayExecutor::run_recompute(const Action& action) {
                         fmt::format("{}: input storage {} (traced) is not resident", context(),
                                     trace.storage(input).id));
     }
+  }
+  HO_RETURN_IF_ERROR(rerun(source, plan_->last_recompute_of(source) == position, context, nullptr));
+  // Held inputs no later recompute reads are gone for good.
+  for (StorageIndex input : guide.inputs(source)) {
+    StorageId& id = caller_of_[static_cast<std::size_t>(input)];
+    if (held(id) && plan_->last_recompute_read(input) <= position) {
+      HO_RETURN_IF_ERROR(residency_.forget(id));
+      id = kFreed;
+    }
+  }
+  sample_memory();
+  return ok_status();
+}
+
+Status ReplayExecutor::rerun(OpIndex source, bool last_of_step, const std::function<std::string()>& context,
+                             std::vector<StorageId>* regenerated) {
+  const ReplayGuide& guide = plan_->guide();
+  const Trace& trace = plan_->trace();
+  RecomputeCall& call = call_;
+  call.source_op_ = source;
+  call.op_name_ = trace.op_name(source);
+  call.last_of_step_ = last_of_step;
+  call.input_ids_.clear();
+  call.input_ptrs_.clear();
+  call.outputs_.clear();
+  for (StorageIndex input : guide.inputs(source)) {
+    const StorageId id = caller_of_[static_cast<std::size_t>(input)];
     Result<void*> ptr = residency_.device_ptr(id, DeviceAccess::kRead);
     if (!ptr) return std::unexpected(in_context(std::move(ptr.error()), context()));
     call.input_ids_.push_back(id);
@@ -279,9 +305,11 @@ Status ReplayExecutor::run_recompute(const Action& action) {
     const StorageId id = caller_of_[static_cast<std::size_t>(output)];
     RecomputeCall::Output out;
     out.size_bytes = trace.storage(output).size_bytes;
-    if (id != kUnbound && id != kFreed) {
+    if (id != kUnbound && id != kFreed && residency_.tracked(id)) {
       out.id = id;
-      out.needed = !residency_.resident(id);
+      // A storage written in place since holds another version than the op
+      // makes (the validator keeps a plan's recomputes from such storages).
+      out.needed = !residency_.resident(id) && residency_.writes_since_produced(id) == 0;
       if (out.needed) needed_bytes += out.size_bytes;
     }
     call.outputs_.push_back(out);
@@ -298,23 +326,117 @@ Status ReplayExecutor::run_recompute(const Action& action) {
   residency_.cancel_reservation();
   if (!ran) return std::unexpected(in_context(std::move(ran.error()), context()));
   for (std::size_t j = 0; j < call.outputs_.size(); ++j) {
-    if (call.outputs_[j].needed && !call.outputs_[j].regenerated) {
+    if (!call.outputs_[j].needed) continue;
+    if (!call.outputs_[j].regenerated) {
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("{}: the recompute did not regenerate output {} (storage traced as {})", context(),
                                     j, trace.storage(guide.outputs(source)[j]).id));
     }
+    if (regenerated != nullptr) regenerated->push_back(call.outputs_[j].id);
   }
   HO_ASSIGN_OR_RETURN(Fence end, residency_.events().record(compute));
   recompute_spans_.push_back(RecomputeSpan{op_, source, needed_bytes, std::move(start), std::move(end)});
-  // Held inputs no later recompute reads are gone for good.
-  for (StorageIndex input : guide.inputs(source)) {
-    StorageId& id = caller_of_[static_cast<std::size_t>(input)];
-    if (held(id) && plan_->last_recompute_read(input) <= position) {
-      HO_RETURN_IF_ERROR(residency_.forget(id));
-      id = kFreed;
+  return ok_status();
+}
+
+// Note [Leaving a plan] in exec/session.h: the regeneration of what a plan
+// dropped, for a step that continues without it.
+std::vector<StorageId> ReplayExecutor::dropped_storages() const {
+  std::vector<StorageId> dropped;
+  for (StorageId id : caller_of_) {
+    if (id < 0 || !residency_.tracked(id)) continue;  // never produced, freed, or kept for a recompute only
+    if (!residency_.resident(id) && !residency_.has_current_host_copy(id)) dropped.push_back(id);
+  }
+  return dropped;
+}
+
+std::string ReplayExecutor::storage_label(StorageIndex t) const {
+  const Trace& trace = plan_->trace();
+  const OpIndex producer = plan_->producer(t);
+  return fmt::format("the tensor traced as storage {} ({} bytes, made by op {} ({}))", trace.storage(t).id,
+                     trace.storage(t).size_bytes, producer, trace.op_name(producer));
+}
+
+std::string ReplayExecutor::why_not_regenerable(StorageIndex t) const {
+  const StorageId id = caller_of_[static_cast<std::size_t>(t)];
+  const OpIndex producer = plan_->producer(t);
+  if (std::optional<std::int32_t> writes = residency_.writes_since_produced(id); writes && *writes > 0) {
+    return "it was written in place after its op made it, so re-running the op would give an older version";
+  }
+  if (!plan_->recomputed(producer)) {
+    return "the plan never re-runs its op, so the framework kept no call of it (the plan released the tensor "
+           "after its last use in the traced step, which the step outlived)";
+  }
+  if (plan_->last_recompute_of(producer) < actions_run_) {
+    return "the plan's last re-run of its op has passed, and the framework let go of the call";
+  }
+  for (StorageIndex input : plan_->guide().inputs(producer)) {
+    if (caller_of_[static_cast<std::size_t>(input)] == kFreed) {
+      return fmt::format("its op reads storage {} (traced), which the step already freed",
+                         plan_->trace().storage(input).id);
     }
   }
-  sample_memory();
+  return {};
+}
+
+Status ReplayExecutor::regenerate(StorageId id, std::vector<StorageId>& made_resident) {
+  HO_ASSIGN_OR_RETURN(const StorageIndex root, traced_index(id, "regenerated"));
+  const Trace& trace = plan_->trace();
+  // Post-order over producers: a storage is regenerated once every input of
+  // its op is resident. Inputs are made by earlier ops, so this ends.
+  std::vector<std::pair<StorageIndex, bool>> stack{{root, false}};
+  // First pass: refuse before anything runs when some storage on the way
+  // cannot be regenerated (then nothing the step reads is half brought back).
+  std::vector<StorageIndex> order;
+  std::vector<bool> visited(static_cast<std::size_t>(trace.storage_count()), false);
+  while (!stack.empty()) {
+    const auto [t, expanded] = stack.back();
+    stack.pop_back();
+    if (expanded) {
+      order.push_back(t);
+      continue;
+    }
+    if (visited[static_cast<std::size_t>(t)]) continue;
+    visited[static_cast<std::size_t>(t)] = true;
+    const StorageId caller = caller_of_[static_cast<std::size_t>(t)];
+    if (caller == kUnbound || caller == kFreed || !residency_.tracked(caller)) {
+      return make_error(ErrorCode::kDiverged, fmt::format("{} cannot be regenerated: the step no longer holds it",
+                                                          storage_label(t)));
+    }
+    if (residency_.resident(caller) || residency_.has_current_host_copy(caller)) {
+      order.push_back(t);  // paged in when its turn comes
+      continue;
+    }
+    if (std::string why = why_not_regenerable(t); !why.empty()) {
+      return make_error(ErrorCode::kDiverged,
+                        fmt::format("{} cannot be regenerated{}: {}", storage_label(t),
+                                    t == root ? "" : fmt::format(" (needed to regenerate {})", storage_label(root)),
+                                    why));
+    }
+    stack.emplace_back(t, true);
+    for (StorageIndex input : plan_->guide().inputs(plan_->producer(t))) stack.emplace_back(input, false);
+  }
+  for (StorageIndex t : order) {
+    const StorageId caller = caller_of_[static_cast<std::size_t>(t)];
+    if (residency_.resident(caller)) continue;  // regenerated with another output of its op
+    if (residency_.has_current_host_copy(caller)) {
+      HO_RETURN_IF_ERROR(residency_.device_ptr(caller, DeviceAccess::kRead));
+      made_resident.push_back(caller);
+      continue;
+    }
+    const OpIndex producer = plan_->producer(t);
+    auto context = [&] { return fmt::format("regenerating {}", storage_label(t)); };
+    HO_RETURN_IF_ERROR(rerun(producer, /*last_of_step=*/false, context, &made_resident));
+  }
+  return ok_status();
+}
+
+Status ReplayExecutor::forget_held() {
+  for (StorageId& id : caller_of_) {
+    if (!held(id)) continue;
+    HO_RETURN_IF_ERROR(residency_.forget(id));
+    id = kFreed;
+  }
   return ok_status();
 }
 

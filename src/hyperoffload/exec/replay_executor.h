@@ -47,6 +47,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -98,6 +99,8 @@ class ReplayPlan {
   }
   // Bytes of the storages `op` produces (its outputs in the guide).
   std::int64_t output_bytes(OpIndex op) const { return output_bytes_[static_cast<std::size_t>(op)]; }
+  // The op that produced storage `s` (its first writer).
+  OpIndex producer(StorageIndex s) const { return producer_[static_cast<std::size_t>(s)]; }
 
  private:
   ReplayPlan(Trace trace, ReplayGuide guide, Schedule schedule);
@@ -110,6 +113,7 @@ class ReplayPlan {
   std::vector<std::int64_t> last_recompute_of_;    // by op
   std::vector<std::int64_t> last_recompute_read_;  // by storage
   std::vector<std::int64_t> output_bytes_;         // by op
+  std::vector<OpIndex> producer_;                  // by storage
 };
 
 struct ReplayOptions {
@@ -170,6 +174,26 @@ class ReplayExecutor final : public StepHooks {
   void set_catching_up(bool catching_up) { catching_up_ = catching_up; }
   StepOrigin origin() const { return StepOrigin{start_stats_, start_time_}; }
 
+  // ---- After the step left this plan (Note [Leaving a plan] in exec/session.h) ----
+  // Gives the residency's step settings (held budget, copy recording) up to
+  // the executor that continues the step; the destructor then leaves them be.
+  void hand_over();
+  // The storages the caller still holds whose data the plan dropped (tracked,
+  // not resident, no current host copy), in traced order.
+  std::vector<StorageId> dropped_storages() const;
+  // Brings dropped storage `id` back by re-running, through the RecomputeFn,
+  // the traced op that produced it, after bringing that op's inputs back the
+  // same way or paging them in from their host copies (recursively; inputs
+  // come before the ops that read them). Appends each storage it made resident
+  // to `made_resident`. Fails with kDiverged, naming the storage, the op and
+  // the reason, before anything is re-run, where a storage on the way cannot
+  // be regenerated exactly: it was written in place since its op produced it,
+  // the step freed an input its op reads, or the framework holds no call of
+  // its op (the plan never re-runs it, or its last re-run has passed).
+  Status regenerate(StorageId id, std::vector<StorageId>& made_resident);
+  // Forgets the storages kept for recomputes this plan will no longer run.
+  Status forget_held();
+
  private:
   ReplayExecutor(ResidencyManager& residency, std::shared_ptr<const ReplayPlan> plan, ReplayOptions options);
 
@@ -186,6 +210,14 @@ class ReplayExecutor final : public StepHooks {
   Result<StorageIndex> traced_index(StorageId caller_id, std::string_view role) const;
   Status run_actions(std::span<const Action> actions);
   Status run_recompute(const Action& action);
+  // Re-runs traced op `source` through the RecomputeFn, regenerating each of
+  // its outputs that is tracked, released and unwritten since; appends those
+  // to `regenerated` when given. Its tracked inputs must be resident.
+  Status rerun(OpIndex source, bool last_of_step, const std::function<std::string()>& context,
+               std::vector<StorageId>* regenerated);
+  // Empty, or why traced storage `t` (dropped) cannot be regenerated now.
+  std::string why_not_regenerable(StorageIndex t) const;
+  std::string storage_label(StorageIndex t) const;
   Status collect_spans(OpIndex op);
   void sample_memory();
   bool recording() const { return options_.record_timeline == RecordTimeline::kYes; }
@@ -203,6 +235,7 @@ class ReplayExecutor final : public StepHooks {
   bool in_op_ = false;
   bool committed_ = false;    // see reversible()
   bool catching_up_ = false;  // see set_catching_up()
+  bool owns_settings_ = true;  // the residency's step settings are this executor's (hand_over)
   std::int64_t actions_run_ = 0;  // schedule positions before this one have run
   internal::OpAllocations current_allocated_;  // outputs allocated for the current op
   std::vector<StorageIndex> scratch_;

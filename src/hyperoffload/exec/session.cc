@@ -74,6 +74,7 @@ Status Session::begin_step() {
   miss_reason_.clear();
   log_.clear();
   call_asked_.clear();
+  unregenerable_.clear();
   logging_ = false;
   program_tag_ = 0;
   op_seen_ = false;
@@ -136,6 +137,9 @@ Status Session::on_op_begin(std::string_view name, std::span<const StorageId> in
   if (failure_) return std::unexpected(already_failed(*failure_));
   if (!in_step()) return std::unexpected(not_in_step("on_op_begin"));
   op_seen_ = true;
+  if (!unregenerable_.empty()) {
+    HO_RETURN_IF_ERROR(check(check_readable(inputs, fmt::format("op \"{}\"", name))));
+  }
   Status status = active()->on_op_begin(name, inputs, written);
   if (!status && can_switch(status.error())) {
     log_.op_begin(name, inputs, written);  // matched with the rest, run below
@@ -196,6 +200,7 @@ Status Session::on_storage_freed(StorageId id) {
     return residency_->forget(id);
   }
   if (failure_) return std::unexpected(already_failed(*failure_));
+  unregenerable_.erase(id);
   Status status = active()->on_storage_freed(id);
   if (status) log_call([&](StepLog& log) { log.freed(id); });
   return check(std::move(status));
@@ -210,6 +215,10 @@ Result<void*> Session::device_ptr(StorageId id, DeviceAccess access) {
     return residency_->device_ptr(id, access);
   }
   if (failure_) return std::unexpected(already_failed(*failure_));
+  if (!unregenerable_.empty()) {
+    const StorageId ids[] = {id};
+    HO_RETURN_IF_ERROR(check(check_readable(ids, "the framework")));
+  }
   return check(active()->device_ptr(id, access));
 }
 
@@ -224,6 +233,16 @@ Status Session::end_step() {
 }
 
 Status Session::finish_warmup() {
+  if (!unregenerable_.empty()) {
+    const auto& [id, why] = *unregenerable_.begin();
+    Error error{ErrorCode::kDiverged,
+                fmt::format("the step left its plan and ends holding {} tensor(s) whose data the plan had dropped and "
+                            "that cannot be regenerated, among them storage {}: {}",
+                            unregenerable_.size(), id, why)};
+    ++cache_stats_.misses;
+    (void)abort_step();
+    return std::unexpected(std::move(error));
+  }
   Result<WarmupResult> warmed = warmup_->finish();
   if (!warmed) {
     (void)abort_step();
@@ -363,11 +382,37 @@ void Session::log_call(Log log) {
 }
 
 bool Session::can_switch(const Error& error) const {
-  // After irreversible actions the step can still become a warmup, unless the
-  // plan keeps storages for recomputes the warmup would not run.
+  // After irreversible actions the step can still become a warmup (Note
+  // [Leaving a plan]).
   return error.code == ErrorCode::kDiverged && replay_ != nullptr && logging_ &&
-         (replay_->reversible() ||
-          (options_.after_actions == AfterActions::kContinueAsWarmup && plan_->recompute_count() == 0));
+         (replay_->reversible() || options_.after_actions == AfterActions::kContinueAsWarmup);
+}
+
+Status Session::check_readable(std::span<const StorageId> ids, std::string_view reader) const {
+  for (StorageId id : ids) {
+    auto it = unregenerable_.find(id);
+    if (it == unregenerable_.end()) continue;
+    return make_error(ErrorCode::kDiverged,
+                      fmt::format("the step left its plan, and {} reads a tensor whose data the plan had dropped: {}",
+                                  reader, it->second));
+  }
+  return ok_status();
+}
+
+Status Session::bring_back_dropped(ReplayExecutor& left) {
+  std::vector<StorageId> made_resident;
+  for (StorageId id : left.dropped_storages()) {
+    if (!residency_->tracked(id) || residency_->resident(id)) continue;  // came back with another
+    HO_RETURN_IF_ERROR(warmup_->make_room(residency_->size_bytes(id).value_or(0)));
+    made_resident.clear();
+    Status regenerated = left.regenerate(id, made_resident);
+    warmup_->brought_back(made_resident);
+    if (!regenerated) {
+      if (regenerated.error().code != ErrorCode::kDiverged) return regenerated;
+      unregenerable_.emplace(id, std::move(regenerated.error().message));
+    }
+  }
+  return left.forget_held();
 }
 
 Status Session::switch_executor(std::size_t feed, bool complete, const Error& why) {
@@ -391,7 +436,12 @@ Status Session::switch_executor(std::size_t feed, bool complete, const Error& wh
       break;
     }
   }
-  replay_.reset();
+  // A replay that acted stays until what its plan dropped is back (Note
+  // [Leaving a plan]); the executor continuing the step takes the
+  // residency's settings.
+  std::unique_ptr<ReplayExecutor> left = std::move(replay_);
+  left->hand_over();
+  if (reversible) left.reset();
   Status fed = ok_status();
   auto feed_into = [&](StepHooks& hooks) { return log_.replay_into(hooks, feed); };
   if (target != plans_.end()) {
@@ -408,6 +458,7 @@ Status Session::switch_executor(std::size_t feed, bool complete, const Error& wh
     fed = feed_into(*warmup_);
     warmup_->end_catch_up();
     log_.clear();
+    if (fed && left != nullptr) fed = bring_back_dropped(*left);
   }
   if (!fed) {
     return make_error(fed.error().code,

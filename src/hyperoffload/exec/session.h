@@ -50,13 +50,9 @@
 //    seen so far are re-fed to it (their measured durations are lost: the
 //    planner sees them as instant), it evicts online within the budget, and at
 //    end_step its trace is planned and cached as a new plan (one note per plan).
-//  - After an irreversible action the step cannot change plans, but it still
-//    continues as a warmup from that op (a miss): the ops so far are only
-//    recorded (nothing is bound or paged again), the storages the plan left
-//    on the host are paged in when used. With AfterActions::kFail, or when
-//    the plan recomputes, it cannot
-//    hand over (the warmup would not run the recomputes its releases rely
-//    on): then the step fails with kDiverged as before (see Re-warmup),
+//  - After an irreversible action the step cannot change plans, but it
+//    continues exactly as a warmup from that op (a miss; Note [Leaving a
+//    plan]). With AfterActions::kFail it fails with kDiverged instead,
 //    naming what differed, with advice that fits (bucket shapes with
 //    pad_to_multiple_of, raise max_plans, skip_offload only for
 //    data-dependent control flow).
@@ -70,6 +66,30 @@
 //    plan had released what backward still reads. With tags the two never
 //    share a plan. Without calls, every step has tag 0.
 // A warmup's plan replaces a cached plan of the same program.
+//
+// Note [Leaving a plan]. A step that diverges from its plan after the plan
+// acted continues as a warmup from the diverging op, and ends bit-identical to
+// eager. Invariant: no op of the step ever reads a storage the plan dropped.
+// At the hand-over the ops so far are only recorded (nothing is bound or paged
+// again), then every storage the caller still holds is made readable again
+// before the warmup runs another op:
+//  - offloaded (a current host copy): left there; the warmup pages it in when
+//    an op reads it (a fault), as any storage it evicted;
+//  - dropped (released without a current host copy): regenerated now by the
+//    diverged replay (ReplayExecutor::regenerate), which re-runs the traced op
+//    that made it through the framework's recorded call, after bringing that
+//    op's inputs back the same way, recursively, each with room made under
+//    the budget first. It re-runs each op at most once per storage it makes,
+//    and never an op whose result would differ: one whose output was written
+//    in place since, whose input the step freed, or whose call the framework
+//    no longer holds (RNG state and arguments written in place are the
+//    framework's to check: the PyTorch binding refuses those calls).
+// A storage that cannot be regenerated is remembered with the reason; an op
+// that reads it, or a step that ends holding it, fails with kDiverged naming
+// the op, the storage and why, before the op runs. So a loop whose steps
+// leave their plans (gradient accumulation: the first micro-batch's
+// AccumulateGrad detaches, the later ones add in place) never gets a wrong
+// result, whatever the planner; it gets one warmup per new program.
 //
 // Note [Next program]. Programs that differ only after the step has acted
 // (gradient accumulation: the first micro-batch creates .grad, the others add
@@ -107,6 +127,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "hyperoffload/exec/hooks.h"
@@ -324,6 +345,11 @@ class Session final : public StepHooks {
   // replay's divergence, kept for the new plan's note.
   Status switch_executor(std::size_t feed, bool complete, const Error& why);
   bool can_switch(const Error& error) const;
+  // Note [Leaving a plan]: brings back what `left` (the diverged replay) dropped.
+  Status bring_back_dropped(ReplayExecutor& left);
+  // Fails with kDiverged when `ids` holds a storage that could not be
+  // brought back (Note [Leaving a plan]); `reader` names who reads it.
+  Status check_readable(std::span<const StorageId> ids, std::string_view reader) const;
   // Logs a hook call that succeeded (while the replay is reversible).
   template <class Log>
   void log_call(Log log);
@@ -350,6 +376,9 @@ class Session final : public StepHooks {
   static constexpr std::size_t kRecentPrograms = 64;
   static constexpr std::size_t kMaxPlanNotes = 32;
   std::vector<bool> call_asked_;  // by op: recomputes_current_op() was true when it ran
+  // Storages of the step that a left plan dropped and that could not be
+  // regenerated, with the reason (Note [Leaving a plan]).
+  std::unordered_map<StorageId, std::string> unregenerable_;
   std::uint64_t program_tag_ = 0;  // of the running step (set_program_tag)
   bool op_seen_ = false;           // the running step has begun an op
   std::optional<Trace> unplanned_trace_;  // the last warmup's trace when planning failed

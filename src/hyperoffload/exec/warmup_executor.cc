@@ -260,6 +260,13 @@ void WarmupExecutor::end_catch_up() {
   }
 }
 
+void WarmupExecutor::brought_back(std::span<const StorageId> ids) {
+  for (StorageId id : ids) {
+    auto it = storages_.find(id);
+    if (it != storages_.end() && it->second.alive && residency_.resident(id)) make_evictable(id, it->second);
+  }
+}
+
 Status WarmupExecutor::mark_recomputable(Recomputable how) {
   if (!in_op_) return make_error(ErrorCode::kFailedPrecondition, "mark_recomputable outside an op");
   current_marked_recomputable_ = how;

@@ -110,6 +110,11 @@ class WarmupExecutor final : public StepHooks {
   // paged in when an op uses them (a fault), or fail if the plan dropped them.
   void begin_catch_up() { catching_up_ = true; }
   void end_catch_up();
+  // After catching up (Note [Leaving a plan] in exec/session.h): makes room
+  // under the budget for `bytes` about to come back, and takes the storages
+  // another executor brought back as resident ones (candidates for eviction).
+  Status make_room(std::int64_t bytes) { return evict_while_over_budget(bytes); }
+  void brought_back(std::span<const StorageId> ids);
 
  private:
   WarmupExecutor(ResidencyManager& residency, WarmupOptions options);

@@ -625,6 +625,12 @@ bool ResidencyManager::has_current_host_copy(StorageId id) const {
   return it != entries_.end() && it->second.residency.host_current();
 }
 
+std::optional<std::int32_t> ResidencyManager::writes_since_produced(StorageId id) const {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.residency.version;
+}
+
 std::optional<std::int64_t> ResidencyManager::size_bytes(StorageId id) const {
   auto it = entries_.find(id);
   if (it == entries_.end()) return std::nullopt;

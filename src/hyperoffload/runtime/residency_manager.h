@@ -231,6 +231,9 @@ class ResidencyManager {
   bool resident(StorageId id) const;
   bool has_host_copy(StorageId id) const;  // current or stale
   bool has_current_host_copy(StorageId id) const;
+  // Writes in place since the storage was bound or adopted (0: it holds what
+  // its producer wrote); nullopt for an untracked id.
+  std::optional<std::int32_t> writes_since_produced(StorageId id) const;
   std::optional<std::int64_t> size_bytes(StorageId id) const;
   std::int64_t resident_bytes() const { return stats_.resident_bytes; }
   std::int64_t held_bytes() const { return stats_.held_bytes; }
