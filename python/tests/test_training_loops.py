@@ -231,19 +231,21 @@ def test_gradient_accumulation_windows_with_the_optimizer_inside_or_outside(accu
     assert [s["kind"] for s in stats] == expected
 
 
+def predicted(history):
+    """The program a step starts on after `history` (exec/session.h, Note [Next program]): what followed the latest
+    earlier occurrence of the longest run of recent programs (at most 16) that occurred before; else the last one."""
+    n = len(history)
+    for k in range(min(16, n - 1), 0, -1):
+        for end in range(n - 2, k - 2, -1):
+            if history[end - k + 1:end + 1] == history[n - k:]:
+                return history[end + 1]
+    return history[-1]
+
+
 def expected_kinds(labels):
-    """Each step's kind when programs differ only after the replay acted (exec/session.h, Note [Next program]):
-    a step starts on the program that followed the previous step's program the last time that one ran, else on
-    the previous step's; it replays if that is its own program and warms up otherwise."""
-    kinds = ["warmup"]
-    for i in range(1, len(labels)):
-        guess = labels[i - 1]
-        for j in range(i - 2, -1, -1):
-            if labels[j] == labels[i - 1]:
-                guess = labels[j + 1]
-                break
-        kinds.append("replay" if guess == labels[i] else "warmup")
-    return kinds
+    """Each step's kind when programs differ only after the replay acted: it replays if it starts on its own
+    program's plan and warms up otherwise (Note [Leaving a plan])."""
+    return ["warmup"] + ["replay" if predicted(labels[:i]) == labels[i] else "warmup" for i in range(1, len(labels))]
 
 
 def test_alternating_accumulation_programs_replay_once_their_pattern_is_seen():

@@ -379,65 +379,98 @@ std::string ReplayExecutor::why_not_regenerable(StorageIndex t) const {
   return {};
 }
 
-Status ReplayExecutor::regenerate(StorageId id, std::vector<StorageId>& made_resident) {
-  HO_ASSIGN_OR_RETURN(const StorageIndex root, traced_index(id, "regenerated"));
+Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
+    std::vector<StorageId>& made_resident, const std::function<Status(std::int64_t bytes)>& make_room) {
   const Trace& trace = plan_->trace();
-  // Post-order over producers: a storage is regenerated once every input of
-  // its op is resident. Inputs are made by earlier ops, so this ends.
-  std::vector<std::pair<StorageIndex, bool>> stack{{root, false}};
-  // First pass: refuse before anything runs when some storage on the way
-  // cannot be regenerated (then nothing the step reads is half brought back).
-  std::vector<StorageIndex> order;
-  std::vector<bool> visited(static_cast<std::size_t>(trace.storage_count()), false);
-  while (!stack.empty()) {
-    const auto [t, expanded] = stack.back();
-    stack.pop_back();
-    if (expanded) {
-      order.push_back(t);
+  // First pass, per dropped storage: a post-order over producers (a storage
+  // comes after every input of its op; inputs are made by earlier ops, so
+  // it ends). A storage with something on the way that cannot be regenerated
+  // is refused before anything runs, and nothing is brought back for it.
+  std::vector<Refusal> refusals;
+  std::vector<StorageIndex> order;                 // of every storage not refused
+  std::vector<std::uint8_t> state(static_cast<std::size_t>(trace.storage_count()), 0);  // 1: in this root's walk, 2: ordered
+  std::vector<StorageIndex> walk;
+  std::vector<std::pair<StorageIndex, bool>> stack;
+  for (StorageId id : dropped_storages()) {
+    const StorageIndex root = traced_of_.at(id);
+    if (state[static_cast<std::size_t>(root)] == 2) continue;
+    walk.clear();
+    stack.assign(1, {root, false});
+    std::string refused;
+    while (!stack.empty() && refused.empty()) {
+      const auto [t, expanded] = stack.back();
+      stack.pop_back();
+      std::uint8_t& seen = state[static_cast<std::size_t>(t)];
+      if (expanded) {
+        walk.push_back(t);
+        continue;
+      }
+      if (seen != 0) continue;
+      seen = 1;
+      const StorageId caller = caller_of_[static_cast<std::size_t>(t)];
+      if (caller == kUnbound || caller == kFreed || !residency_.tracked(caller)) {
+        refused = fmt::format("{} cannot be regenerated: the step no longer holds it", storage_label(t));
+      } else if (residency_.resident(caller) || residency_.has_current_host_copy(caller)) {
+        walk.push_back(t);  // paged in when its turn comes
+      } else if (std::string why = why_not_regenerable(t); !why.empty()) {
+        refused = fmt::format("{} cannot be regenerated{}: {}", storage_label(t),
+                              t == root ? "" : fmt::format(" (needed to regenerate {})", storage_label(root)), why);
+      } else {
+        stack.emplace_back(t, true);
+        for (StorageIndex input : plan_->guide().inputs(plan_->producer(t))) stack.emplace_back(input, false);
+      }
+    }
+    for (StorageIndex t : walk) state[static_cast<std::size_t>(t)] = refused.empty() ? 2 : 0;
+    for (const auto& [t, expanded] : stack) {
+      if (state[static_cast<std::size_t>(t)] == 1) state[static_cast<std::size_t>(t)] = 0;
+    }
+    if (!refused.empty()) {
+      // Storages this walk marked but did not order (the refused one, the
+      // ones expanded above it) may still come back for another root.
+      for (std::size_t i = 0; i < state.size(); ++i) {
+        if (state[i] == 1) state[i] = 0;
+      }
+      refusals.push_back(Refusal{id, std::move(refused)});
       continue;
     }
-    if (visited[static_cast<std::size_t>(t)]) continue;
-    visited[static_cast<std::size_t>(t)] = true;
-    const StorageId caller = caller_of_[static_cast<std::size_t>(t)];
-    if (caller == kUnbound || caller == kFreed || !residency_.tracked(caller)) {
-      return make_error(ErrorCode::kDiverged, fmt::format("{} cannot be regenerated: the step no longer holds it",
-                                                          storage_label(t)));
+    order.insert(order.end(), walk.begin(), walk.end());
+  }
+  // Kept storages no regeneration reads go now: their memory is the warmup's.
+  for (std::size_t t = 0; t < caller_of_.size(); ++t) {
+    if (held(caller_of_[t]) && state[t] != 2) {
+      HO_RETURN_IF_ERROR(residency_.forget(caller_of_[t]));
+      caller_of_[t] = kFreed;
     }
-    if (residency_.resident(caller) || residency_.has_current_host_copy(caller)) {
-      order.push_back(t);  // paged in when its turn comes
-      continue;
-    }
-    if (std::string why = why_not_regenerable(t); !why.empty()) {
-      return make_error(ErrorCode::kDiverged,
-                        fmt::format("{} cannot be regenerated{}: {}", storage_label(t),
-                                    t == root ? "" : fmt::format(" (needed to regenerate {})", storage_label(root)),
-                                    why));
-    }
-    stack.emplace_back(t, true);
-    for (StorageIndex input : plan_->guide().inputs(plan_->producer(t))) stack.emplace_back(input, false);
   }
   for (StorageIndex t : order) {
     const StorageId caller = caller_of_[static_cast<std::size_t>(t)];
     if (residency_.resident(caller)) continue;  // regenerated with another output of its op
     if (residency_.has_current_host_copy(caller)) {
+      HO_RETURN_IF_ERROR(make_room(trace.storage(t).size_bytes));
       HO_RETURN_IF_ERROR(residency_.device_ptr(caller, DeviceAccess::kRead));
       made_resident.push_back(caller);
       continue;
     }
     const OpIndex producer = plan_->producer(t);
+    std::int64_t bytes = 0;
+    for (StorageIndex output : plan_->guide().outputs(producer)) {
+      const StorageId out = caller_of_[static_cast<std::size_t>(output)];
+      if (out != kUnbound && out != kFreed && residency_.tracked(out) && !residency_.resident(out)) {
+        bytes += trace.storage(output).size_bytes;
+      }
+    }
+    HO_RETURN_IF_ERROR(make_room(bytes));
+    // An input made resident earlier may have been evicted for that room:
+    // rerun pages it back in from its host copy.
     auto context = [&] { return fmt::format("regenerating {}", storage_label(t)); };
     HO_RETURN_IF_ERROR(rerun(producer, /*last_of_step=*/false, context, &made_resident));
   }
-  return ok_status();
-}
-
-Status ReplayExecutor::forget_held() {
   for (StorageId& id : caller_of_) {
     if (!held(id)) continue;
     HO_RETURN_IF_ERROR(residency_.forget(id));
     id = kFreed;
   }
-  return ok_status();
+  return refusals;
 }
 
 Status ReplayExecutor::on_op_begin(std::string_view name, std::span<const StorageId> inputs,

@@ -50,6 +50,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -181,18 +182,25 @@ class ReplayExecutor final : public StepHooks {
   // The storages the caller still holds whose data the plan dropped (tracked,
   // not resident, no current host copy), in traced order.
   std::vector<StorageId> dropped_storages() const;
-  // Brings dropped storage `id` back by re-running, through the RecomputeFn,
+  struct Refusal {
+    StorageId id;     // a dropped storage left dropped
+    std::string why;  // names the storage, the op and the reason
+  };
+  // Brings every dropped storage back by re-running, through the RecomputeFn,
   // the traced op that produced it, after bringing that op's inputs back the
   // same way or paging them in from their host copies (recursively; inputs
-  // come before the ops that read them). Appends each storage it made resident
-  // to `made_resident`. Fails with kDiverged, naming the storage, the op and
-  // the reason, before anything is re-run, where a storage on the way cannot
-  // be regenerated exactly: it was written in place since its op produced it,
-  // the step freed an input its op reads, or the framework holds no call of
-  // its op (the plan never re-runs it, or its last re-run has passed).
-  Status regenerate(StorageId id, std::vector<StorageId>& made_resident);
-  // Forgets the storages kept for recomputes this plan will no longer run.
-  Status forget_held();
+  // come before the ops that read them; each op re-run at most once per
+  // storage it brings back). Calls `make_room(bytes)` before each page-in and
+  // re-run with the bytes it brings back, and appends each storage it made
+  // resident to `made_resident` (the caller takes them before the next
+  // make_room). A storage with something on the way that cannot be
+  // regenerated exactly is refused before anything is re-run for it: written
+  // in place since its op made it, an input of its op freed by the step, or no
+  // call of its op held by the framework (the plan never re-runs it, or its
+  // last re-run has passed). Then forgets the storages kept for recomputes
+  // (the plan runs none any more). Fails on runtime errors only.
+  Result<std::vector<Refusal>> regenerate_dropped(std::vector<StorageId>& made_resident,
+                                                  const std::function<Status(std::int64_t bytes)>& make_room);
 
  private:
   ReplayExecutor(ResidencyManager& residency, std::shared_ptr<const ReplayPlan> plan, ReplayOptions options);

@@ -137,14 +137,17 @@ Status Session::on_op_begin(std::string_view name, std::span<const StorageId> in
   if (failure_) return std::unexpected(already_failed(*failure_));
   if (!in_step()) return std::unexpected(not_in_step("on_op_begin"));
   op_seen_ = true;
-  if (!unregenerable_.empty()) {
-    HO_RETURN_IF_ERROR(check(check_readable(inputs, fmt::format("op \"{}\"", name))));
-  }
-  Status status = active()->on_op_begin(name, inputs, written);
+  // Nothing reads what a left plan dropped and could not regenerate (Note
+  // [Leaving a plan]); the first check runs before any switch can fill it.
+  auto begin = [&]() -> Status {
+    HO_RETURN_IF_ERROR(check_readable(inputs, fmt::format("op \"{}\"", name)));
+    return active()->on_op_begin(name, inputs, written);
+  };
+  Status status = begin();
   if (!status && can_switch(status.error())) {
     log_.op_begin(name, inputs, written);  // matched with the rest, run below
     HO_RETURN_IF_ERROR(check(switch_executor(log_.events().size() - 1, false, status.error())));
-    status = active()->on_op_begin(name, inputs, written);
+    status = begin();
   }
   if (status && replay_ != nullptr) {
     const auto op = static_cast<std::size_t>(replay_->current_op());
@@ -215,10 +218,8 @@ Result<void*> Session::device_ptr(StorageId id, DeviceAccess access) {
     return residency_->device_ptr(id, access);
   }
   if (failure_) return std::unexpected(already_failed(*failure_));
-  if (!unregenerable_.empty()) {
-    const StorageId ids[] = {id};
-    HO_RETURN_IF_ERROR(check(check_readable(ids, "the framework")));
-  }
+  const StorageId ids[] = {id};
+  HO_RETURN_IF_ERROR(check(check_readable(ids, "the framework")));
   return check(active()->device_ptr(id, access));
 }
 
@@ -350,17 +351,21 @@ void Session::remember_program(std::uint64_t program) {
 }
 
 std::list<Session::CachedPlan>::iterator Session::predicted_plan() {
-  // Note [Next program]: the program that followed the last one the last time
-  // it ran, if its plan is still cached; else the most recently used plan.
-  if (recent_programs_.size() >= 2) {
-    const std::uint64_t last = recent_programs_.back();
-    for (std::size_t i = recent_programs_.size() - 1; i-- > 0;) {
-      if (recent_programs_[i] != last) continue;
-      const std::uint64_t next = recent_programs_[i + 1];
+  // Note [Next program]: what followed the most recent earlier occurrence of
+  // the longest run of recent programs that occurred before, if its plan is
+  // still cached; else the most recently used plan.
+  const std::size_t n = recent_programs_.size();
+  for (std::size_t k = std::min(kPredictionContext, n == 0 ? 0 : n - 1); k >= 1; --k) {
+    // Occurrences of the last k programs ending at `end` < n - 1, latest first.
+    for (std::size_t end = n - 1; end-- >= k;) {
+      bool same = true;
+      for (std::size_t j = 0; j < k && same; ++j) same = recent_programs_[end - j] == recent_programs_[n - 1 - j];
+      if (!same) continue;
+      const std::uint64_t next = recent_programs_[end + 1];
       const auto it = std::find_if(plans_.begin(), plans_.end(),
                                    [next](const CachedPlan& cached) { return cached.program == next; });
       if (it != plans_.end()) return it;
-      break;
+      break;  // evicted: a shorter run may still name a cached one
     }
   }
   return plans_.begin();
@@ -389,6 +394,7 @@ bool Session::can_switch(const Error& error) const {
 }
 
 Status Session::check_readable(std::span<const StorageId> ids, std::string_view reader) const {
+  if (unregenerable_.empty()) return ok_status();
   for (StorageId id : ids) {
     auto it = unregenerable_.find(id);
     if (it == unregenerable_.end()) continue;
@@ -401,18 +407,17 @@ Status Session::check_readable(std::span<const StorageId> ids, std::string_view 
 
 Status Session::bring_back_dropped(ReplayExecutor& left) {
   std::vector<StorageId> made_resident;
-  for (StorageId id : left.dropped_storages()) {
-    if (!residency_->tracked(id) || residency_->resident(id)) continue;  // came back with another
-    HO_RETURN_IF_ERROR(warmup_->make_room(residency_->size_bytes(id).value_or(0)));
-    made_resident.clear();
-    Status regenerated = left.regenerate(id, made_resident);
+  // Each page-in and re-run first makes room under the budget; what came
+  // back before it may be evicted for that room (the warmup's rule).
+  auto make_room = [&](std::int64_t bytes) {
     warmup_->brought_back(made_resident);
-    if (!regenerated) {
-      if (regenerated.error().code != ErrorCode::kDiverged) return regenerated;
-      unregenerable_.emplace(id, std::move(regenerated.error().message));
-    }
-  }
-  return left.forget_held();
+    made_resident.clear();
+    return warmup_->make_room(bytes);
+  };
+  HO_ASSIGN_OR_RETURN(std::vector<ReplayExecutor::Refusal> refusals, left.regenerate_dropped(made_resident, make_room));
+  warmup_->brought_back(made_resident);
+  for (ReplayExecutor::Refusal& refusal : refusals) unregenerable_.emplace(refusal.id, std::move(refusal.why));
+  return ok_status();
 }
 
 Status Session::switch_executor(std::size_t feed, bool complete, const Error& why) {

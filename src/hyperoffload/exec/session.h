@@ -94,14 +94,16 @@
 // Note [Next program]. Programs that differ only after the step has acted
 // (gradient accumulation: the first micro-batch creates .grad, the others add
 // into it; an optimizer step inside the last one) cannot switch plans, so a
-// step that starts on the wrong plan warms up again. Training loops repeat
-// their pattern, so the session numbers each program (a re-warmed plan keeps
-// its program's number), remembers the programs of the last 64 completed
-// steps, and starts a step on the program that followed the last step's
-// program the last time that one ran — A B A B: after A, B. Without such a
+// step that starts on the wrong plan warms up again (Note [Leaving a plan]).
+// Training loops repeat their pattern, so the session numbers each program (a
+// re-warmed plan keeps its program's number), remembers the programs of the
+// last 64 completed steps, and starts a step on the program that followed the
+// latest earlier occurrence of the longest run of recent programs (at most
+// 16) that occurred before: A B A B: after A, B; A B B B A B B B: after
+// A B B B, A (a context of one program would say B). Without such a
 // precedent (or with its plan evicted) it starts on the most recently used
-// plan. A wrong guess costs what it did before: a switch before any action,
-// a warmup after one.
+// plan. A wrong guess costs a switch before any action, a warmup after one;
+// once a pattern of at most 16 steps has run twice, every guess holds.
 //
 // Note [Pinned pool between steps]. The pinned host pool is the session's,
 // shared by every plan, and its freed blocks stay cached for reuse. After a
@@ -374,6 +376,7 @@ class Session final : public StepHooks {
   std::uint64_t next_program_ = 0;           // the number the next new program gets
   std::deque<std::uint64_t> recent_programs_;  // of the last kRecentPrograms completed steps, oldest first
   static constexpr std::size_t kRecentPrograms = 64;
+  static constexpr std::size_t kPredictionContext = 16;  // the longest run of programs a prediction matches
   static constexpr std::size_t kMaxPlanNotes = 32;
   std::vector<bool> call_asked_;  // by op: recomputes_current_op() was true when it ran
   // Storages of the step that a left plan dropped and that could not be
