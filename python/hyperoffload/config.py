@@ -131,6 +131,13 @@ class OffloadConfig:
             runs in time as on a device with that link — to check the
             simulator against the runtime, or a plan for a slow link, without
             a GPU. Requires ``copy_bandwidth_gib_per_s``. Default ``False``.
+        op_times: how the warmup's measured op durations and copy
+            bandwidths enter the plan: ``None`` (the default: the runtime's,
+            ``"quantized"``) or ``"quantized"``: each rounded to the nearest
+            power of two, so timing noise does not give the same step program
+            another plan from run to run (``stats()["plan_fingerprint"]`` names
+            the plan; exec/warmup_executor.h, Note [Reproducible plans]);
+            ``"measured"``: as measured.
         record_timeline: record every replayed step's timeline
             (:meth:`OffloadSession.last_timeline`): op spans, stalls, faults
             and copies with their times, and the held device bytes over time,
@@ -162,6 +169,7 @@ class OffloadConfig:
     copy_bandwidth_gib_per_s: Optional[float] = None
     emulate_copy_bandwidth: bool = False
     record_timeline: bool = False
+    op_times: Optional[str] = None
     # Deprecated names of the *_mib fields (they always meant MiB; MB is 10**6
     # bytes everywhere in hyperoffload): a DeprecationWarning, same meaning.
     max_resident_activation_mb: Optional[float] = None
@@ -254,6 +262,10 @@ class OffloadConfig:
         options.copy_bandwidth_gib_per_s = self.copy_bandwidth_gib_per_s
         options.emulated_copy_bandwidth_gib_per_s = self.emulated_copy_bandwidth_gib_per_s
         options.record_timeline = self.record_timeline
+        if self.op_times is not None:
+            if not isinstance(self.op_times, str):
+                raise TypeError(f"op_times must be a str, got {type(self.op_times).__name__}")
+            options.op_times = self.op_times  # the setter's ValueError names the field
         return options
 
     def device_name(self) -> Optional[str]:

@@ -88,7 +88,8 @@ def _plans_part(stats: dict) -> str:
 
 
 def _summary_line(plan: Optional[dict], stats: dict) -> str:
-    return _plan_and_step_line(plan, stats) + _plans_part(stats)
+    fingerprint = stats.get("plan_fingerprint")
+    return _plan_and_step_line(plan, stats) + _plans_part(stats) + (f"; plan {fingerprint}" if fingerprint else "")
 
 
 def _plan_and_step_line(plan: Optional[dict], stats: dict) -> str:
@@ -325,7 +326,9 @@ class OffloadSession:
         ``plan_misses`` (steps no cached plan served: each warmup, each replay
         that diverged after it had offloaded), ``warmups``, ``plan_switches``
         (replays that switched to another cached plan mid-step, also hits) and
-        ``plan_evictions``.
+        ``plan_evictions``; ``plan_fingerprint``: 16 hex digits naming the plan
+        now in use (None before one), the same in every run for the same plan
+        (OffloadConfig(op_times=...)).
         """
         return self._rt.stats()
 

@@ -341,6 +341,9 @@ py::dict stats_dict(const TorchSession& torch_session) {
   const StepStats& s = ran ? session->last_step_stats() : empty;
   stats["kind"] = ran ? py::object(py::str(to_string(s.kind))) : py::object(py::none());
   stats["passthrough"] = torch_session.last_step_passthrough();
+  stats["plan_fingerprint"] = session != nullptr && session->schedule() != nullptr
+                                  ? py::object(py::str(session->plan_fingerprint()))
+                                  : py::object(py::none());
   stats["steps"] = torch_session.steps();
   stats["ops"] = s.ops;
   stats["peak_resident_bytes"] = s.peak_resident_bytes;
@@ -693,6 +696,7 @@ class Runtime final : public OpHandler {
 PYBIND11_MODULE(_C, m) {
   using hyperoffload::CopyEngines;
   using hyperoffload::RecordTimeline;
+  using hyperoffload::OpTimes;
   using hyperoffload::RewarmPolicy;
   using hyperoffload::python::ErrorKind;
   using hyperoffload::python::OpInfo;
@@ -777,6 +781,19 @@ PYBIND11_MODULE(_C, m) {
           "copy_bandwidth_gib_per_s", [](const TorchSessionOptions& o) { return o.session.copy_bandwidth_gib_per_s; },
           [](TorchSessionOptions& o, std::optional<double> gib_per_s) { o.session.copy_bandwidth_gib_per_s = gib_per_s; })
       .def_readwrite("emulated_copy_bandwidth_gib_per_s", &TorchSessionOptions::emulated_copy_bandwidth_gib_per_s)
+      .def_property(
+          "op_times",
+          [](const TorchSessionOptions& o) { return std::string(o.session.op_times == OpTimes::kQuantized ? "quantized" : "measured"); },
+          [](TorchSessionOptions& o, const std::string& op_times) {
+            if (op_times == "quantized") {
+              o.session.op_times = OpTimes::kQuantized;
+            } else if (op_times == "measured") {
+              o.session.op_times = OpTimes::kMeasured;
+            } else {
+              raise(TorchError{ErrorKind::kInvalidConfig,
+                               "op_times must be \"quantized\" or \"measured\", got \"" + op_times + "\""});
+            }
+          })
       .def_property(
           "record_timeline",
           [](const TorchSessionOptions& o) { return o.session.record_timeline == RecordTimeline::kYes; },

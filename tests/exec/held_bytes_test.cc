@@ -94,7 +94,7 @@ TEST(WarmupHeldBytes, AnEvictionsBufferIsHeldUntilItsD2HAndTheNextOutputWaitsFor
   //   c: 2 was freed; 1 is paged back in (a fault: 19.5 ms on the link, on the
   //      step's thread).
   HostRuntime rt(16 * kMiB, std::int64_t{1} << 40, CopyEngines::kTwo, 50, kLinkGiBPerS);
-  auto warmup = std::move(*WarmupExecutor::start(rt.residency, WarmupOptions{.budget_bytes = kMiB}));
+  auto warmup = std::move(*WarmupExecutor::start(rt.residency, WarmupOptions{.budget_bytes = kMiB, .op_times = OpTimes::kMeasured}));
   ASSERT_TRUE(run_program(*warmup));
   Result<WarmupResult> result = warmup->finish();
   ASSERT_TRUE(result.has_value()) << result.error().message;

@@ -26,9 +26,11 @@ std::vector<std::pair<StorageId, AccessKind>> accesses_of(const Trace& trace, Op
   return result;
 }
 
-std::unique_ptr<WarmupExecutor> start(HostRuntime& rt, std::optional<std::int64_t> budget) {
+std::unique_ptr<WarmupExecutor> start(HostRuntime& rt, std::optional<std::int64_t> budget,
+                                      OpTimes op_times = OpTimes::kMeasured) {
   WarmupOptions options;
   options.budget_bytes = budget;
+  options.op_times = op_times;
   Result<std::unique_ptr<WarmupExecutor>> warmup = WarmupExecutor::start(rt.residency, options);
   EXPECT_TRUE(warmup.has_value()) << warmup.error().message;
   return std::move(*warmup);
@@ -294,6 +296,40 @@ TEST(WarmupExecutor, MeasuresOpDurationsWithEvents) {
   ASSERT_TRUE(result.has_value());
   EXPECT_GE(result->trace.op_duration_ms(0), 9.5);
   EXPECT_LT(result->trace.op_duration_ms(0), 5000.0);
+}
+
+// Note [Reproducible plans]: log2 then round to the nearest integer.
+TEST(WarmupExecutor, QuantizedTimesAreRoundedToPowersOfTwo) {
+  EXPECT_EQ(recorded_duration_ms(0.005, OpTimes::kQuantized), 0.0);   // below 10 us
+  EXPECT_EQ(recorded_duration_ms(0.3, OpTimes::kQuantized), 0.25);    // log2 0.3 = -1.74 -> -2
+  EXPECT_EQ(recorded_duration_ms(11.0, OpTimes::kQuantized), 8.0);    // 3.46 -> 3
+  EXPECT_EQ(recorded_duration_ms(12.0, OpTimes::kQuantized), 16.0);   // 3.58 -> 4
+  EXPECT_EQ(recorded_duration_ms(0.3, OpTimes::kMeasured), 0.3);
+  EXPECT_EQ(recorded_bandwidth_gib_per_s(3.1, OpTimes::kQuantized), 4.0);  // 1.63 -> 2
+  EXPECT_EQ(recorded_bandwidth_gib_per_s(5.0, OpTimes::kQuantized), 4.0);  // 2.32 -> 2
+  EXPECT_EQ(recorded_bandwidth_gib_per_s(6.0, OpTimes::kQuantized), 8.0);  // 2.58 -> 3
+  EXPECT_EQ(recorded_bandwidth_gib_per_s(6.0, OpTimes::kMeasured), 6.0);
+}
+
+TEST(WarmupExecutor, QuantizedTimesTakeTheMedianOfOpsAlike) {
+  // Three "sleep" ops alike (same name, no accesses) of about 3, 13 and 40 ms:
+  // each records their median, about 13 ms, rounded: 16 (between 11.3 and
+  // 22.6 every power of two rounds to 16; a loaded machine only lengthens a
+  // sleep, and the median stays below 22.6 unless it is slowed 1.7 times).
+  // "other" is alone in its group: its own time, < 10 us: 0.
+  HostRuntime rt;
+  auto warmup = start(rt, std::nullopt, OpTimes::kQuantized);
+  for (int ms : {3, 13, 40}) {
+    ASSERT_TRUE(warmup->on_op_begin("sleep", {}, {}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    ASSERT_TRUE(warmup->on_op_end({}, {}));
+  }
+  ASSERT_TRUE(warmup->on_op_begin("other", {}, {}));
+  ASSERT_TRUE(warmup->on_op_end({}, {}));
+  Result<WarmupResult> result = warmup->finish();
+  ASSERT_TRUE(result.has_value());
+  for (OpIndex op = 0; op < 3; ++op) EXPECT_EQ(result->trace.op_duration_ms(op), 16.0) << op;
+  EXPECT_EQ(result->trace.op_duration_ms(3), 0.0);
 }
 
 TEST(WarmupExecutor, MeasuresCopyBandwidthFromTheStepOrACalibrationCopy) {

@@ -101,7 +101,7 @@ Status Session::start_warmup(std::optional<StepOrigin> continues) {
   HO_ASSIGN_OR_RETURN(warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes,
                                                                                 options_.calibration_bytes,
                                                                                 options_.copy_bandwidth_gib_per_s,
-                                                                                continues}));
+                                                                                options_.op_times, continues}));
   return ok_status();
 }
 
@@ -518,6 +518,29 @@ Status Session::finish_replay() {
         format_bytes(*options_.budget_bytes), last_stats_.over_budget_allocations));
   }
   return ok_status();
+}
+
+std::string Session::plan_fingerprint_of(const ReplayPlan& plan) {
+  // FNV-1a, 64 bits, over the values that make the plan what it is.
+  std::uint64_t hash = 14695981039346656037ull;
+  auto mix = [&](std::uint64_t value) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (value >> (8 * byte)) & 0xffu;
+      hash *= 1099511628211ull;
+    }
+  };
+  const Schedule& schedule = plan.schedule();
+  for (char c : schedule.planner) mix(static_cast<unsigned char>(c));
+  mix(static_cast<std::uint64_t>(schedule.budget_bytes.value_or(-1)));
+  mix(static_cast<std::uint64_t>(plan.trace().op_count()));
+  for (const Action& action : schedule.actions) {
+    mix(static_cast<std::uint64_t>(action.op));
+    mix(static_cast<std::uint64_t>(action.phase));
+    mix(static_cast<std::uint64_t>(action.kind));
+    mix(static_cast<std::uint64_t>(action.kind == ActionKind::kRecompute ? -1 : plan.storage_of(action)));
+    mix(static_cast<std::uint64_t>(action.source_op));
+  }
+  return fmt::format("{:016x}", hash);
 }
 
 bool Session::forgive_and_rewarm(const Error& error) {

@@ -177,6 +177,7 @@ struct SessionOptions {
   RecomputeFn recompute;
   std::int64_t calibration_bytes = std::int64_t{4} << 20;  // see WarmupOptions
   std::optional<double> copy_bandwidth_gib_per_s;          // see WarmupOptions
+  OpTimes op_times = kDefaultOpTimes;                      // see WarmupOptions, Note [Reproducible plans]
   RewarmPolicy rewarm = kDefaultRewarmPolicy;              // see above
   // The most plans cached, one per step program (Note [Plan per step
   // program]); >= 1. Least recently used evicted.
@@ -277,6 +278,12 @@ class Session final : public StepHooks {
   }
   const Schedule* schedule() const { return plan_ ? &plan_->schedule() : nullptr; }
   const PlanResult* plan_result() const { return plan_ ? &plan_result_ : nullptr; }
+  // 16 hex digits naming the current plan: its planner, budget, op count and
+  // every action (op, phase, kind, storage by its place in the trace, op re-
+  // run), so the same plan has the same fingerprint in every run (Note
+  // [Reproducible plans] in exec/warmup_executor.h); empty without a plan.
+  std::string plan_fingerprint() const { return plan_ ? plan_fingerprint_of(*plan_) : std::string(); }
+  static std::string plan_fingerprint_of(const ReplayPlan& plan);
   // The lowest op-granular peak any schedule reaches on the last warmup's trace,
   // when the session had a budget: the planner's own floor when it computes
   // one, otherwise the offload-only floor (plan/planner.h, offload_floor).

@@ -4,12 +4,26 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <utility>
 
 #include "hyperoffload/exec/internal/hook_util.h"
 #include "hyperoffload/exec/internal/step_skeleton.h"
 
 namespace hyperoffload {
+
+double recorded_duration_ms(double measured_ms, OpTimes op_times) {
+  if (op_times == OpTimes::kMeasured) return measured_ms;
+  constexpr double kZeroBelowMs = 0.01;  // re-fed ops, views: 0 every run
+  if (!(measured_ms >= kZeroBelowMs)) return 0.0;
+  return std::exp2(std::round(std::log2(measured_ms)));
+}
+
+double recorded_bandwidth_gib_per_s(double measured_gib_per_s, OpTimes op_times) {
+  if (op_times == OpTimes::kMeasured || !(measured_gib_per_s > 0.0)) return measured_gib_per_s;
+  return std::exp2(std::round(std::log2(measured_gib_per_s)));
+}
+
 namespace {
 
 using internal::contains;
@@ -162,7 +176,7 @@ Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const Storag
   const auto access_begin = static_cast<std::uint32_t>(accesses_.size());
   for (StorageId id : inputs) accesses_.emplace_back(id, AccessKind::kRead);
   HO_ASSIGN_OR_RETURN(current_start_, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
-  ops_.push_back(OpRecord{current_name_, access_begin, access_begin, Recomputable::kNo, {}, {}});
+  ops_.push_back(OpRecord{current_name_, access_begin, access_begin, Recomputable::kNo, catching_up_, {}, {}});
   in_op_ = true;
   return ok_status();
 }
@@ -361,11 +375,41 @@ Result<WarmupResult> WarmupExecutor::finish() {
         builder.add_storage(id, record.size_bytes, record.alive ? Retention::kRetained : Retention::kReleasable));
   }
   Backend& backend = residency_.backend();
+  std::vector<double> durations_ms;
+  durations_ms.reserve(ops_.size());
   for (const OpRecord& op : ops_) {
     HO_RETURN_IF_ERROR(op.end.wait());
     HO_ASSIGN_OR_RETURN(double ms, backend.elapsed_ms(op.start.event(), op.end.event()));
-    HO_RETURN_IF_ERROR(
-        builder.add_op(op.name, std::max(0.0, ms), op.recomputable));
+    // A re-fed op's span is the re-feed's, not the op's: 0, every run.
+    durations_ms.push_back(op.refed ? 0.0 : std::max(0.0, ms));
+  }
+  if (options_.op_times == OpTimes::kQuantized) {
+    // Note [Reproducible plans]: ops alike (same name, same tracked accesses'
+    // kinds and sizes: a layer's op and its twins in the other layers) take
+    // their median, so one slow first call (lazy initialisation, a cold
+    // cache) does not decide, then the median is rounded.
+    std::map<std::pair<std::string_view, std::vector<std::int64_t>>, std::vector<std::size_t>> alike;
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      if (ops_[i].refed) continue;
+      std::vector<std::int64_t> shape;
+      for (std::uint32_t a = ops_[i].access_begin; a < ops_[i].access_end; ++a) {
+        const auto& [id, kind] = accesses_[a];
+        shape.push_back(storages_.at(id).size_bytes * 2 + (kind == AccessKind::kWrite ? 1 : 0));
+      }
+      alike[{ops_[i].name, std::move(shape)}].push_back(i);
+    }
+    std::vector<double> group;
+    for (const auto& [key, members] : alike) {
+      group.clear();
+      for (std::size_t i : members) group.push_back(durations_ms[i]);
+      std::nth_element(group.begin(), group.begin() + static_cast<std::ptrdiff_t>(group.size() / 2), group.end());
+      const double median = recorded_duration_ms(group[group.size() / 2], OpTimes::kQuantized);
+      for (std::size_t i : members) durations_ms[i] = median;
+    }
+  }
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    const OpRecord& op = ops_[i];
+    HO_RETURN_IF_ERROR(builder.add_op(op.name, durations_ms[i], op.recomputable));
     for (std::uint32_t a = op.access_begin; a < op.access_end; ++a) {
       builder.add_access(accesses_[a].first, accesses_[a].second);
     }
@@ -391,10 +435,10 @@ Result<WarmupResult> WarmupExecutor::finish() {
   const std::int64_t calibration = std::min(options_.calibration_bytes, largest_storage_bytes_);
   auto resolve = [&](std::int64_t bytes, double ms, CopyKind kind, const char* direction) -> double {
     if (options_.copy_bandwidth_gib_per_s) return *options_.copy_bandwidth_gib_per_s;
-    if (bytes > 0 && ms > 0.0) return gib_per_s(bytes, ms);
+    if (bytes > 0 && ms > 0.0) return recorded_bandwidth_gib_per_s(gib_per_s(bytes, ms), options_.op_times);
     if (calibration > 0) {
       Result<double> measured = measure_bandwidth(kind, calibration);
-      if (measured) return *measured;
+      if (measured) return recorded_bandwidth_gib_per_s(*measured, options_.op_times);
       result.notes.push_back(fmt::format("{} bandwidth not measured (calibration failed: {}); using {} GiB/s",
                                          direction, measured.error().message, kDefaultBandwidthGiBPerS));
     } else {

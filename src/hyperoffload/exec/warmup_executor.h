@@ -55,6 +55,29 @@
 
 namespace hyperoffload {
 
+// Note [Reproducible plans]. A plan is made from the warmup's trace, whose op
+// durations and copy bandwidths are measured, so timing noise alone could
+// give the same step program another plan from run to run: other step times,
+// and other tensors offloaded or re-run. With OpTimes::kQuantized (the
+// default) the trace records, for each group of ops alike (same name, same
+// kinds and sizes of tracked accesses: an op and its twins in the model's
+// other layers), the median of their measured durations rounded to the
+// nearest power of two of milliseconds (0 below 10 microseconds), and each
+// copy bandwidth rounded to the nearest power of two of GiB/s. Ops re-fed
+// while catching up (another executor ran them) record 0. A recorded time
+// changes only when noise carries a median across the midpoint between two
+// powers of two (a factor of 1.41). Measured on a Llama loop (accumulation 2,
+// the optimizer inside, hybrid at 30%), 6 processes: every plan after the
+// first step had the same fingerprint in all 6; the first step's plan (a cold
+// process: first calls pay for lazy initialisation) came out 4 ways. The
+// fingerprint (Session::plan_fingerprint) names a plan. kMeasured keeps the
+// measured values (the planner's estimates follow the machine more closely).
+enum class OpTimes : std::uint8_t { kQuantized, kMeasured };
+inline constexpr OpTimes kDefaultOpTimes = OpTimes::kQuantized;
+// The recorded value of a measured duration or bandwidth under `op_times`.
+double recorded_duration_ms(double measured_ms, OpTimes op_times);
+double recorded_bandwidth_gib_per_s(double measured_gib_per_s, OpTimes op_times);
+
 struct WarmupOptions {
   // Limit on resident bytes of tracked storages; nullopt: never evict.
   std::optional<std::int64_t> budget_bytes;
@@ -66,6 +89,9 @@ struct WarmupOptions {
   // instead of the one the step's copies measured: to plan for another link
   // (a GPU's PCIe link while running on the CPU) or conservatively.
   std::optional<double> copy_bandwidth_gib_per_s;
+  // How measured op durations and bandwidths enter the trace (Note
+  // [Reproducible plans]); a given copy_bandwidth_gib_per_s is kept as it is.
+  OpTimes op_times = kDefaultOpTimes;
   // Continues a step another executor of the same step began (Session: a
   // replay that diverged before any irreversible action becomes a warmup): as
   // ReplayOptions::continues — outputs the residency already tracks are taken
@@ -153,6 +179,7 @@ class WarmupExecutor final : public StepHooks {
     std::uint32_t access_begin = 0;
     std::uint32_t access_end = 0;
     Recomputable recomputable = Recomputable::kNo;  // as marked, when it produced a storage and wrote no input
+    bool refed = false;  // re-fed while catching up: another executor ran it, its time is not measured
     Fence start;
     Fence end;
   };
