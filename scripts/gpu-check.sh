@@ -27,7 +27,8 @@
 #   cuda-tests         the carried .gpu/tests/*_cuda_tests, --gtest_output=json (cap 90 s)
 #   build              the library, the CLI, the Python extension against the machine's
 #                      own torch, and the *_cuda_tests, configured with .gpu/sysroot and
-#                      built with -j$(nproc) in $GPU_CHECK_BUILD_DIR (cap 300 s)
+#                      built with -j$(nproc) in $GPU_CHECK_BUILD_DIR (cap 300 s,
+#                      GPU_CHECK_BUILD_LIMIT_S)
 #   cuda-tests-device  the *_cuda_tests that build just made (cap 90 s)
 #   python             pytest, each test under --timeout (pytest-timeout, when there):
 #                      test_cuda.py (sessions on cuda:0, the real link),
@@ -55,7 +56,8 @@
 # Settings (environment): OUT, GPU_CHECK_DIR (.gpu), GPU_CHECK_BUILD_DIR
 # (/tmp/hyperoffload-gpu-check), GPU_CHECK_DEADLINE_S (420), GPU_CHECK_JOBS (nproc),
 # GPU_CHECK_PYTHON (/opt/torch/.venv/bin/python3, else .venv/bin/python, else python3),
-# GPU_CHECK_TEST_TIMEOUT_S (60, per Python test), GPU_CHECK_FORCE (0).
+# GPU_CHECK_TEST_TIMEOUT_S (60, per Python test), GPU_CHECK_BUILD_LIMIT_S (300),
+# GPU_CHECK_FORCE (0).
 #
 # Exit status: 0 when every part passed or was skipped, 1 when one failed or timed
 # out, 143 when the run itself was stopped.
@@ -185,6 +187,8 @@ EOF
     result FAIL "could not read the GoogleTest results"
   elif ((failed > 0)); then
     result FAIL "$line: $failing"
+  elif ((passed == 0 && skipped > 0 && HAVE_GPU)); then
+    result FAIL "$line: the tests found no CUDA device, but nvidia-smi lists one"
   elif ((passed == 0 && skipped > 0)); then
     result SKIP "$line (the tests skip themselves without a CUDA device)"
   else
@@ -375,7 +379,8 @@ for case in cases:
         failing.append(f"{case.get('classname', '').split('.')[-1]}::{name}")
     elif case.find("skipped") is not None:
         skipped += 1
-        cuda_skipped += in_cuda
+        # Skipped for want of a device (the skipif), not for a reason of their own.
+        cuda_skipped += in_cuda and "needs a CUDA device" in (case.find("skipped").get("message") or "")
     else:
         passed += 1
         cuda_run += in_cuda
@@ -517,7 +522,10 @@ run_part() {
     STATUS[$name]=FAIL DETAIL[$name]="ended (exit $rc) without a verdict"
   fi
   if ((rc == 124 || rc == 137)); then
-    STATUS[$name]=TIMEOUT DETAIL[$name]="stopped at its limit of ${limit} s; ${DETAIL[$name]#started at*}"
+    local last=$LOG
+    [[ $name == build ]] && last=$OUT/build.log
+    STATUS[$name]=TIMEOUT
+    DETAIL[$name]="stopped at its limit of ${limit} s; its last output: $(grep -v '^$' "$last" | tail -1 | cut -c1-200)"
   fi
   echo "[gpu-check] $name: ${STATUS[$name]} (${SECS[$name]} s) ${DETAIL[$name]}"
   render "running"
@@ -526,7 +534,7 @@ run_part() {
 run_part machine 60 part_machine
 run_part gpu 30 part_gpu
 run_part cuda-tests 90 part_cuda_tests
-run_part build 300 part_build
+run_part build "${GPU_CHECK_BUILD_LIMIT_S:-300}" part_build
 run_part cuda-tests-device 90 part_cuda_tests_device
 run_part python 150 part_python
 run_part frontier 100000 part_frontier

@@ -241,7 +241,7 @@ hide=$SIM/hide.txt
 {
   for p in "${DEV_PACKAGES[@]}" "${LIB_PACKAGES[@]}" pkgconf-bin libpkgconf3; do
     dpkg -L "$p" | while read -r f; do
-      [[ -f $f && ! -L $f ]] && echo "$f"
+      if [[ -f $f && ! -L $f ]]; then echo "$f"; fi
     done
   done
   # The libraries ldd added, through Debian's alternatives links.
@@ -249,7 +249,7 @@ hide=$SIM/hide.txt
     readlink -f "/usr/lib/$ARCH/$name"
   done
   for name in liblapack.so libblas.so; do
-    [[ -e /usr/lib/$ARCH/$name ]] && readlink -f "/usr/lib/$ARCH/$name"
+    if [[ -e /usr/lib/$ARCH/$name ]]; then readlink -f "/usr/lib/$ARCH/$name"; fi
   done
 } | grep -v -E '^/usr/share/(doc|man|lintian)/' | sort -u > "$hide"
 echo "gpu-prepare --simulate: hiding $(wc -l < "$hide") files of the carried packages; build in $SIM/build"
@@ -262,7 +262,7 @@ unshare -m --propagation private bash -c '
       g++ -std=c++20 -x c++ -fsyntax-only - 2>/dev/null; then
     echo "fmt is still visible" >&2; exit 3
   fi
-  OUT=$2/out GPU_CHECK_BUILD_DIR=$2/build GPU_CHECK_FORCE=1 GPU_CHECK_DEADLINE_S=3000 \
+  OUT=$2/out GPU_CHECK_BUILD_DIR=$2/build GPU_CHECK_FORCE=1 GPU_CHECK_DEADLINE_S=3000 GPU_CHECK_BUILD_LIMIT_S=2400 \
     GPU_CHECK_JOBS=$3 scripts/gpu-check.sh
 ' simulate "$hide" "$SIM" "$JOBS"
 rc=$?

@@ -51,8 +51,18 @@ def math_attention():
 
 
 def eager_reference(build):
-    """Eager steps of `build`, checked to be reproducible bit for bit (else no comparison means anything)."""
-    eager = train(build, steps=STEPS)
+    """Eager steps of `build`, checked to be reproducible bit for bit (else no comparison means anything).
+
+    An op with no deterministic CUDA kernel (PyTorch raises under
+    use_deterministic_algorithms) skips the test, naming the op: that is PyTorch's
+    limit, not the session's.
+    """
+    try:
+        eager = train(build, steps=STEPS)
+    except RuntimeError as error:
+        if "does not have a deterministic implementation" in str(error):
+            pytest.skip(f"eager has no deterministic kernel here: {str(error).splitlines()[0]}")
+        raise
     assert_bit_identical(eager, train(build, steps=STEPS))
     return eager
 
