@@ -220,7 +220,7 @@ git diff --quiet HEAD -- CMakeLists.txt cmake src tests 2>/dev/null || commit+="
   echo "sources: $(scripts/gpu-check.sh --fingerprint) (scripts/gpu-check.sh --fingerprint)"
   echo "carried tests: ${CUDA_TARGETS[*]}"
   echo "cudart: $(ls "$GPU_DIR/cudart" | tr '\n' ' ')"
-  echo "needs at least: $(newest GLIBC), $(newest GLIBCXX) (libstdc++ of g++ 12 or newer)"
+  echo "needs at least: $(newest GLIBC), $(newest GLIBCXX)"
   echo "size: $((size_kib / 1024)) MiB ($size_kib KiB)"
   echo "packages:"
   for p in "${DEV_PACKAGES[@]}" "${LIB_PACKAGES[@]}" pkgconf-bin libpkgconf3; do
