@@ -12,7 +12,7 @@ STRESS_ITERATIONS ?= 2000
 FUZZ_SECONDS ?= 60
 CLI := build/bin/hyperoffload
 
-.PHONY: run test test-long test-pip build bench soak fuzz deps deps-python test-asan test-tsan test-debug clean distclean
+.PHONY: run test test-long test-pip build bench soak fuzz deps deps-python test-asan test-tsan test-debug clean distclean gpu-prepare gpu-check
 
 deps:
 	@scripts/install-deps.sh
@@ -58,6 +58,15 @@ soak: build
 # build-fuzz/artifacts/ (docs/FUZZING.md).
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/run-fuzzers.sh
+
+# The prepared GPU check (docs/GPU.md): gpu-prepare fills .gpu/ (ignored) with what a
+# lent GPU machine lacks; scripts/gpu-check.sh runs there with .gpu carried along.
+# `make gpu-check` runs it here, where the GPU parts are skipped and said so.
+gpu-prepare: deps
+	JOBS=$(JOBS) scripts/gpu-prepare.sh
+
+gpu-check:
+	scripts/gpu-check.sh
 
 test-debug: deps-python
 	cmake --preset debug >/dev/null

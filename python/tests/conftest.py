@@ -22,6 +22,10 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 # Bit-identical results need the same kernels in the same order: one intra-op
 # thread (the runtime's copy threads run beside it) and deterministic algorithms.
+# On a GPU, cuBLAS is deterministic only with a fixed workspace configuration, and
+# under use_deterministic_algorithms PyTorch refuses its matrix products without
+# one; it is read when cuBLAS first starts, after this (test_cuda.py).
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)
 
