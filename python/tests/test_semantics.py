@@ -320,11 +320,11 @@ def eager_step(w1, w2, x):
 
 
 def assert_recovered_with_offloading(session, budget):
-    """The last step was a replay that offloaded and brought data back within the budget."""
+    """The last step was a replay that offloaded and brought data back, or dropped and recomputed it (the hybrid
+    planner picks either, by the warmup's op times), within the budget."""
     stats = session.stats()
     assert stats["kind"] == "replay" and not stats["passthrough"]
-    assert stats["offloaded_bytes"] > 0
-    assert stats["h2d_count"] > 0
+    assert (stats["offloaded_bytes"] > 0 and stats["h2d_count"] > 0) or stats["recompute_count"] > 0
     assert stats["peak_held_bytes"] <= budget
 
 
