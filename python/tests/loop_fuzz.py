@@ -47,6 +47,7 @@ import copy
 import dataclasses
 import os
 import random
+import re
 import time
 import traceback
 import warnings
@@ -288,7 +289,11 @@ def build_model(shape: LoopShape) -> nn.Module:
         model = transformers.BertForMaskedLM(config)
     elif shape.model == "resnet":
         from torchvision_models import torchvision
-        model = torchvision.models.resnet18(num_classes=CLASSES)
+        if layers >= 2:
+            model = torchvision.models.resnet18(num_classes=CLASSES)
+        else:  # ResNet-10: resnet18's blocks, one per stage (half the parameters)
+            model = torchvision.models.resnet.ResNet(torchvision.models.resnet.BasicBlock, [1, 1, 1, 1],
+                                                     num_classes=CLASSES)
     elif shape.model == "vit":
         from torchvision_models import torchvision
         model = torchvision.models.VisionTransformer(
@@ -408,8 +413,13 @@ def rng_of(generator: Optional[torch.Generator]) -> Checkpoint:
 
 @dataclasses.dataclass
 class Corruption:
-    """Self-test: in the session run, nudge one element of a parameter's gradient by one ulp after a
-    micro-batch, before its checkpoint (the oracle must report exactly that)."""
+    """Self-test of the oracle, applied to the session run only.
+
+    `parameter` names a parameter: after micro-batch `micro_batch`, before its
+    checkpoint, one element of that parameter's gradient moves by one ulp.
+    `parameter` "loss": inside that micro-batch's block, after its forward, the
+    loss moves by one ulp and the step raises a DivergenceError (a refusal that
+    comes after a result differed: a wrong result)."""
     micro_batch: int
     parameter: str
 
@@ -485,9 +495,18 @@ class LoopRun:
         self.recomputes += int(stats.get("recompute_count") or 0)
         self.offloaded_bytes += int(stats.get("offloaded_bytes") or 0)
 
+    def corrupt_loss(self, micro: int) -> None:
+        c = self.corruption
+        if c is None or self.session is None or c.micro_batch != micro or c.parameter != "loss":
+            return
+        where, loss = self.pending_loss
+        nudged = torch.nextafter(loss.detach(), torch.tensor(float("inf"), dtype=loss.dtype))
+        self.pending_loss = (where, nudged)
+        raise ho.DivergenceError("injected by the harness's self-test after a wrong loss")
+
     def corrupt(self, micro: int) -> None:
         c = self.corruption
-        if c is None or self.session is None or c.micro_batch != micro:
+        if c is None or self.session is None or c.micro_batch != micro or c.parameter == "loss":
             return
         grad = dict(self.model.named_parameters())[c.parameter].grad
         flat = grad.view(-1)
@@ -521,6 +540,7 @@ class LoopRun:
                 with self.step(where):
                     loss = loss_of(model, shape, self.data.train[micro], generator) / shape.accumulate
                     self.pending_loss = (where, loss)
+                    self.corrupt_loss(micro)
                     loss.backward()
                     if last and shape.clip == "inside":
                         clip()
@@ -634,6 +654,18 @@ class Outcome:
         """What kind of outcome, for the summary's counts: the verdict, and a refusal's or crash's type."""
         if self.verdict in ("refused", "refused-allowed", "crash"):
             return f"{self.verdict}: {self.error}"
+        return self.verdict
+
+    def finding_class(self) -> str:
+        """A short name for what went wrong, the same for findings of one kind (the summary groups by it)."""
+        if self.verdict == "wrong":
+            tensor = (self.tensor or "?").split("[")[0]
+            what = "NaN" if "NaN" in self.detail else "all zeros" if "all zeros" in self.detail else "differs"
+            at = (self.where or "?").split(" (")[0].rstrip("0123456789 ")
+            return f"wrong result: {tensor} {what} after a {at}"
+        if self.verdict in ("refused", "crash"):
+            message = re.sub(r"\d[\d.,]*", "N", first_line(self.detail, 110))
+            return f"{self.error}: {message}"
         return self.verdict
 
     def describe(self) -> str:

@@ -88,6 +88,13 @@ def main(argv=None) -> int:
     print(f"   loops that recomputed: {sum(o.recomputes > 0 for o in outcomes)}, "
           f"that offloaded: {sum(o.offloaded_bytes > 0 for o in outcomes)}")
     if findings:
+        classes = collections.defaultdict(list)
+        for outcome in findings:
+            classes[outcome.finding_class()].append(outcome.shape.seed)
+        print(f"\n== {len(findings)} findings, by kind")
+        for name, seeds in sorted(classes.items(), key=lambda item: -len(item[1])):
+            shown = " ".join(str(seed) for seed in seeds[:12]) + (" ..." if len(seeds) > 12 else "")
+            print(f"   {len(seeds):6d}  {name}  (seeds {shown})")
         print(f"\n== {len(findings)} findings")
         for outcome in findings:
             print(f"- {outcome.describe()}")
