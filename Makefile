@@ -64,10 +64,11 @@ fuzz: deps
 # under an OffloadSession, every loss, gradient and weight compared bit for bit;
 # prints the counts and, per finding, its seed, loop shape and the command that
 # reruns it. `make test` runs seeds 0-49 (python/tests/test_loop_fuzz.py).
+# FUZZ_LOOPS_FLAGS: more options of the script (--json FILE, --repeat K, --minimize).
 LOOPS ?= 2000
 SEED ?= 0
 fuzz-loops: build
-	PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python python/tools/fuzz_loops.py --loops $(LOOPS) --seed $(SEED)
+	PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python python/tools/fuzz_loops.py --loops $(LOOPS) --seed $(SEED) $(FUZZ_LOOPS_FLAGS)
 
 test-debug: deps-python
 	cmake --preset debug >/dev/null
