@@ -59,6 +59,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+# Before transformers: its lazily imported model classes (BertForMaskedLM) import
+# torchvision, whose PyPI wheel loads only through torchvision_models on the CPU torch.
+from torchvision_models import torchvision  # noqa: E402
+
 import transformers  # noqa: E402
 
 import hyperoffload as ho  # noqa: E402
@@ -288,14 +292,12 @@ def build_model(shape: LoopShape) -> nn.Module:
                                          attention_probs_dropout_prob=DROPOUT)
         model = transformers.BertForMaskedLM(config)
     elif shape.model == "resnet":
-        from torchvision_models import torchvision
         if layers >= 2:
             model = torchvision.models.resnet18(num_classes=CLASSES)
         else:  # ResNet-10: resnet18's blocks, one per stage (half the parameters)
             model = torchvision.models.resnet.ResNet(torchvision.models.resnet.BasicBlock, [1, 1, 1, 1],
                                                      num_classes=CLASSES)
     elif shape.model == "vit":
-        from torchvision_models import torchvision
         model = torchvision.models.VisionTransformer(
             image_size=IMAGE, patch_size=8, num_layers=layers, num_heads=2, hidden_dim=w, mlp_dim=2 * w,
             dropout=DROPOUT, attention_dropout=DROPOUT, num_classes=CLASSES)
