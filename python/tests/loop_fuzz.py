@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import os
 import random
 import re
@@ -90,7 +91,11 @@ VOCAB = 96
 MAX_LEN = 32
 MIN_LEN = 6
 BUCKETS = (16, 24, 32)
-IMAGE = 32
+# Images: 64 x 64 for the ResNet (its last stage is then 2 x 2, so batch norm's
+# statistics over 2 images are not those of 2 single values, and evaluation with
+# the running statistics stays finite), 32 x 32 in patches of 8 for the ViT.
+RESNET_IMAGE = 64
+VIT_IMAGE = 32
 CLASSES = 10
 DROPOUT = 0.1
 # The copy link a plan may assume instead of the measured one: on the CPU a copy
@@ -292,14 +297,20 @@ def build_model(shape: LoopShape) -> nn.Module:
                                          attention_probs_dropout_prob=DROPOUT)
         model = transformers.BertForMaskedLM(config)
     elif shape.model == "resnet":
+        # Batch norm's running statistics as the cumulative average of the batches seen
+        # (momentum=None): after a few steps on 2-4 images they are close to the batch
+        # statistics, so evaluation stays finite (with the default momentum of 0.1
+        # they stay near their initial values, and an evaluation's activations
+        # overflow within the 8 blocks).
+        norm = functools.partial(nn.BatchNorm2d, momentum=None)
         if layers >= 2:
-            model = torchvision.models.resnet18(num_classes=CLASSES)
+            model = torchvision.models.resnet18(num_classes=CLASSES, norm_layer=norm)
         else:  # ResNet-10: resnet18's blocks, one per stage (half the parameters)
             model = torchvision.models.resnet.ResNet(torchvision.models.resnet.BasicBlock, [1, 1, 1, 1],
-                                                     num_classes=CLASSES)
+                                                     num_classes=CLASSES, norm_layer=norm)
     elif shape.model == "vit":
         model = torchvision.models.VisionTransformer(
-            image_size=IMAGE, patch_size=8, num_layers=layers, num_heads=2, hidden_dim=w, mlp_dim=2 * w,
+            image_size=VIT_IMAGE, patch_size=8, num_layers=layers, num_heads=2, hidden_dim=w, mlp_dim=2 * w,
             dropout=DROPOUT, attention_dropout=DROPOUT, num_classes=CLASSES)
     else:
         raise ValueError(f"unknown model {shape.model!r}")
@@ -339,8 +350,9 @@ def text_batch(shape: LoopShape, rng: random.Random, g: torch.Generator, example
     return ids, mask, labels
 
 
-def image_batch(g: torch.Generator, examples: int) -> tuple:
-    return torch.randn(examples, 3, IMAGE, IMAGE, generator=g), torch.randint(0, CLASSES, (examples,), generator=g)
+def image_batch(shape: LoopShape, g: torch.Generator, examples: int) -> tuple:
+    size = RESNET_IMAGE if shape.model == "resnet" else VIT_IMAGE
+    return torch.randn(examples, 3, size, size, generator=g), torch.randint(0, CLASSES, (examples,), generator=g)
 
 
 def make_data(shape: LoopShape) -> LoopData:
@@ -353,7 +365,7 @@ def make_data(shape: LoopShape) -> LoopData:
         if shape.model in TEXT_MODELS:
             batches.append(text_batch(shape, rng, g, examples))
         else:
-            batches.append(image_batch(g, examples))
+            batches.append(image_batch(shape, g, examples))
     return LoopData(train=batches[:-1], eval=batches[-1])
 
 
@@ -520,7 +532,7 @@ class LoopRun:
         generator = torch.Generator().manual_seed(shape.seed + 2_000_003) if shape.generator else None
         params = [p for p in model.parameters()]
         if shape.optimizer == "sgd":
-            optimizer = torch.optim.SGD(params, lr=0.05, momentum=0.9)
+            optimizer = torch.optim.SGD(params, lr=0.01, momentum=0.9)
         else:
             optimizer = torch.optim.AdamW(params, lr=1e-3)
 
@@ -672,6 +684,8 @@ class Outcome:
 
     def describe(self) -> str:
         budget = "none" if self.budget_bytes is None else f"{self.budget_bytes} B"
+        if self.verdict == "harness-error":
+            return f"seed {self.shape.seed}: HARNESS ERROR: {first_line(self.detail)}"
         text = (f"seed {self.shape.seed}: {self.verdict.upper()}"
                 f" [peak {self.peak_bytes} B, budget {budget}, host {self.host_bytes}, floor {self.floor_bytes}]")
         if self.verdict == "wrong":

@@ -17,7 +17,10 @@ accumulate=2, budget_fraction=none, ...: the fields of loop_fuzz.LoopShape);
 replays, offloads nothing: a harness check, which must find nothing);
 --repeat K runs each loop K times (plans depend on measured op times);
 --minimize simplifies each finding's shape while it keeps its verdict.
-Exit status 1 when there was a finding, 0 otherwise.
+A harness error (the eager run failed or gave a non-finite result, the two
+runs reached different checkpoints) is the fuzzer's own bug: listed apart,
+never counted as a finding. Exit status 1 when there was a finding or a
+harness error, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -59,7 +62,10 @@ def main(argv=None) -> int:
         for override in args.set:
             shape = loop_fuzz.parse_override(shape, override)
         for attempt in range(args.repeat):
-            outcome = loop_fuzz.run_loop(shape)
+            try:
+                outcome = loop_fuzz.run_loop(shape)
+            except loop_fuzz.HarnessError as error:  # the harness's own bug: reported, never a verdict
+                outcome = loop_fuzz.Outcome(shape=shape, verdict="harness-error", detail=str(error))
             outcomes.append(outcome)
             counts[outcome.category()] += 1
             kinds = collections.Counter(outcome.kinds)
@@ -107,6 +113,12 @@ def main(argv=None) -> int:
                 print(f"    minimized: {smallest.describe()}")
                 print(f"      shape: {smallest.shape.describe()}")
                 print(f"      reproduce: {loop_fuzz.reproduce_command(smallest.shape, args.no_budget)}")
+    harness_errors = [o for o in outcomes if o.verdict == "harness-error"]
+    if harness_errors:
+        print(f"\n== {len(harness_errors)} harness errors (bugs of the fuzzer, not of hyperoffload)")
+        for outcome in harness_errors:
+            print(f"- seed {outcome.shape.seed}: {loop_fuzz.first_line(outcome.detail)}")
+            print(f"    reproduce: {loop_fuzz.reproduce_command(outcome.shape, args.no_budget)}")
     if args.json:
         args.json.write_text(json.dumps([
             {"shape": vars(o.shape), "verdict": o.verdict, "where": o.where, "tensor": o.tensor, "error": o.error,
@@ -114,7 +126,7 @@ def main(argv=None) -> int:
              "host_bytes": o.host_bytes, "floor_bytes": o.floor_bytes, "kinds": o.kinds, "recomputes": o.recomputes,
              "offloaded_bytes": o.offloaded_bytes, "warnings": o.warnings, "seconds": o.seconds,
              "reproduce": loop_fuzz.reproduce_command(o.shape, args.no_budget)} for o in outcomes], indent=1))
-    return 1 if findings else 0
+    return 1 if findings or harness_errors else 0
 
 
 if __name__ == "__main__":
