@@ -675,11 +675,14 @@ class Outcome:
         if self.verdict == "wrong":
             tensor = (self.tensor or "?").split("[")[0]
             what = "NaN" if "NaN" in self.detail else "all zeros" if "all zeros" in self.detail else "differs"
-            at = (self.where or "?").split(" (")[0].rstrip("0123456789 ")
-            return f"wrong result: {tensor} {what} after a {at}"
+            where = self.where or "?"
+            at = ("a micro-batch" if where.startswith("micro-batch") else
+                  "an optimizer step" if where.startswith("after optimizer step") else
+                  "an evaluation" if where.startswith("evaluation") else "the forward-only step")
+            return f"wrong result: {tensor} {what} after {at}"
         if self.verdict in ("refused", "crash"):
-            message = re.sub(r"\d[\d.,]*", "N", first_line(self.detail, 110))
-            return f"{self.error}: {message}"
+            message = re.sub(r"\d[\d.,]*", "N", first_line(self.detail, 100_000))
+            return f"{self.error}: {message[:110]}"
         return self.verdict
 
     def describe(self) -> str:
@@ -850,7 +853,7 @@ SIMPLER = {
     "slow_link": lambda s: [False] if s.slow_link else [],
     "lengths": lambda s: ["fixed"] if s.lengths != "fixed" else [],
     "zero_grad_at": lambda s: ["window_start"] if s.zero_grad_at != "window_start" else [],
-    "model": lambda s: [m for m in ("gpt2",) if m != s.model and s.model in TEXT_MODELS],
+    "model": lambda s: [m for m in ("gpt2", "vit") if m != s.model],
 }
 
 
