@@ -12,7 +12,7 @@ STRESS_ITERATIONS ?= 2000
 FUZZ_SECONDS ?= 60
 CLI := build/bin/hyperoffload
 
-.PHONY: run test test-long test-pip build bench soak fuzz deps deps-python test-asan test-tsan test-debug clean distclean gpu-prepare gpu-check
+.PHONY: run test test-long test-pip build bench soak fuzz fuzz-loops deps deps-python test-asan test-tsan test-debug clean distclean gpu-prepare gpu-check
 
 deps:
 	@scripts/install-deps.sh
@@ -67,6 +67,17 @@ gpu-prepare: deps
 
 gpu-check:
 	scripts/gpu-check.sh
+
+# The differential training-loop fuzzer (python/tools/fuzz_loops.py, docs/FUZZING.md):
+# LOOPS random training loops (seeds SEED, SEED+1, ...), each run eagerly and
+# under an OffloadSession, every loss, gradient and weight compared bit for bit;
+# prints the counts and, per finding, its seed, loop shape and the command that
+# reruns it. `make test` runs seeds 0-49 (python/tests/test_loop_fuzz.py).
+# FUZZ_LOOPS_FLAGS: more options of the script (--json FILE, --repeat K, --minimize).
+LOOPS ?= 2000
+SEED ?= 0
+fuzz-loops: build
+	PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python python/tools/fuzz_loops.py --loops $(LOOPS) --seed $(SEED) $(FUZZ_LOOPS_FLAGS)
 
 test-debug: deps-python
 	cmake --preset debug >/dev/null
