@@ -6,6 +6,7 @@
 // tensors and storages happens here, in C++. Errors become the exception
 // classes of hyperoffload.errors — the only place where the library's error
 // values turn into exceptions.
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -237,6 +238,9 @@ class BoxedCall final : public OpCall {
   }
   std::vector<c10::Storage> run() override {
     SavedGenerators::Scope replay(generators_);  // Note [RNG replay]
+    // Below autograd, as when the op first ran inside the dispatcher: a
+    // regeneration also runs from outside any op (Note [Leaving a plan]).
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
     torch::jit::Stack stack(arguments_.begin(), arguments_.end());
     run_below(op_, keys_, &stack);
     std::vector<c10::Storage> results;
@@ -297,6 +301,8 @@ class PyCall final : public OpCall {
   std::vector<c10::Storage> run() override {
     py::gil_scoped_acquire gil;
     SavedGenerators::Scope replay(generators_);  // Note [RNG replay]
+    // Below autograd, as the TorchDispatchMode saw it first (Note [Leaving a plan]).
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
     PyObject* out = PyObject_Call(func_.ptr(), args_.ptr(), kwargs_.is_none() ? nullptr : kwargs_.ptr());
     if (out == nullptr) throw py::error_already_set();
     py::object result = py::reinterpret_steal<py::object>(out);

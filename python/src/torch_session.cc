@@ -242,8 +242,10 @@ void TorchSession::record_call(std::unique_ptr<OpCall> call) { calls_[session_->
 Status TorchSession::recompute(RecomputeCall& call) {
   auto found = calls_.find(call.source_op());
   if (found == calls_.end()) {
-    return make_error(ErrorCode::kInternal,
-                      fmt::format("op {} ({}) was not recorded when it ran", call.source_op(), call.op_name()));
+    // A step that ended early let go of its calls (finish_runtime_step): a
+    // regeneration then cannot run (Note [Leaving a plan]).
+    return make_error(ErrorCode::kDiverged,
+                      fmt::format("op {} ({}): the framework holds no call of it", call.source_op(), call.op_name()));
   }
   OpCall& recorded = *found->second;
   if (std::string changed = recorded.changed_argument(); !changed.empty()) {
@@ -477,30 +479,13 @@ TorchStatus TorchSession::check_lost_at_end() {
 
 TorchStatus TorchSession::finish_runtime_step() {
   // A step that matched its trace ran every recompute, and each dropped its
-  // call at its last; these were for ops of a step that ended early.
+  // call at its last; these were for ops of a step that ended early, whose
+  // arguments must not count as tensors the user holds at its end.
   calls_.clear();
   if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;
-  // A storage the user still holds must end the step on the device. One the
-  // traced step had freed before its end was released after its last traced
-  // use without a copy: its data is gone (Note [Lost storages]).
-  if (session_->next_step_kind() == StepKind::kReplay) {
-    const ResidencyManager& residency = session_->residency();
-    std::int64_t dropped = 0;
-    for (StorageId id : registry_->live_ids()) {
-      dropped += residency.tracked(id) && !residency.resident(id) && !residency.has_current_host_copy(id) ? 1 : 0;
-    }
-    if (dropped > 0) {
-      stop_tracking();
-      lost_.clear();
-      lost_impls_.clear();
-      return std::unexpected(TorchError{
-          ErrorKind::kDivergence,
-          fmt::format("the step diverged from the traced step: it ends holding {} tensor(s) that the traced step "
-                      "freed before its end, and the replay had already dropped their data after their last traced "
-                      "use (their contents are undefined); keep the same tensors past the end of every step",
-                      dropped)});
-    }
-  }
+  // A storage the user still holds ends the step on the device; one the plan
+  // dropped is regenerated, or the step fails naming it (Note [Leaving a
+  // plan] in exec/session.h).
   const Status ended = session_->end_step();
   in_runtime_step_ = false;
   // Held storages ended the step resident; the runtime lets go of them now and

@@ -463,7 +463,13 @@ Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
     // An input made resident earlier may have been evicted for that room:
     // rerun pages it back in from its host copy.
     auto context = [&] { return fmt::format("regenerating {}", storage_label(t)); };
-    HO_RETURN_IF_ERROR(rerun(producer, /*last_of_step=*/false, context, &made_resident));
+    if (Status ran = rerun(producer, /*last_of_step=*/false, context, &made_resident); !ran) {
+      if (ran.error().code != ErrorCode::kDiverged) return std::unexpected(std::move(ran.error()));
+      // The framework refused the re-run (an argument written in place since,
+      // no call held): what is still dropped stays so, refused for that reason.
+      for (StorageId id : dropped_storages()) refusals.push_back(Refusal{id, ran.error().message});
+      break;
+    }
   }
   for (StorageId& id : caller_of_) {
     if (!held(id)) continue;
@@ -646,27 +652,45 @@ Result<ReplayResult> ReplayExecutor::finish() {
   }
   const Trace& trace = plan_->trace();
   // Storages the caller still holds end the step on the device — also a step
-  // that ended early, so the caller keeps their data when it is aborted.
+  // that ended early, so the caller keeps their data when it is aborted. Those
+  // the plan dropped stay dropped: a warmup continuing the step regenerates
+  // them (Note [Leaving a plan] in exec/session.h), and so do the storages kept
+  // for recomputes the step did not reach.
+  const bool ended_early = op_ != trace.op_count();
   internal::EndRestores restores;
+  std::int64_t dropped = 0;
   // In traced order, so memory is laid out the same way every step.
   for (StorageIndex traced = 0; traced < trace.storage_count(); ++traced) {
     StorageId& caller = caller_of_[static_cast<std::size_t>(traced)];
-    if (held(caller)) {  // kept for a recompute that a step ending early never ran
-      HO_RETURN_IF_ERROR(residency_.forget(caller));
-      caller = kFreed;
+    if (held(caller)) {
+      if (!ended_early) {
+        HO_RETURN_IF_ERROR(residency_.forget(caller));
+        caller = kFreed;
+      }
+      continue;
     }
     if (caller < 0) continue;  // never produced, or freed
+    if (!residency_.resident(caller) && !residency_.has_current_host_copy(caller)) {
+      ++dropped;
+      continue;
+    }
     HO_RETURN_IF_ERROR(internal::restore_held(residency_, caller, trace.storage(traced).size_bytes, restores));
   }
   HO_RETURN_IF_ERROR(residency_.poll());
-  if (op_ != trace.op_count()) {
+  if (ended_early) {
     return std::unexpected(Error{
         ErrorCode::kDiverged,
         fmt::format("the step diverged from the traced step: it ended after {} ops; the traced step has {} (op {} "
-                    "was \"{}\"); a step can change plans only before it offloads or releases anything: raise "
-                    "OffloadConfig(max_plans=...) if more programs occur than it holds, and wrap data-dependent "
-                    "control flow in skip_offload so it runs as one opaque op",
+                    "was \"{}\"); raise OffloadConfig(max_plans=...) if more programs occur than it holds, and wrap "
+                    "data-dependent control flow in skip_offload so it runs as one opaque op",
                     op_, trace.op_count(), op_, trace.op_name(op_))});
+  }
+  if (dropped > 0) {
+    return std::unexpected(Error{
+        ErrorCode::kDiverged,
+        fmt::format("the step diverged from the traced step: it ends holding {} tensor(s) that the traced step freed "
+                    "before its end, whose data the plan dropped after their last traced use",
+                    dropped)});
   }
   HO_RETURN_IF_ERROR(collect_spans(op_));
   sample_memory();
