@@ -20,10 +20,13 @@ constexpr double kMinStalenessMs = 1e-9;
 // The walk of DtrPlanner::plan (see the header).
 class DtrWalk {
  public:
-  DtrWalk(const Trace& trace, std::int64_t budget_bytes)
+  DtrWalk(const Trace& trace, std::int64_t budget_bytes, const DtrOptions& options)
       : trace_(trace),
         accesses_(trace),
         budget_bytes_(budget_bytes),
+        max_rerun_work_(options.max_rerun_work.value_or(
+            kDtrRerunWorkFactor * (static_cast<std::int64_t>(trace.op_count()) +
+                                   static_cast<std::int64_t>(trace.access_count())))),
         producer_(recompute_producers(trace, accesses_)),
         valid_until_(internal::valid_until_per_op(trace)),
         storages_(static_cast<std::size_t>(trace.storage_count())),
@@ -50,6 +53,13 @@ class DtrWalk {
     }
     result.notes.push_back(fmt::format("dtr: {} evictions, {} recomputes ({:.3f} ms)", evictions_, recomputes_,
                                        recompute_ms_));
+    if (cut_op_ >= 0) {
+      result.notes.push_back(fmt::format(
+          "dtr: the walk was cut before op {} ({}), where its re-runs had done {} accesses of work, the bound of "
+          "{} (Note [The walk's work bound]): from there on it evicted nothing",
+          cut_op_, trace_.op_name(cut_op_), rerun_work_, max_rerun_work_));
+    }
+    plan.cut_op = cut_op_;
     plan.peak_op = peak_op_;
     plan.recompute_count = recomputes_;
     plan.recompute_ms = recompute_ms_;
@@ -135,6 +145,7 @@ class DtrWalk {
   // Evicts, lowest h first, until `extra_bytes` more fit the budget or
   // nothing can be evicted.
   void make_room(std::int64_t extra_bytes, OpIndex t) {
+    if (cut_op_ >= 0) return;
     while (resident_bytes_ + extra_bytes > budget_bytes_) {
       StorageIndex best = -1;
       double best_h = 0.0;
@@ -192,6 +203,8 @@ class DtrWalk {
   template <typename Frame>
   void rerun(Frame& frame, OpIndex t) {
     const OpIndex p = frame.op;
+    rerun_work_ += 1 + static_cast<std::int64_t>(trace_.accesses(p).size());
+    if (rerun_work_ > max_rerun_work_ && cut_op_ < 0) cut_op_ = t;
     // Outputs on the device stay (same version); the others are allocated.
     std::vector<StorageIndex> fresh;
     for (const Access& access : trace_.accesses(p)) {
@@ -232,9 +245,10 @@ class DtrWalk {
       const StorageIndex s = access.storage;
       if (accesses_.first_op(s) < t && !resident_[at(s)]) rematerialize(s, t);
     }
-    // Storages regenerated only for a chain are dead: dropped before the op.
+    // Storages regenerated only for a chain are dead: dropped before the op
+    // (after a cut they stay, so that no chain regenerates them again).
     for (const StorageIndex s : chain_only_) {
-      if (resident_[at(s)]) release(s, t, Phase::kPre);
+      if (resident_[at(s)] && cut_op_ < 0) release(s, t, Phase::kPre);
     }
     chain_only_.clear();
     std::vector<StorageIndex> fresh;
@@ -267,6 +281,7 @@ class DtrWalk {
   const Trace& trace_;
   const StorageAccesses accesses_;
   const std::int64_t budget_bytes_;
+  const std::int64_t max_rerun_work_;
   const std::vector<OpIndex> producer_;
   const std::vector<OpIndex> valid_until_;
   std::vector<OpIndex> regenerable_through_;
@@ -284,6 +299,8 @@ class DtrWalk {
   double now_ms_ = 0.0;  // compute time so far, re-runs included
   std::int64_t evictions_ = 0;
   std::int64_t recomputes_ = 0;
+  std::int64_t rerun_work_ = 0;  // 1 + accesses per re-run (Note [The walk's work bound])
+  OpIndex cut_op_ = -1;
   double recompute_ms_ = 0.0;
 };
 
@@ -298,13 +315,13 @@ Result<PlanResult> DtrPlanner::plan(const Trace& trace, std::optional<std::int64
   return plan_dtr(trace, *budget_bytes).result;
 }
 
-DtrPlan plan_dtr(const Trace& trace, std::int64_t budget_bytes) {
+DtrPlan plan_dtr(const Trace& trace, std::int64_t budget_bytes, const DtrOptions& options) {
   if (trace.op_count() == 0) {
     DtrPlan plan;
     plan.result.schedule.planner = "dtr";
     return plan;
   }
-  return DtrWalk(trace, budget_bytes).run();
+  return DtrWalk(trace, budget_bytes, options).run();
 }
 
 }  // namespace hyperoffload

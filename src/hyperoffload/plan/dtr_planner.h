@@ -28,8 +28,35 @@
 // eviction can make room the walk goes on over the budget;
 // PlanResult::planned_peak_bytes (the validator's op-granular peak, over ops
 // and recomputes) says by how much, and a note says so. No floor is reported.
-// O(ops + accesses + evictions × resident storages).
+//
+// Note [The walk's work bound]
+// Below some budget DTR thrashes: a re-run's allocation evicts what the next
+// re-run of the same chain needs, and the re-runs grow exponentially with the
+// depth of the chains (torchvision's vit_b_16 captured through the dispatch
+// mode, 1,638 ops: 820,673 re-runs at 10% of its peak, and at 5% it grew to
+// 13 GB before std::bad_alloc). So the walk counts its re-run work, each
+// re-run as 1 + its op's accesses, and when it passes W × kDtrRerunWorkFactor
+// (W = ops + accesses; DtrOptions::max_rerun_work overrides it) it is cut: from
+// then on it evicts nothing and keeps what it regenerates for a chain, so each
+// storage is regenerated at most twice more (once before its last access,
+// once for chains after it). The plan stays valid, may go over the budget
+// (then a note says the budget is not met, as above) and a note names the op
+// of the cut (DtrPlan::cut_op).
+//
+// Bound, with W = ops + accesses, S storages, d the most accesses of one op:
+//  - re-runs ≤ kDtrRerunWorkFactor × W + 2 S; evictions (before the cut
+//    only) ≤ S + kDtrRerunWorkFactor × W + d, as each evicts a storage made
+//    resident by an op or a re-run;
+//  - time O(kDtrRerunWorkFactor × W + evictions × S × d): each eviction scans
+//    the resident storages with a producer and prices each by its producer's
+//    inputs — O(W² d) at worst; in practice the resident pool is small;
+//  - memory O(W): the trace's indexes, the actions (≤ 2 per storage per
+//    regeneration plus the re-runs) and the chain stack (≤ ops frames
+//    holding ≤ accesses pins in all).
 #pragma once
+
+#include <cstdint>
+#include <optional>
 
 #include "hyperoffload/plan/planner.h"
 
@@ -44,8 +71,19 @@ struct DtrPlan {
   OpIndex peak_op = -1;
   std::int64_t recompute_count = 0;
   double recompute_ms = 0.0;
+  OpIndex cut_op = -1;  // the op before which the work bound cut the walk; -1: not cut
 };
-DtrPlan plan_dtr(const Trace& trace, std::int64_t budget_bytes);
+
+// Re-run work (1 + accesses per re-run) per op or access of the trace before
+// the walk is cut (Note [The walk's work bound]).
+inline constexpr std::int64_t kDtrRerunWorkFactor = 4;
+
+struct DtrOptions {
+  // Re-run work before the cut; nullopt: kDtrRerunWorkFactor × (ops + accesses).
+  std::optional<std::int64_t> max_rerun_work;
+};
+
+DtrPlan plan_dtr(const Trace& trace, std::int64_t budget_bytes, const DtrOptions& options = {});
 
 class DtrPlanner final : public Planner {
  public:
