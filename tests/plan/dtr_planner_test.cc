@@ -187,6 +187,14 @@ TEST(DtrPlanner, StopsEvictingOnceItsReRunsPassTheWorkBound) {
   EXPECT_EQ(report.peak_bytes, 3 * kMiB);
   EXPECT_THAT(early.result.notes.front(), HasSubstr("is not met"));
   EXPECT_THAT(early.result.notes.back(), HasSubstr("cut before op 4"));
+
+  // Eviction work instead, bound 0: the eviction before op 3 looks at s1 and
+  // s2 (2 + their producers' 2 accesses each = 6, over 0); before op 4 the
+  // re-run of s1 needs room and finds the walk cut: the early schedule again.
+  const DtrPlan scanned = plan_dtr(trace, 2 * kMiB, {.max_scan_work = 0});
+  EXPECT_EQ(scanned.cut_op, 4);
+  EXPECT_EQ(scanned.result.schedule.actions, early.result.schedule.actions);
+  EXPECT_THAT(scanned.result.notes.back(), HasSubstr("evictions had done 6 of work"));
 }
 
 TEST(DtrPlanner, KeepsWhatItRegeneratesForAChainOnceCut) {

@@ -33,26 +33,31 @@
 // Below some budget DTR thrashes: a re-run's allocation evicts what the next
 // re-run of the same chain needs, and the re-runs grow exponentially with the
 // depth of the chains (torchvision's vit_b_16 captured through the dispatch
-// mode, 1,638 ops: 820,673 re-runs at 10% of its peak, and at 5% it grew to
-// 13 GB before std::bad_alloc). So the walk counts its re-run work, each
-// re-run as 1 + its op's accesses, and when it passes W × kDtrRerunWorkFactor
-// (W = ops + accesses; DtrOptions::max_rerun_work overrides it) it is cut: from
-// then on it evicts nothing and keeps what it regenerates for a chain, so each
-// storage is regenerated at most twice more (once before its last access,
-// once for chains after it). The plan stays valid, may go over the budget
-// (then a note says the budget is not met, as above) and a note names the op
-// of the cut (DtrPlan::cut_op).
+// mode, 1,638 ops: 820,673 re-runs at 10% of its peak; at 5% the walk grew to
+// 13 GB before std::bad_alloc, and the recompute and hybrid planners met it on
+// their lower-budget ladder). And each eviction weighs every resident storage
+// that may be evicted, which on a trace of 100k ops is quadratic. So the walk
+// counts two kinds of work, with W = ops + accesses:
+//  - re-run work: 1 + the op's accesses per re-run, at most
+//    kDtrRerunWorkFactor × W;
+//  - eviction work: per eviction, 1 per storage looked at plus its
+//    producer's accesses when it is priced, at most kDtrScanWorkFactor × W
+//    (the corpus and example traces need at most 108 × W when the walk is
+//    not cut).
+// When either passes its bound (DtrOptions overrides them) the walk is cut:
+// from then on it evicts nothing and keeps what it regenerates for a chain,
+// so each storage is regenerated at most twice more (once before its last
+// access, once for chains after it). The plan stays valid and may go over the
+// budget (then a note says the budget is not met, as above); a note names the
+// op of the cut and the bound passed (DtrPlan::cut_op).
 //
-// Bound, with W = ops + accesses, S storages, d the most accesses of one op:
-//  - re-runs ≤ kDtrRerunWorkFactor × W + 2 S; evictions (before the cut
-//    only) ≤ S + kDtrRerunWorkFactor × W + d, as each evicts a storage made
-//    resident by an op or a re-run;
-//  - time O(kDtrRerunWorkFactor × W + evictions × S × d): each eviction scans
-//    the resident storages with a producer and prices each by its producer's
-//    inputs — O(W² d) at worst; in practice the resident pool is small;
-//  - memory O(W): the trace's indexes, the actions (≤ 2 per storage per
-//    regeneration plus the re-runs) and the chain stack (≤ ops frames
-//    holding ≤ accesses pins in all).
+// Bound, with S storages and d the most accesses of one op:
+//  - re-runs ≤ kDtrRerunWorkFactor × W + 2 S;
+//  - time O((kDtrRerunWorkFactor + kDtrScanWorkFactor) × W + S d): the last
+//    re-run or eviction that passes a bound adds at most S d;
+//  - memory O(W): the trace's indexes, the actions (≤ 2 per storage
+//    regenerated plus the re-runs and evictions) and the chain stack (≤ ops
+//    frames holding ≤ accesses pins in all).
 #pragma once
 
 #include <cstdint>
@@ -74,13 +79,16 @@ struct DtrPlan {
   OpIndex cut_op = -1;  // the op before which the work bound cut the walk; -1: not cut
 };
 
-// Re-run work (1 + accesses per re-run) per op or access of the trace before
-// the walk is cut (Note [The walk's work bound]).
+// Re-run and eviction work per op or access of the trace before the walk is
+// cut (Note [The walk's work bound]).
 inline constexpr std::int64_t kDtrRerunWorkFactor = 4;
+inline constexpr std::int64_t kDtrScanWorkFactor = 256;
 
 struct DtrOptions {
   // Re-run work before the cut; nullopt: kDtrRerunWorkFactor × (ops + accesses).
   std::optional<std::int64_t> max_rerun_work;
+  // Eviction work before the cut; nullopt: kDtrScanWorkFactor × (ops + accesses).
+  std::optional<std::int64_t> max_scan_work;
 };
 
 DtrPlan plan_dtr(const Trace& trace, std::int64_t budget_bytes, const DtrOptions& options = {});
