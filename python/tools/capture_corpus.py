@@ -2,7 +2,7 @@
 
     PYTHONPATH=build/python .venv/bin/python python/tools/capture_corpus.py [--out examples/traces/corpus] [MODEL...]
 
-The planners are tested on these traces (tests/cli/corpus_test.cmake: every
+The planners are tested on these traces (tests/cli/corpus_cli_test.cc: every
 planner at 20/50/80% of each trace's peak, in `make test`) and timed on them
 (scripts/run-benchmarks.sh, BENCHMARKS.md "Real-model corpus"). Each model is
 built from its constructor or config object with random weights (nothing is
