@@ -1,4 +1,5 @@
-// hyperoffload plan TRACE [--budget B] [--planner NAME] [--score-weight N=V]... [--time-limit S] [-o SCHEDULE]
+// hyperoffload plan TRACE [--budget B] [--planner NAME] [--fallback peak|none] [--score-weight N=V]...
+//                        [--time-limit S] [-o SCHEDULE]
 #include <fmt/format.h>
 
 #include <chrono>
@@ -19,6 +20,8 @@ struct PlanArgs {
   std::string budget;
   std::string host_budget;
   std::string planner{kDefaultPlannerName};
+  bool planner_named = false;  // --planner given: its own plan, unless --fallback peak
+  std::string fallback;        // "peak", "none" or empty (by planner_named)
   std::vector<std::string> score_weights;
   std::string device_memory = to_string(kDefaultDeviceMemory);
   double time_limit_s = PlannerOptions{}.time_limit_s;
@@ -40,9 +43,13 @@ int run_plan(const PlanArgs& args) {
   const std::optional<std::int64_t> budget = resolve_budget_option(trace, args.budget);
 
   // The budget policy the runtime session applies too (plan/budget_policy.h),
-  // so this plan is the one a session would replay.
+  // so without a named planner this plan is the one a session would replay; a
+  // named planner gives its own plan, over the budget or not (a note says).
+  const FallbackToPeak fallback =
+      args.fallback == "peak" || (args.fallback.empty() && !args.planner_named) ? FallbackToPeak::kYes
+                                                                                 : FallbackToPeak::kNo;
   const auto start = std::chrono::steady_clock::now();
-  BudgetedPlan plan = value_or_throw(plan_within_budget(trace, budget, args.planner, planner_options));
+  BudgetedPlan plan = value_or_throw(plan_within_budget(trace, budget, args.planner, planner_options, fallback));
   const double planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (plan.outcome == BudgetOutcome::kRefused) {
     throw HyperoffloadError({ErrorCode::kInvalidArgument, plan.refusal});
@@ -129,9 +136,16 @@ Command register_plan(CLI::App& root) {
                   "Device-memory budget: bytes, a size (2GiB, 512MB) or a percentage of the unplanned "
                   "op-granular peak (40%); overrides the trace's memory_limit_bytes");
   app->add_option("--planner,-p", args->planner,
-                  "Planner: greedy, peak, hybrid (recompute + offload), recompute (recompute only) or optimal (a "
-                  "MILP reference for small traces)")
-      ->capture_default_str();
+                  "Planner: greedy, peak, hybrid (recompute + offload), recompute (recompute only), dtr (DTR's "
+                  "heuristic, a reference) or optimal (a MILP reference for small traces). A named planner's own "
+                  "plan is written even when it goes over the budget (see --fallback)")
+      ->capture_default_str()
+      ->each([args](const std::string&) { args->planner_named = true; });
+  app->add_option("--fallback", args->fallback,
+                  "When the plan goes over a budget at or above the floor: peak (plan with the peak planner, which "
+                  "keeps it; the default without --planner, as in the Python session) or none (keep the plan and "
+                  "say so; the default with --planner)")
+      ->check(CLI::IsMember({"peak", "none"}));
   app->add_option("--score-weight", args->score_weights,
                   "Peak planner score weight NAME=VALUE, also for the hybrid planner's offloads (repeatable)");
   add_host_budget_option(*app, args->host_budget);
