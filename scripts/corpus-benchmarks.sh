@@ -71,7 +71,7 @@ for trace in "${traces[@]}"; do
       key="$p/$b"
       mark=""
       [[ "${valid[$key]:-yes}" == no ]] && { mark=" INVALID"; invalid=1; }
-      printf ' %.1f / %.2f / %s%s |' "${best_plan[$key]}" "${best_wall[$key]}" "${best_rss[$key]}" "$mark"
+      printf ' %.1f / %.3f / %s%s |' "${best_plan[$key]}" "${best_wall[$key]}" "${best_rss[$key]}" "$mark"
     done
     printf '\n'
   done

@@ -1,5 +1,5 @@
 // hyperoffload plan TRACE [--budget B] [--planner NAME] [--fallback peak|none] [--score-weight N=V]...
-//                        [--time-limit S] [-o SCHEDULE]
+//                        [--time-limit S] [-o SCHEDULE] [--timings]
 #include <fmt/format.h>
 
 #include <chrono>
@@ -26,10 +26,17 @@ struct PlanArgs {
   std::string device_memory = to_string(kDefaultDeviceMemory);
   double time_limit_s = PlannerOptions{}.time_limit_s;
   std::string output;
+  bool timings = false;  // --timings: print the phases' wall times
 };
 
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 int run_plan(const PlanArgs& args) {
+  const auto parse_start = std::chrono::steady_clock::now();
   const Trace trace = load_trace(args.trace_path);
+  const double parse_ms = ms_since(parse_start);
   PlannerOptions planner_options;
   planner_options.score_weights = parse_score_weights(args.score_weights);
   planner_options.device_memory = parse_memory_cap(args.device_memory);
@@ -50,11 +57,12 @@ int run_plan(const PlanArgs& args) {
                                                                                  : FallbackToPeak::kNo;
   const auto start = std::chrono::steady_clock::now();
   BudgetedPlan plan = value_or_throw(plan_within_budget(trace, budget, args.planner, planner_options, fallback));
-  const double planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double planning_ms = ms_since(start);
   if (plan.outcome == BudgetOutcome::kRefused) {
     throw HyperoffloadError({ErrorCode::kInvalidArgument, plan.refusal});
   }
   plan.result.schedule.budget_bytes = budget;  // simulate's device, unless told another
+  const auto check_start = std::chrono::steady_clock::now();
   const PlanSummary summary = summarize_plan(
       trace, plan.result.schedule, plan.result.floor,
       {.budget_bytes = budget, .device_memory = planner_options.device_memory, .copy_engines = CopyEngines::kTwo,
@@ -62,7 +70,10 @@ int run_plan(const PlanArgs& args) {
   const SimulationResult& timed = summary.simulation;
   const ValidationReport& check = timed.validation;
   const PeakBytes& unplanned = summary.unplanned;
+  const double check_ms = ms_since(check_start);
+  const auto write_start = std::chrono::steady_clock::now();
   if (!args.output.empty()) value_or_throw(write_schedule_file(plan.result.schedule, args.output));
+  const double write_ms = ms_since(write_start);
 
   fmt::print("trace     {}: {} ops, {} storages, {:.3f} ms of compute\n", args.trace_path,
              group_digits(trace.op_count()), group_digits(trace.storage_count()), trace.total_compute_ms());
@@ -125,6 +136,12 @@ int run_plan(const PlanArgs& args) {
   }
   for (const std::string& note : plan.result.notes) fmt::print("note      {}\n", note);
   if (!args.output.empty()) fmt::print("schedule  written to {}\n", args.output);
+  if (args.timings) {
+    // Planning includes the budget policy's validation of the schedule; check
+    // is the summary's walk (validation and simulation) printed above.
+    fmt::print("timings   parse {:.1f} ms, plan {:.1f} ms, check {:.1f} ms, write {:.1f} ms\n", parse_ms, planning_ms,
+               check_ms, write_ms);
+  }
   return check.valid() ? kExitOk : kExitFailed;
 }
 
@@ -152,6 +169,9 @@ Command register_plan(CLI::App& root) {
   add_memory_cap_option(*app, args->device_memory);
   add_time_limit_option(*app, args->time_limit_s);
   app->add_option("-o,--output", args->output, "Write the schedule here (hyperoffload.schedule JSON; - for stdout)");
+  app->add_flag("--timings", args->timings,
+                "Print the wall time of each phase: parse, plan (with the budget policy's validation), check (the "
+                "summary's validation and simulation) and write");
   return {app, [args] { return run_plan(*args); }};
 }
 
