@@ -15,6 +15,7 @@ namespace {
 std::int64_t work_of(const Trace& trace) {
   return static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count());
 }
+
 // Staleness below this counts as this, so that a storage touched just now
 // still ranks by cost and size (DTR adds the same kind of epsilon).
 constexpr double kMinStalenessMs = 1e-9;
@@ -62,8 +63,8 @@ class DtrWalk {
           rerun_work_ > max_rerun_work_
               ? fmt::format("re-runs had done {} of work, over the bound of {}", rerun_work_, max_rerun_work_)
               : fmt::format("evictions had done {} of work (storages weighed and their producers' accesses), "
-                            "over the bound of {}", scan_work_,
-                            max_scan_work_)));
+                            "over the bound of {}",
+                            scan_work_, max_scan_work_)));
     }
     plan.cut_op = cut_op_;
     plan.peak_op = peak_op_;

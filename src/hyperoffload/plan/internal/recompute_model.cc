@@ -36,13 +36,13 @@ namespace {
 // The chain's compute time for a recompute of `source_op` before `op`, or a
 // negative value when no chain exists (stale, a dead input that cannot be
 // regenerated, longer than kMaxChainOps or costlier than the step) or the
-// model's chain work budget is spent and the chain needs more than its
-// producer (Note [Chain work]; `work_left` is what is left of it).
+// model's chain work budget (`max_work`, Note [Chain work]) is spent and the
+// chain needs more than its producer.
 // Depth-first with an explicit stack (chains can be thousands of ops deep)
 // and each producer once: the augmented trace re-runs a producer once per
 // point however many re-runs read its outputs.
 double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, OpIndex op, ChainMarks& marks,
-                  std::int64_t& work_left) {
+                  std::int64_t max_work) {
   const double limit_ms = trace.total_compute_ms();
   marks.clear();
   marks.visit(source_op);
@@ -56,7 +56,6 @@ double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, 
     cost += trace.op_duration_ms(k);
     if (cost > limit_ms) return -1.0;
     const std::span<const Access> list = trace.accesses(k);
-    work_left -= 1 + static_cast<std::int64_t>(list.size());
     model.chain_work += 1 + static_cast<std::int64_t>(list.size());
     for (const Access& access : list) {
       if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
@@ -64,7 +63,7 @@ double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, 
       if (producer < 0) return -1.0;
       if (!marks.visit(producer)) continue;
       if (visited >= static_cast<std::size_t>(kMaxChainOps)) return -1.0;
-      if (work_left < 0) {
+      if (model.chain_work > max_work) {
         model.chain_work_cut = true;
         return -1.0;
       }
@@ -104,7 +103,7 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
   if (!trace.has_recomputable_ops()) return model;
   model.valid_until = valid_until_per_op(trace);
   ChainMarks marks(trace.op_count());
-  std::int64_t work_left =
+  const std::int64_t max_work =
       kChainWorkFactor * (static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count()));
 
   for (const StorageIndex s : accesses.by_first_appearance()) {
@@ -117,7 +116,7 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
       const OpIndex start = list[j].op;
       const OpIndex end = list[j + 1].op;
       if (end - start < 2) continue;
-      const double cost = chain_cost(trace, model, producer, end, marks, work_left);
+      const double cost = chain_cost(trace, model, producer, end, marks, max_work);
       if (cost < 0.0) continue;
       model.candidates.push_back({s, info.size_bytes, start, end, producer, cost, copy_ops[j]});
     }

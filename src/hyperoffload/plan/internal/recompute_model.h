@@ -59,11 +59,13 @@ inline constexpr int kMaxChainOps = 4096;
 // and those of one selection (recompute_selection.h), share a budget of
 // kChainWorkFactor × W work (W = ops + accesses); once it is spent, a chain
 // search that needs more than its producer is given up — the model makes no
-// candidate of it (RecomputeModel::chain_work_cut), the selection stops taking
-// decisions (RecomputeSelection::cut) — and the planners' notes say so. The
-// corpus and example traces use at most a few W (none comes near the bound).
-// With it, building a model takes O(W + kChainWorkFactor × W + candidates ×
-// d) time and O(W) memory.
+// candidate of it (RecomputeModel::chain_work_cut), the selection passes over
+// the candidate (RecomputeSelection::cut) — and the planners' notes say so.
+// The models of the corpus, the example traces and the GPT presets take at
+// most 29 × W (the ViT captures through the dispatch mode, whose residual adds
+// make long chains; 6 × W at most for the others), none near the bound. With
+// it, building a model takes O(W + kChainWorkFactor × W + candidates × d)
+// time and O(W) memory.
 inline constexpr std::int64_t kChainWorkFactor = 64;
 
 // Which ops a chain search has visited, emptied in O(1) for the next search:
