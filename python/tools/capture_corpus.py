@@ -48,6 +48,9 @@ sys.path.insert(0, str(REPO / "python" / "tests"))
 
 import hyperoffload as ho  # noqa: E402
 from conftest import train  # noqa: E402  (also sets one thread and deterministic algorithms)
+# Before transformers, whose lazy model imports otherwise import PyPI's
+# torchvision and fail on its compiled operators (python/tests/torchvision_models.py).
+from torchvision_models import torchvision  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -78,7 +81,6 @@ def _classifier(make_model: Callable, batch: int, image: int, classes: int = 100
 
 def _torchvision(name: str, batch: int, image: int = 224, layers: int | None = None, **kwargs):
     def make():
-        from torchvision_models import torchvision
         model = getattr(torchvision.models, name)(weights=None, **kwargs)
         if layers is not None:  # a ViT at reduced depth: its first `layers` encoder blocks
             model.encoder.layers = model.encoder.layers[:layers]
