@@ -28,6 +28,7 @@
 #include "hyperoffload/report/overhead_bound.h"
 #include "hyperoffload/ir/status.h"
 #include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/hybrid_planner.h"
 #include "hyperoffload/plan/planner.h"
 
 namespace hyperoffload {
@@ -94,6 +95,24 @@ void BM_HybridPlanner(benchmark::State& state) { plan_random(state, "hybrid"); }
 void BM_PeakPlannerSameTraces(benchmark::State& state) { plan_random(state, "peak"); }
 void BM_RecomputePlanner(benchmark::State& state) { plan_random(state, "recompute"); }
 void BM_HybridPlannerGpt3XlDemo(benchmark::State& state) { plan(state, demo_trace(), "hybrid"); }
+
+// The demo's plan without the plans of the lower budgets (Note [Plans for
+// lower budgets]): the ladder's cost is the ratio of the two (issue 34: at
+// most 2x; 19 rungs of full plans cost far more).
+void BM_HybridPlannerGpt3XlDemoWithoutLowerBudgets(benchmark::State& state) {
+  HybridPlannerOptions options;
+  options.peak.device_memory = DeviceMemory::kBudget;
+  options.lower_budgets = LowerBudgetPlans::kNone;
+  const HybridPlanner planner(options);
+  for (auto _ : state) {
+    Result<PlanResult> result = planner.plan(demo_trace(), demo_trace().memory_limit_bytes());
+    if (!result) {
+      state.SkipWithError(result.error().message.c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(result->schedule.actions.data());
+  }
+}
 
 // A GPT of `layers` blocks, hidden 256, 4 heads, sequence 128, batch 4, a
 // 1000-token vocabulary, with dropout: 28 ops per block; budget 50%.
@@ -170,6 +189,10 @@ HYPEROFFLOAD_SIZES(BM_OverheadBound);
 HYPEROFFLOAD_SIZES(BM_PeakModel);
 #undef HYPEROFFLOAD_SIZES
 BENCHMARK(BM_HybridPlannerGpt3XlDemo)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
+BENCHMARK(BM_HybridPlannerGpt3XlDemoWithoutLowerBudgets)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
 // Argument: transformer blocks.
 #define HYPEROFFLOAD_DEPTHS(benchmark_name) \
   BENCHMARK(benchmark_name)                 \

@@ -40,10 +40,13 @@ using namespace hyperoffload;
 
 namespace {
 
-// Every registered planner, and the MILP planner (exponential in the worst
-// case, seconds per plan) on tiny traces only.
+// Every registered planner, DTR's reference walk (whose re-runs thrash below
+// some budget: Note [The walk's work bound], dtr_planner.h) and the MILP
+// planner (exponential in the worst case, seconds per plan) on tiny traces
+// only.
 std::vector<std::string> planners_for(const Trace& trace) {
   std::vector<std::string> names(planner_names().begin(), planner_names().end());
+  names.emplace_back(kDtrPlannerName);
   if (trace.op_count() <= 6 && trace.storage_count() <= 4) names.emplace_back(kOptimalPlannerName);
   return names;
 }

@@ -17,9 +17,19 @@ for program in "$bin"/*_benchmark; do
   echo
 done
 
-echo "== end to end: 1M ops, 1M storages — parse, plan (greedy), validate, write"
+echo "== end to end: 1M ops, 1M storages — parse, plan, validate, write; best of 3, planners interleaved"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 "$bin/hyperoffload" generate random --ops 1000000 --storages 1000000 --seed 1 -o "$scratch/trace.json"
 ls -l "$scratch/trace.json" | awk '{printf "trace file: %.0f MiB\n", $5 / 1048576}'
-/usr/bin/time -f "wall %e s, max RSS %M KiB" "$bin/hyperoffload" plan "$scratch/trace.json" -o "$scratch/schedule.json"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for round in 1 2 3; do
+  for planner in greedy peak hybrid recompute; do
+    /usr/bin/time -f "wall %e s, max RSS %M KiB" -o "$scratch/time.txt" \
+      "$bin/hyperoffload" plan "$scratch/trace.json" --planner "$planner" --timings -o "$scratch/schedule.json" \
+      >"$scratch/out.txt"
+    grep -q '^check     valid' "$scratch/out.txt" || echo "$planner: INVALID"
+    echo "round $round $planner: $(sed -n 's/^timings   //p' "$scratch/out.txt"); $(cat "$scratch/time.txt")"
+  done
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

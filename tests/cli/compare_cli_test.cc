@@ -268,13 +268,27 @@ TEST(ScoreWeightCli, RejectsNegativeWeightsAndWeightsForGreedy) {
   EXPECT_THAT(run.err, HasSubstr("--score-weight: score weights apply to the peak and hybrid planners, not to greedy"));
 }
 
-TEST(PlanCli, AppliesTheSessionsBudgetPolicyAGreedyPlanOverABudgetAboveTheFloorIsThePeakPlannersAndCompareShowsGreedyAsItIs) {
+TEST(PlanCli, ANamedPlannerGivesItsOwnPlanOverTheBudgetAndFallbackPeakAppliesTheSessionsPolicy) {
   // At 200 B greedy plans nothing and peaks at 300 B, though the floor is 200
-  // B: plan (as the session does) replaces it with the peak planner's plan and
-  // says so; compare keeps greedy's own row (infeasible), to compare planners.
+  // B. Named, greedy's own plan is written, 100 B over, with a note naming
+  // the planner that fits; with --fallback peak (the session's policy, and
+  // plan's default when no planner is named) the peak planner's plan replaces
+  // it and says so; compare keeps greedy's own row (infeasible).
   ScratchDir dir;
   const std::string trace = dir.write("t.json", kTrace);
-  const testing::CliRun run = run_cli({"plan", trace, "--planner", "greedy", "--budget", "200"});
+  const testing::CliRun own = run_cli({"plan", trace, "--planner", "greedy", "--budget", "200"});
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_THAT(own.out, HasSubstr("planner   greedy in "));
+  EXPECT_THAT(own.out, Not(HasSubstr("the plan is peak's")));
+  EXPECT_THAT(own.out, HasSubstr("peak      300 B unplanned (op 3) -> 300 B planned"));
+  EXPECT_THAT(own.out, HasSubstr("shortfall planned peak exceeds the budget by 100 B"));
+  EXPECT_THAT(own.out, HasSubstr("note      planner \"greedy\" peaked at 300 B (300 bytes), over the budget of 200 B "
+                                 "by 100 B; \"peak\" would fit: it keeps every budget at or above the floor (200 B)"));
+  const testing::CliRun none = run_cli({"plan", trace, "--planner", "greedy", "--budget", "200", "--fallback", "none"});
+  EXPECT_THAT(none.out, HasSubstr("-> 300 B planned"));
+  EXPECT_THAT(none.out, HasSubstr("\"peak\" would fit"));
+
+  const testing::CliRun run = run_cli({"plan", trace, "--planner", "greedy", "--budget", "200", "--fallback", "peak"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("(the plan is peak's: see the note)"));
   EXPECT_THAT(run.out, HasSubstr("peak      300 B unplanned (op 3) -> 200 B planned"));
@@ -282,6 +296,9 @@ TEST(PlanCli, AppliesTheSessionsBudgetPolicyAGreedyPlanOverABudgetAboveTheFloorI
                                  "the step was planned with \"peak\", which keeps to it"));
   const testing::CliRun compared = run_cli({"compare", trace, "--budget", "200", "--planners", "greedy"});
   EXPECT_THAT(compared.out, HasSubstr("greedy   no          300 B"));
+  const testing::CliRun bad = run_cli({"plan", trace, "--fallback", "greedy"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--fallback"));
 }
 
 TEST(PeakPlanCli, ReportsTheFloorAndABudgetBelowItButStillPlans) {

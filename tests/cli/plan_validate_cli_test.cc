@@ -6,7 +6,11 @@
 #include <string>
 #include <string_view>
 
+#include "hyperoffload/io/schedule_json.h"
+#include "hyperoffload/io/trace_json.h"
+#include "hyperoffload/plan/planner.h"
 #include "testing/cli_runner.h"
+#include "testing/trace_dsl.h"
 
 namespace hyperoffload {
 namespace {
@@ -212,6 +216,40 @@ TEST(GenerateRandomCli, WritesAReproducibleTrace) {
   EXPECT_EQ(testing::read_text(a), testing::read_text(b));
   EXPECT_EQ(run_cli({"plan", a}).exit_code, 0);
   EXPECT_EQ(run_cli({"generate", "random", "--ops", "-4"}).exit_code, 2);
+}
+
+// Issue 34: `plan --planner greedy` writes the reference greedy planner's own
+// plan (GreedyPlanner, decision for decision the reference: greedy_planner_test.cc,
+// MakesTheReferenceDecisionsOnRandomTraces) on 43 random traces at the trace's
+// limit (half the unplanned peak), including those where it goes over a budget
+// at or above the floor — which the budget policy's fallback used to replace
+// with the peak planner's plan (one of these 43 when written).
+TEST(PlanCli, NamedGreedyWritesTheReferenceGreedyPlanOnRandomTraces) {
+  ScratchDir dir;
+  int over_budget = 0;
+  for (int seed = 1; seed <= 43; ++seed) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    const std::string trace_path = (dir / "t.json").string();
+    const std::string schedule_path = (dir / "s.json").string();
+    ASSERT_EQ(run_cli({"generate", "random", "--ops", "80", "--storages", "50", "--seed", std::to_string(seed), "-o",
+                       trace_path})
+                  .exit_code,
+              0);
+    const testing::CliRun run = run_cli({"plan", trace_path, "--planner", "greedy", "-o", schedule_path});
+    ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+    const Result<Trace> trace = read_trace_file(trace_path);
+    const Result<Schedule> written = read_schedule_file(schedule_path);
+    ASSERT_TRUE(trace.has_value() && written.has_value());
+    const Result<PlanResult> greedy = (*make_planner("greedy"))->plan(*trace, trace->memory_limit_bytes());
+    ASSERT_TRUE(greedy.has_value());
+    EXPECT_EQ(written->planner, "greedy");
+    EXPECT_EQ(written->actions, greedy->schedule.actions);
+    if (run.out.find("over the budget of") != std::string::npos) {
+      ++over_budget;
+      EXPECT_THAT(run.out, HasSubstr("\"peak\" would fit"));
+    }
+  }
+  EXPECT_EQ(over_budget, 1);
 }
 
 }  // namespace

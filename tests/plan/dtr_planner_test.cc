@@ -145,6 +145,87 @@ TEST(DtrPlanner, NeverEvictsAStorageWrittenAgainInPlace) {
   EXPECT_EQ(plan.planned_peak_bytes, 2 * kMiB);
 }
 
+TEST(DtrPlanner, StopsEvictingOnceItsReRunsPassTheWorkBound) {
+  // The trace of EvictsTheStorageWithTheLowestCostPerByteAndStaleness (budget
+  // 2 MiB): uncut, s1 is evicted before op 3, re-run (a: 1 + 2 accesses = 3
+  // of work) before op 4 after evicting s2, and s2 re-run (b: 3 more) before
+  // op 5.
+  //  - Bound 3: the first re-run does 3, not past it; the second, 6, is: the
+  //    walk is cut before op 5, where no eviction is needed any more — the
+  //    schedule is the uncut one.
+  //  - Bound 0: the first re-run passes it, before op 4: s2 is not evicted to
+  //    make room for s1, so op 4 holds s1 + s2 + s3 = 3 MiB, over the budget,
+  //    and s2 is never re-run.
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, kMiB)
+                          .storage(3, kMiB)
+                          .storage(9, 0)
+                          .op("load", "W9")
+                          .op("a", "R9 W1", 1.0, kRec)
+                          .op("b", "R9 W2", 4.0, kRec)
+                          .op("c", "W3", 0.5)
+                          .op("use", "R1")
+                          .op("use", "R2 R3")
+                          .build();
+  const DtrPlan late = plan_dtr(trace, 2 * kMiB, {.max_rerun_work = 3});
+  EXPECT_EQ(late.cut_op, 5);
+  EXPECT_EQ(late.result.schedule.actions,
+            actions("pre 3 release_device 1; pre 4 release_device 2; pre 4 recompute 1; post 4 release_device 1; "
+                    "pre 5 recompute 2; post 5 release_device 2; post 5 release_device 3"));
+  EXPECT_EQ(late.result.planned_peak_bytes, 2 * kMiB);
+
+  const DtrPlan early = plan_dtr(trace, 2 * kMiB, {.max_rerun_work = 0});
+  EXPECT_EQ(early.cut_op, 4);
+  EXPECT_EQ(early.result.schedule.actions,
+            actions("pre 3 release_device 1; pre 4 recompute 1; post 4 release_device 1; post 5 release_device 2; "
+                    "post 5 release_device 3"));
+  EXPECT_EQ(early.result.planned_peak_bytes, 3 * kMiB);
+  EXPECT_EQ(early.recompute_count, 1);
+  const ValidationReport report = validate_schedule(trace, early.result.schedule);
+  EXPECT_TRUE(report.valid());
+  EXPECT_EQ(report.peak_bytes, 3 * kMiB);
+  EXPECT_THAT(early.result.notes.front(), HasSubstr("is not met"));
+  EXPECT_THAT(early.result.notes.back(), HasSubstr("cut before op 4"));
+
+  // Eviction work instead, bound 0: the eviction before op 3 looks at s1 and
+  // s2 (2 + their producers' 2 accesses each = 6, over 0); before op 4 the
+  // re-run of s1 needs room and finds the walk cut: the early schedule again.
+  const DtrPlan scanned = plan_dtr(trace, 2 * kMiB, {.max_scan_work = 0});
+  EXPECT_EQ(scanned.cut_op, 4);
+  EXPECT_EQ(scanned.result.schedule.actions, early.result.schedule.actions);
+  EXPECT_THAT(scanned.result.notes.back(), HasSubstr("evictions had done 6 of work"));
+}
+
+TEST(DtrPlanner, KeepsWhatItRegeneratesForAChainOnceCut) {
+  // The trace of RematerializesADeadChainRecursivelyAndDropsItAfter (budget
+  // 3 MiB) with a bound of 4: before op 5 the re-runs of a (3 of work) and b
+  // (3 more: 6 > 4) cut the walk; c is re-run too, and the dead s1 and s2,
+  // regenerated for the chain, now stay (no chain could regenerate them
+  // again): s1 + s2 + s3 = 3 MiB at op 5, within the budget.
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, kMiB)
+                          .storage(3, kMiB)
+                          .storage(4, 3 * kMiB)
+                          .storage(9, 0)
+                          .op("load", "W9")
+                          .op("a", "R9 W1", 1.0, kRec)
+                          .op("b", "R1 W2", 1.0, kRec)
+                          .op("c", "R2 W3", 1.0, kRec)
+                          .op("big", "W4", 1.0)
+                          .op("use", "R3")
+                          .build();
+  const DtrPlan plan = plan_dtr(trace, 3 * kMiB, {.max_rerun_work = 4});
+  EXPECT_EQ(plan.cut_op, 5);
+  EXPECT_EQ(plan.result.schedule.actions,
+            actions("post 2 release_device 1; post 3 release_device 2; pre 4 release_device 3; "
+                    "post 4 release_device 4; pre 5 recompute 1; pre 5 recompute 2; pre 5 recompute 3; "
+                    "post 5 release_device 3"));
+  EXPECT_EQ(plan.result.planned_peak_bytes, 3 * kMiB);
+  EXPECT_TRUE(validate_schedule(trace, plan.result.schedule).valid());
+}
+
 TEST(DtrPlanner, PlansNothingWithoutABudget) {
   const Trace trace = TraceDsl().storage(1, kMiB).op("a", "W1", 1.0, kRec).op("use", "R1").build();
   EXPECT_TRUE(planned_by_dtr(trace, std::nullopt).schedule.actions.empty());

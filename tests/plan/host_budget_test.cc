@@ -124,6 +124,43 @@ TEST(HostBudget, BelowTheHostFloorThePolicyNamesBothFloors) {
   EXPECT_LE(planned->validation.peak_host_bytes, 100);
 }
 
+TEST(HostBudget, WithoutTheFallbackAPlanOverTheDeviceBudgetIsKeptAndTheNoteNamesWhoWouldFit) {
+  //   op0 a W1 | op1 b R1 | op2 c W2 | op3 d W3 | op4 e R2     s1..s3 100 B, s1 retained
+  // Op 3 holds s1 (retained), s2 and s3: 300 B unplanned. The floor is 200 B
+  // (op 3's s3 and the retained s1): s2 offloaded over op 3 (the peak
+  // planner's plan, 100 B of host: the host floor). Greedy's model counts a
+  // retained storage only up to its last access, so it plans nothing at
+  // 200 B and peaks at 300 B; without the fallback its plan is kept.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100, Retention::kRetained)
+                          .storage(2, 100)
+                          .storage(3, 100)
+                          .op("a", "W1", 1.0)
+                          .op("b", "R1", 1.0)
+                          .op("c", "W2", 1.0)
+                          .op("d", "W3", 1.0)
+                          .op("e", "R2", 1.0)
+                          .build();
+  PlannerOptions options;
+  options.host_budget_bytes = 1000;
+  Result<BudgetedPlan> planned = plan_within_budget(trace, 200, "greedy", options, FallbackToPeak::kNo);
+  ASSERT_TRUE(planned) << planned.error().message;
+  EXPECT_EQ(planned->outcome, BudgetOutcome::kOverBudget);
+  EXPECT_EQ(planned->result.schedule.planner, "greedy");
+  EXPECT_EQ(planned->validation.peak_bytes, 300);
+  EXPECT_EQ(planned->host_floor_bytes, 100);
+  ASSERT_FALSE(planned->result.notes.empty());
+  EXPECT_EQ(planned->result.notes.front(),
+            "planner \"greedy\" peaked at 300 B (300 bytes), over the budget of 200 B by 100 B; \"peak\", \"hybrid\" "
+            "or \"recompute\" would fit: at or above the floors (200 B device, 100 B host) one of them keeps both "
+            "budgets (the budget policy's fallback takes the first that does)");
+  // With it (the session's policy) the peak planner's plan keeps both.
+  planned = plan_within_budget(trace, 200, "greedy", options);
+  ASSERT_TRUE(planned) << planned.error().message;
+  EXPECT_EQ(planned->outcome, BudgetOutcome::kWithinBudget);
+  EXPECT_EQ(planned->result.schedule.planner, "peak");
+}
+
 TEST(HostBudget, ANegativeHostBudgetIsRefusedByName) {
   PlannerOptions options;
   options.host_budget_bytes = -1;

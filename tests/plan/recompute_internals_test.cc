@@ -8,11 +8,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/internal/augmented_trace.h"
 #include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/internal/recompute_model.h"
 #include "hyperoffload/plan/internal/recompute_selection.h"
+#include "hyperoffload/plan/planner.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload::internal {
@@ -183,6 +185,45 @@ Trace two_candidates() {
       .op("mid", "R9")
       .op("use", "R1 R2")
       .build();
+}
+
+// Note [Chain work]: a chain of N = 1000 recomputable ops from a retained
+// input, whose last output sN is then read R = 100 times, a pad op before
+// each read:
+//   op0 load W0 (s0 retained) | op i, i = 1..N: R(i-1) Wi, rec, 1 ms |
+//   then R times: pad (no access) | use RN (1 ms)
+// W = ops + accesses = (1 + N + 2R) + (1 + 2N + R) = 3,302: a budget of
+// 64 × 3,302 = 211,328. sN has R gaps of two ops (after op N, then between
+// uses), each a candidate whose chain re-runs ops N..1 (every s(i-1) is dead
+// after op i): 1,000 ops of 3 work each (1 + two accesses) = 3,000. 70 chains
+// spend 210,000; the 71st has 1,328 left, so after 443 ops (1,329) the budget
+// is spent and the next producer is not looked at: no candidate, and the cut
+// is recorded; the 29 candidates after it each look at op N alone (3 each).
+// Chain work: 210,000 + 1,329 + 87 = 211,416.
+TEST(RecomputeModel, ChainSearchesStopWhereTheirWorkBudgetIsSpent) {
+  constexpr int kChain = 1000;
+  constexpr int kReads = 100;
+  TraceDsl dsl;
+  dsl.storage(0, 10, Retention::kRetained);
+  for (int i = 1; i <= kChain; ++i) dsl.storage(i, 100);
+  dsl.op("load", "W0");
+  for (int i = 1; i <= kChain; ++i) dsl.op("f", fmt::format("R{} W{}", i - 1, i), 1.0, kRec);
+  for (int r = 0; r < kReads; ++r) dsl.op("pad", "").op("use", fmt::format("R{}", kChain), 1.0);
+  const Trace trace = dsl.build();
+  ASSERT_EQ(trace.op_count() + static_cast<std::int64_t>(trace.access_count()), 3302);
+  const RecomputeModel model = model_of(trace);
+  EXPECT_EQ(model.candidates.size(), 70u);
+  EXPECT_TRUE(model.chain_work_cut);
+  EXPECT_EQ(model.chain_work, 211416);
+  for (const RecomputeCandidate& c : model.candidates) EXPECT_DOUBLE_EQ(c.cost_ms, 1000.0);
+  // The planners that use the model say so.
+  for (const std::string_view name : {"hybrid", "recompute"}) {
+    const Result<PlanResult> plan = (*make_planner(name))->plan(trace, unplanned_peak(trace).bytes / 2);
+    ASSERT_TRUE(plan.has_value());
+    EXPECT_TRUE(std::any_of(plan->notes.begin(), plan->notes.end(), [](const std::string& note) {
+      return note.find("reached their work bound (64 × (ops + accesses)") != std::string::npos;
+    })) << name;
+  }
 }
 
 TEST(RecomputeSelection, TakesWhatRemovesTheMostExcessPerMillisecond) {

@@ -1,4 +1,5 @@
-// hyperoffload plan TRACE [--budget B] [--planner NAME] [--score-weight N=V]... [--time-limit S] [-o SCHEDULE]
+// hyperoffload plan TRACE [--budget B] [--planner NAME] [--fallback peak|none] [--score-weight N=V]...
+//                        [--time-limit S] [-o SCHEDULE] [--timings]
 #include <fmt/format.h>
 
 #include <chrono>
@@ -19,14 +20,23 @@ struct PlanArgs {
   std::string budget;
   std::string host_budget;
   std::string planner{kDefaultPlannerName};
+  bool planner_named = false;  // --planner given: its own plan, unless --fallback peak
+  std::string fallback;        // "peak", "none" or empty (by planner_named)
   std::vector<std::string> score_weights;
   std::string device_memory = to_string(kDefaultDeviceMemory);
   double time_limit_s = PlannerOptions{}.time_limit_s;
   std::string output;
+  bool timings = false;  // --timings: print the phases' wall times
 };
 
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 int run_plan(const PlanArgs& args) {
+  const auto parse_start = std::chrono::steady_clock::now();
   const Trace trace = load_trace(args.trace_path);
+  const double parse_ms = ms_since(parse_start);
   PlannerOptions planner_options;
   planner_options.score_weights = parse_score_weights(args.score_weights);
   planner_options.device_memory = parse_memory_cap(args.device_memory);
@@ -40,14 +50,19 @@ int run_plan(const PlanArgs& args) {
   const std::optional<std::int64_t> budget = resolve_budget_option(trace, args.budget);
 
   // The budget policy the runtime session applies too (plan/budget_policy.h),
-  // so this plan is the one a session would replay.
+  // so without a named planner this plan is the one a session would replay; a
+  // named planner gives its own plan, over the budget or not (a note says).
+  const FallbackToPeak fallback =
+      args.fallback == "peak" || (args.fallback.empty() && !args.planner_named) ? FallbackToPeak::kYes
+                                                                                 : FallbackToPeak::kNo;
   const auto start = std::chrono::steady_clock::now();
-  BudgetedPlan plan = value_or_throw(plan_within_budget(trace, budget, args.planner, planner_options));
-  const double planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  BudgetedPlan plan = value_or_throw(plan_within_budget(trace, budget, args.planner, planner_options, fallback));
+  const double planning_ms = ms_since(start);
   if (plan.outcome == BudgetOutcome::kRefused) {
     throw HyperoffloadError({ErrorCode::kInvalidArgument, plan.refusal});
   }
   plan.result.schedule.budget_bytes = budget;  // simulate's device, unless told another
+  const auto check_start = std::chrono::steady_clock::now();
   const PlanSummary summary = summarize_plan(
       trace, plan.result.schedule, plan.result.floor,
       {.budget_bytes = budget, .device_memory = planner_options.device_memory, .copy_engines = CopyEngines::kTwo,
@@ -55,7 +70,10 @@ int run_plan(const PlanArgs& args) {
   const SimulationResult& timed = summary.simulation;
   const ValidationReport& check = timed.validation;
   const PeakBytes& unplanned = summary.unplanned;
+  const double check_ms = ms_since(check_start);
+  const auto write_start = std::chrono::steady_clock::now();
   if (!args.output.empty()) value_or_throw(write_schedule_file(plan.result.schedule, args.output));
+  const double write_ms = ms_since(write_start);
 
   fmt::print("trace     {}: {} ops, {} storages, {:.3f} ms of compute\n", args.trace_path,
              group_digits(trace.op_count()), group_digits(trace.storage_count()), trace.total_compute_ms());
@@ -118,6 +136,12 @@ int run_plan(const PlanArgs& args) {
   }
   for (const std::string& note : plan.result.notes) fmt::print("note      {}\n", note);
   if (!args.output.empty()) fmt::print("schedule  written to {}\n", args.output);
+  if (args.timings) {
+    // Planning includes the budget policy's validation of the schedule; check
+    // is the summary's walk (validation and simulation) printed above.
+    fmt::print("timings   parse {:.1f} ms, plan {:.1f} ms, check {:.1f} ms, write {:.1f} ms\n", parse_ms, planning_ms,
+               check_ms, write_ms);
+  }
   return check.valid() ? kExitOk : kExitFailed;
 }
 
@@ -129,15 +153,25 @@ Command register_plan(CLI::App& root) {
                   "Device-memory budget: bytes, a size (2GiB, 512MB) or a percentage of the unplanned "
                   "op-granular peak (40%); overrides the trace's memory_limit_bytes");
   app->add_option("--planner,-p", args->planner,
-                  "Planner: greedy, peak, hybrid (recompute + offload), recompute (recompute only) or optimal (a "
-                  "MILP reference for small traces)")
-      ->capture_default_str();
+                  "Planner: greedy, peak, hybrid (recompute + offload), recompute (recompute only), dtr (DTR's "
+                  "heuristic, a reference) or optimal (a MILP reference for small traces). A named planner's own "
+                  "plan is written even when it goes over the budget (see --fallback)")
+      ->capture_default_str()
+      ->each([args](const std::string&) { args->planner_named = true; });
+  app->add_option("--fallback", args->fallback,
+                  "When the plan goes over a budget at or above the floor: peak (plan with the peak planner, which "
+                  "keeps it; the default without --planner, as in the Python session) or none (keep the plan and "
+                  "say so; the default with --planner)")
+      ->check(CLI::IsMember({"peak", "none"}));
   app->add_option("--score-weight", args->score_weights,
                   "Peak planner score weight NAME=VALUE, also for the hybrid planner's offloads (repeatable)");
   add_host_budget_option(*app, args->host_budget);
   add_memory_cap_option(*app, args->device_memory);
   add_time_limit_option(*app, args->time_limit_s);
   app->add_option("-o,--output", args->output, "Write the schedule here (hyperoffload.schedule JSON; - for stdout)");
+  app->add_flag("--timings", args->timings,
+                "Print the wall time of each phase: parse, plan (with the budget policy's validation), check (the "
+                "summary's validation and simulation) and write");
   return {app, [args] { return run_plan(*args); }};
 }
 

@@ -20,12 +20,6 @@ double Trace::h2d_ms(std::int64_t bytes) const {
   return static_cast<double>(bytes) / (h2d_bandwidth_gib_per_s_ * static_cast<double>(kBytesPerGiB)) * 1e3;
 }
 
-double Trace::total_compute_ms() const {
-  double total = 0.0;
-  for (const OpRecord& op : ops_) total += op.duration_ms;
-  return total;
-}
-
 std::optional<StorageIndex> Trace::find_storage(StorageId id) const { return id_map_.find(id); }
 
 void Trace::StorageIdMap::build(std::span<const StorageInfo> storages) {
@@ -129,6 +123,7 @@ Status TraceBuilder::add_named_op(std::uint32_t name_index, double duration_ms, 
   // as itself (found by fuzz/trace_json_fuzzer.cc).
   if (duration_ms == 0.0) duration_ms = 0.0;
   total_duration_ms_ += duration_ms;
+  trace_.total_compute_ms_ = total_duration_ms_;
   const auto access_at = static_cast<std::uint32_t>(trace_.accesses_.size());
   trace_.ops_.push_back(Trace::OpRecord{name_index, access_at, access_at, recomputable, duration_ms});
   if (recomputable != Recomputable::kNo) ++trace_.recomputable_count_;

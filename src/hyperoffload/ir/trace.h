@@ -115,8 +115,9 @@ class Trace {
   double d2h_ms(std::int64_t bytes) const;
   double h2d_ms(std::int64_t bytes) const;
 
-  // Sum of op durations, in milliseconds.
-  double total_compute_ms() const;
+  // Sum of op durations, in milliseconds, added in op order (kept by the
+  // builder: O(1)).
+  double total_compute_ms() const { return total_compute_ms_; }
 
  private:
   friend class TraceBuilder;
@@ -151,6 +152,7 @@ class Trace {
   std::optional<std::int64_t> host_memory_limit_bytes_;
   std::int64_t recomputable_count_ = 0;
   std::int64_t rng_replay_count_ = 0;
+  double total_compute_ms_ = 0.0;
   double d2h_bandwidth_gib_per_s_ = kDefaultBandwidthGiBPerS;
   double h2d_bandwidth_gib_per_s_ = kDefaultBandwidthGiBPerS;
 };

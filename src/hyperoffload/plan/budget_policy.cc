@@ -46,6 +46,14 @@ Result<CheckedPlan> plan_checked(const Trace& trace, std::int64_t budget, std::s
   return checked;
 }
 
+// "planner "greedy" peaked at 1.20 MiB (1,258,291 bytes), over the budget of
+// 1.00 MiB by 200.00 KiB".
+std::string over_budget(std::string_view planner, const ValidationReport& validation, std::int64_t budget) {
+  return fmt::format("planner \"{}\" peaked at {} ({} bytes), over the budget of {} by {}", planner,
+                     format_bytes(validation.peak_bytes), validation.peak_bytes, format_bytes(budget),
+                     format_bytes(validation.peak_bytes - budget));
+}
+
 // The host floor (budget_policy.h) for a device budget at or above the device
 // floor, and the recompute-only plan's device floor.
 struct HostFloor {
@@ -80,6 +88,14 @@ Result<BudgetedPlan> within_both_budgets(const Trace& trace, std::int64_t budget
   const bool below_host_floor = host_budget < floor.host_bytes;
   if (fallback == FallbackToPeak::kNo) {
     budgeted.outcome = below_host_floor ? BudgetOutcome::kBelowHostFloor : BudgetOutcome::kOverBudget;
+    if (!below_host_floor) {
+      budgeted.result.notes.insert(
+          budgeted.result.notes.begin(),
+          fmt::format("{}; \"peak\", \"{}\" or \"recompute\" would fit: at or above the floors ({} device, {} "
+                      "host) one of them keeps both budgets (the budget policy's fallback takes the first that does)",
+                      over_budget(planner, budgeted.validation, budget), kDefaultPlannerName,
+                      format_bytes(budgeted.floor->bytes), format_bytes(floor.host_bytes)));
+    }
     return budgeted;
   }
   // The peak planner keeps both budgets at or above both floors unless the
@@ -185,6 +201,10 @@ Result<BudgetedPlan> plan_within_budget(const Trace& trace, std::optional<std::i
                                     budgeted.validation.peak_op, format_bytes(budget), format_bytes(budgeted.floor->bytes)));
     }
     budgeted.outcome = BudgetOutcome::kOverBudget;
+    budgeted.result.notes.insert(
+        budgeted.result.notes.begin(),
+        fmt::format("{}; \"peak\" would fit: it keeps every budget at or above the floor ({})",
+                    over_budget(planner, budgeted.validation, budget), format_bytes(budgeted.floor->bytes)));
     return budgeted;
   }
   // A heuristic planner (greedy) can miss a budget the floor allows; the

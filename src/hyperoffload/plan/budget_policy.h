@@ -17,7 +17,11 @@
 //  - At or above the floor a plan over the budget (greedy, the reference, can
 //    miss it) is replaced, with FallbackToPeak::kYes, by the peak planner's,
 //    which keeps every budget at or above the floor, with a note; with kNo it
-//    is kept and reported as kOverBudget (compare shows each planner as it is).
+//    is kept and reported as kOverBudget, with a note saying by how much it
+//    goes over and that "peak" keeps the budget (compare shows each planner
+//    as it is; the CLI's `plan` keeps a named planner's own plan).
+//    FallbackToPeak::kYes is the default of the session and of `plan` when no
+//    planner is named.
 //
 // With a host budget (PlannerOptions::host_budget_bytes) every planner keeps
 // its schedule's peak host bytes within it, and may miss the device budget to
@@ -69,7 +73,8 @@ enum class BudgetOutcome : std::uint8_t {
 const char* to_string(BudgetOutcome outcome);  // "within budget", "below the floor", ...
 
 // Whether a plan over a budget the floor allows is replaced by the peak
-// planner's (the policy of every caller but `compare`).
+// planner's (the policy of the session, and of `plan` unless a planner is
+// named or --fallback none is given; `compare` never replaces one).
 enum class FallbackToPeak : std::uint8_t { kYes, kNo };
 
 struct BudgetedPlan {

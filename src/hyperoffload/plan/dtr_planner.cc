@@ -12,7 +12,10 @@
 namespace hyperoffload {
 namespace {
 
-constexpr OpIndex kAlways = std::numeric_limits<OpIndex>::max();
+std::int64_t work_of(const Trace& trace) {
+  return static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count());
+}
+
 // Staleness below this counts as this, so that a storage touched just now
 // still ranks by cost and size (DTR adds the same kind of epsilon).
 constexpr double kMinStalenessMs = 1e-9;
@@ -20,10 +23,12 @@ constexpr double kMinStalenessMs = 1e-9;
 // The walk of DtrPlanner::plan (see the header).
 class DtrWalk {
  public:
-  DtrWalk(const Trace& trace, std::int64_t budget_bytes)
+  DtrWalk(const Trace& trace, std::int64_t budget_bytes, const DtrOptions& options)
       : trace_(trace),
         accesses_(trace),
         budget_bytes_(budget_bytes),
+        max_rerun_work_(options.max_rerun_work.value_or(kDtrRerunWorkFactor * work_of(trace))),
+        max_scan_work_(options.max_scan_work.value_or(kDtrScanWorkFactor * work_of(trace))),
         producer_(recompute_producers(trace, accesses_)),
         valid_until_(internal::valid_until_per_op(trace)),
         storages_(static_cast<std::size_t>(trace.storage_count())),
@@ -50,6 +55,18 @@ class DtrWalk {
     }
     result.notes.push_back(fmt::format("dtr: {} evictions, {} recomputes ({:.3f} ms)", evictions_, recomputes_,
                                        recompute_ms_));
+    if (cut_op_ >= 0) {
+      result.notes.push_back(fmt::format(
+          "dtr: the walk was cut before op {} ({}), where its {} (Note [The walk's work bound]): from there on it "
+          "evicted nothing",
+          cut_op_, trace_.op_name(cut_op_),
+          rerun_work_ > max_rerun_work_
+              ? fmt::format("re-runs had done {} of work, over the bound of {}", rerun_work_, max_rerun_work_)
+              : fmt::format("evictions had done {} of work (storages weighed and their producers' accesses), "
+                            "over the bound of {}",
+                            scan_work_, max_scan_work_)));
+    }
+    plan.cut_op = cut_op_;
     plan.peak_op = peak_op_;
     plan.recompute_count = recomputes_;
     plan.recompute_ms = recompute_ms_;
@@ -100,23 +117,29 @@ class DtrWalk {
     resident_bytes_ += size_of(s);
     last_use_ms_[at(s)] = now_ms_;
     const StorageInfo& info = trace_.storage(s);
-    if (producer_[at(s)] >= 0 && !info.retained() && info.size_bytes > 0) {
+    const OpIndex p = producer_[at(s)];
+    // Only a storage regenerable through its last access is ever evictable.
+    if (p >= 0 && !info.retained() && info.size_bytes > 0 &&
+        regenerable_through_[static_cast<std::size_t>(p)] >= accesses_.last_op(s)) {
       pool_position_[at(s)] = static_cast<std::int64_t>(pool_.size());
       pool_.push_back(s);
     }
+  }
+
+  void leave_pool(StorageIndex s) {
+    const std::int64_t position = pool_position_[at(s)];
+    if (position < 0) return;
+    pool_[static_cast<std::size_t>(position)] = pool_.back();
+    pool_position_[at(pool_.back())] = position;
+    pool_.pop_back();
+    pool_position_[at(s)] = -1;
   }
 
   void release(StorageIndex s, OpIndex op, Phase phase) {
     resident_[at(s)] = false;
     resident_bytes_ -= size_of(s);
     actions_.push_back(Action{op, phase, ActionKind::kReleaseDevice, id_of(s)});
-    const std::int64_t position = pool_position_[at(s)];
-    if (position >= 0) {
-      pool_[static_cast<std::size_t>(position)] = pool_.back();
-      pool_position_[at(pool_.back())] = position;
-      pool_.pop_back();
-      pool_position_[at(s)] = -1;
-    }
+    leave_pool(s);
   }
 
   // DTR's cost: the producer's run plus the runs that would regenerate its
@@ -136,10 +159,20 @@ class DtrWalk {
   // nothing can be evicted.
   void make_room(std::int64_t extra_bytes, OpIndex t) {
     while (resident_bytes_ + extra_bytes > budget_bytes_) {
+      if (scan_work_ > max_scan_work_ && cut_op_ < 0) cut_op_ = t;
+      if (cut_op_ >= 0) return;
       StorageIndex best = -1;
       double best_h = 0.0;
-      for (const StorageIndex s : pool_) {
+      for (std::size_t i = 0; i < pool_.size();) {
+        const StorageIndex s = pool_[i];
+        ++scan_work_;  // Note [The walk's work bound]: 1 per look, plus the producer's accesses when priced
+        if (regenerable_through_[static_cast<std::size_t>(producer_[at(s)])] < t) {
+          leave_pool(s);  // no longer regenerable for chains before t, nor later: never evictable again
+          continue;
+        }
+        ++i;
         if (!evictable(s, t)) continue;
+        scan_work_ += static_cast<std::int64_t>(trace_.accesses(producer_[at(s)]).size());
         const double staleness = std::max(now_ms_ - last_use_ms_[at(s)], kMinStalenessMs);
         const double h = cost_ms(s) / (static_cast<double>(size_of(s)) * staleness);
         if (best < 0 || h < best_h || (h == best_h && s < best)) {
@@ -192,6 +225,8 @@ class DtrWalk {
   template <typename Frame>
   void rerun(Frame& frame, OpIndex t) {
     const OpIndex p = frame.op;
+    rerun_work_ += 1 + static_cast<std::int64_t>(trace_.accesses(p).size());
+    if (rerun_work_ > max_rerun_work_ && cut_op_ < 0) cut_op_ = t;
     // Outputs on the device stay (same version); the others are allocated.
     std::vector<StorageIndex> fresh;
     for (const Access& access : trace_.accesses(p)) {
@@ -232,9 +267,10 @@ class DtrWalk {
       const StorageIndex s = access.storage;
       if (accesses_.first_op(s) < t && !resident_[at(s)]) rematerialize(s, t);
     }
-    // Storages regenerated only for a chain are dead: dropped before the op.
+    // Storages regenerated only for a chain are dead: dropped before the op
+    // (after a cut they stay, so that no chain regenerates them again).
     for (const StorageIndex s : chain_only_) {
-      if (resident_[at(s)]) release(s, t, Phase::kPre);
+      if (resident_[at(s)] && cut_op_ < 0) release(s, t, Phase::kPre);
     }
     chain_only_.clear();
     std::vector<StorageIndex> fresh;
@@ -267,6 +303,8 @@ class DtrWalk {
   const Trace& trace_;
   const StorageAccesses accesses_;
   const std::int64_t budget_bytes_;
+  const std::int64_t max_rerun_work_;
+  const std::int64_t max_scan_work_;
   const std::vector<OpIndex> producer_;
   const std::vector<OpIndex> valid_until_;
   std::vector<OpIndex> regenerable_through_;
@@ -284,6 +322,9 @@ class DtrWalk {
   double now_ms_ = 0.0;  // compute time so far, re-runs included
   std::int64_t evictions_ = 0;
   std::int64_t recomputes_ = 0;
+  std::int64_t rerun_work_ = 0;  // 1 + accesses per re-run (Note [The walk's work bound])
+  OpIndex cut_op_ = -1;
+  std::int64_t scan_work_ = 0;   // pool entries looked at plus their producers' accesses when priced
   double recompute_ms_ = 0.0;
 };
 
@@ -298,13 +339,13 @@ Result<PlanResult> DtrPlanner::plan(const Trace& trace, std::optional<std::int64
   return plan_dtr(trace, *budget_bytes).result;
 }
 
-DtrPlan plan_dtr(const Trace& trace, std::int64_t budget_bytes) {
+DtrPlan plan_dtr(const Trace& trace, std::int64_t budget_bytes, const DtrOptions& options) {
   if (trace.op_count() == 0) {
     DtrPlan plan;
     plan.result.schedule.planner = "dtr";
     return plan;
   }
-  return DtrWalk(trace, budget_bytes).run();
+  return DtrWalk(trace, budget_bytes, options).run();
 }
 
 }  // namespace hyperoffload

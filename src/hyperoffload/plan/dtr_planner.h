@@ -28,8 +28,40 @@
 // eviction can make room the walk goes on over the budget;
 // PlanResult::planned_peak_bytes (the validator's op-granular peak, over ops
 // and recomputes) says by how much, and a note says so. No floor is reported.
-// O(ops + accesses + evictions × resident storages).
+//
+// Note [The walk's work bound]
+// Below some budget DTR thrashes: a re-run's allocation evicts what the next
+// re-run of the same chain needs, and the re-runs grow exponentially with the
+// depth of the chains (torchvision's vit_b_16 captured through the dispatch
+// mode, 1,638 ops: 820,673 re-runs at 10% of its peak; at 5% the walk grew to
+// 13 GB before std::bad_alloc, and the recompute and hybrid planners met it on
+// their lower-budget ladder). And each eviction weighs every resident storage
+// that may be evicted, which on a trace of 100k ops is quadratic. So the walk
+// counts two kinds of work, with W = ops + accesses:
+//  - re-run work: 1 + the op's accesses per re-run, at most
+//    kDtrRerunWorkFactor × W;
+//  - eviction work: per eviction, 1 per storage looked at plus its
+//    producer's accesses when it is priced, at most kDtrScanWorkFactor × W
+//    (the corpus and example traces need at most 108 × W when the walk is
+//    not cut).
+// When either passes its bound (DtrOptions overrides them) the walk is cut:
+// from then on it evicts nothing and keeps what it regenerates for a chain,
+// so each storage is regenerated at most twice more (once before its last
+// access, once for chains after it). The plan stays valid and may go over the
+// budget (then a note says the budget is not met, as above); a note names the
+// op of the cut and the bound passed (DtrPlan::cut_op).
+//
+// Bound, with S storages and d the most accesses of one op:
+//  - re-runs ≤ kDtrRerunWorkFactor × W + 2 S;
+//  - time O((kDtrRerunWorkFactor + kDtrScanWorkFactor) × W + S d): the last
+//    re-run or eviction that passes a bound adds at most S d;
+//  - memory O(W): the trace's indexes, the actions (≤ 2 per storage
+//    regenerated plus the re-runs and evictions) and the chain stack (≤ ops
+//    frames holding ≤ accesses pins in all).
 #pragma once
+
+#include <cstdint>
+#include <optional>
 
 #include "hyperoffload/plan/planner.h"
 
@@ -44,8 +76,22 @@ struct DtrPlan {
   OpIndex peak_op = -1;
   std::int64_t recompute_count = 0;
   double recompute_ms = 0.0;
+  OpIndex cut_op = -1;  // the op before which the work bound cut the walk; -1: not cut
 };
-DtrPlan plan_dtr(const Trace& trace, std::int64_t budget_bytes);
+
+// Re-run and eviction work per op or access of the trace before the walk is
+// cut (Note [The walk's work bound]).
+inline constexpr std::int64_t kDtrRerunWorkFactor = 4;
+inline constexpr std::int64_t kDtrScanWorkFactor = 256;
+
+struct DtrOptions {
+  // Re-run work before the cut; nullopt: kDtrRerunWorkFactor × (ops + accesses).
+  std::optional<std::int64_t> max_rerun_work;
+  // Eviction work before the cut; nullopt: kDtrScanWorkFactor × (ops + accesses).
+  std::optional<std::int64_t> max_scan_work;
+};
+
+DtrPlan plan_dtr(const Trace& trace, std::int64_t budget_bytes, const DtrOptions& options = {});
 
 class DtrPlanner final : public Planner {
  public:

@@ -1,5 +1,6 @@
 // GreedyPlanner ("greedy"): the reference system's greedy residency planner,
-// decision for decision, in O((ops + accesses + candidates) log ops).
+// decision for decision, in O((ops + accesses + candidates) log ops) time and
+// O(ops + accesses) memory (Note [Planning bounds], planner.h).
 //
 // Memory model (the reference's): a storage is resident during every op from its
 // first to its last access; retained storages count only up to their last

@@ -69,14 +69,24 @@
 //
 // Guarantees: the schedule is valid (trace and schedule format v2: recompute
 // actions); its op-granular peak is within the budget whenever the budget is
-// at or above the floor. Cost: the peak planner's on the trace, plus one run per
-// decision set planned (one on a 1M-op trace) and, on a trace small enough for
+// at or above the floor.
+//
+// Bound (Note [Planning bounds], planner.h), with W = ops + accesses and d
+// the most accesses of one op. Time: the peak planner's on the trace, plus one
+// run per decision set planned (clamp(evaluation_budget / W, 1,
+// max_decision_sets): one on a 1M-op trace) and, on a trace small enough for
 // four decision sets, six more (four extra offload-only plans, one of them two
 // selection passes, and the best decision set's offloads twice) and up to six
-// on a capped device (three decision sets, each planned twice), plus
-// O(ops + accesses) per selection and augmented trace; on a trace of at most
+// on a capped device (three decision sets, each planned twice) — each on an
+// augmented trace of at most W + 64 W + candidates × (1 + d) (its re-runs come
+// from chain searches within Note [Chain work]'s budget); the recompute model
+// and each selection O(W log W + 64 W + candidates × d); the recompute-only
+// plan O(log W) augmented traces of the same size, and on a trace of at most
+// 250,000 ops plus accesses two selections more and DTR's walk
+// (dtr_planner.h, O(260 W + storages × d)); on a trace of at most
 // internal::kLowerBudgetMaxWork ops plus accesses, all of that once more per
-// rung below the budget (step 5).
+// rung below the budget (step 5, at most 19 rungs). Memory: O(W) per plan
+// and augmented trace held, at most a few at once, on two threads.
 //
 // Code: hybrid_planner.cc is the orchestrator, whose constructor and hybrid()
 // run these steps in order; the parts are in plan/internal/: the models

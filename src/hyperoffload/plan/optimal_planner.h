@@ -30,6 +30,10 @@
 // the offload-everything start, which is always feasible), status kTimeLimit.
 // Deterministic when the search ends before the limit.
 //
+// Bound (Note [Planning bounds], planner.h): the time limit plus building the
+// program, which the limits above keep to max_columns variables; memory the
+// program's.
+//
 // Thread-safety: plan() may run concurrently; the solves are serialized.
 #pragma once
 

@@ -68,7 +68,9 @@
 // floor. Cost: O((ops + accesses + candidates) log ops) to build, then
 // O(log² ops) per selection step and O(log ops) per lazy re-evaluation of a
 // cached score bound (no rescans), O(log ops) per placement; on a small trace
-// once more per rung below the budget (step 7).
+// once more per rung below the budget (step 7: at most 19 rungs, on traces of
+// at most internal::kLowerBudgetMaxWork ops plus accesses). Memory O(ops +
+// accesses + candidates) (Note [Planning bounds], planner.h).
 //
 // Thread-safety: plan() is const and may run concurrently.
 #pragma once

@@ -9,6 +9,38 @@
 //   Result<PlanResult> plan = (*planner)->plan(trace, /*budget_bytes=*/1 << 30);
 //
 // Thread-safety: plan() is const and may run concurrently on different traces.
+//
+// Note [Planning bounds]
+// Every planner's work and memory are bounded by its input: W = ops +
+// accesses, S storages, d the most accesses of one op; a trace has at most
+// one candidate gap per access. Each planner's header states its own bound:
+//
+//   planner    time                                              memory
+//   greedy     O(W log W)                                        O(W)
+//   peak       O(W log² W); ×20 on a trace of W ≤ 20,000 (the    O(W)
+//              plans of the lower budgets, lower_budgets.h)
+//   hybrid     the peak planner's on the trace and on at most    O(W) per plan
+//              clamp(10⁶ / W, 1, 32) + 10 augmented traces of     held, on two
+//              ≤ 65 W + candidates × d each; chain searches        threads
+//              O(64 W + candidates × d); DTR's walk (W ≤
+//              250,000); ×20 on W ≤ 20,000 (lower budgets)
+//   recompute  the hybrid planner's without offloads: selections,  O(W)
+//              O(log W) recompute-only plans of ≤ 65 W + candidates
+//              × d each, DTR's walk (W ≤ 250,000); ×20 on W ≤ 20,000
+//   dtr        O(260 W + S d)                                    O(W)
+//   optimal    its time limit (PlannerOptions::time_limit_s) plus  O(program)
+//              the program's build; refuses traces over
+//              OptimalPlannerOptions::max_ops / max_columns
+//
+// Two parts could run away and are cut by a work budget, with a note in the
+// plan when they are: DTR's walk, whose re-runs thrash below some budget
+// (Note [The walk's work bound], dtr_planner.h: a vit_b_16 capture grew to
+// 13 GB), and the searches for recompute chains (Note [Chain work],
+// plan/internal/recompute_model.h). tests/plan/planning_bounds_property_test.cc
+// holds every planner but optimal, on random traces and on traces built to
+// stress these bounds (gen/stress_trace.h), to at most 128 × the trace's heap
+// bytes + 1 MiB of heap while it plans (34× at most when written) and 1 ms per
+// op or access + 0.5 s (0.25 ms at most when written).
 #pragma once
 
 #include <cstdint>

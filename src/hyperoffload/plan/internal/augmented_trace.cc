@@ -12,7 +12,6 @@ namespace {
 struct Rerun {
   std::vector<StorageIndex> persistent;  // outputs that live on as new instances
   std::vector<StorageIndex> transient;   // outputs read only by the re-runs here
-  bool expanded = false;                 // its inputs have been looked at
 };
 
 bool contains(const std::vector<StorageIndex>& list, StorageIndex s) {
@@ -119,13 +118,10 @@ class Builder {
       reruns[gap(static_cast<std::size_t>(d)).source_op].persistent.push_back(gap(static_cast<std::size_t>(d)).storage);
     }
     // Expand from the latest producer down: inputs are created by earlier ops,
-    // so every producer added lies below the one being expanded.
-    for (auto it = reruns.rbegin(); it != reruns.rend();) {
-      if (it->second.expanded) {
-        ++it;
-        continue;
-      }
-      it->second.expanded = true;
+    // so every producer added lies below the one being expanded, where the
+    // reverse walk reaches it next (inserting into a map moves no iterator):
+    // O(re-runs here × log) per point.
+    for (auto it = reruns.rbegin(); it != reruns.rend(); ++it) {
       const OpIndex k = it->first;
       for (const Access& access : trace_.accesses(k)) {
         if (access.kind == AccessKind::kRead) require(access.storage, op, reruns);
@@ -140,7 +136,6 @@ class Builder {
           self.transient.push_back(access.storage);
         }
       }
-      it = reruns.rbegin();  // entries may have been added below; restart from the top
     }
     std::map<StorageIndex, StorageId> transient_instance;
     for (auto& [k, rerun] : reruns) {

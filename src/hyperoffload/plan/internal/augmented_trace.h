@@ -53,7 +53,10 @@ struct AugmentedTrace {
 
 // Precondition: model is build_recompute_model(trace, ...) and the decisions
 // come from select_recomputes on it (or a prefix of them). O(ops + accesses +
-// re-runs log re-runs).
+// re-runs × (d + log re-runs)) time and O(ops + accesses + re-runs × d)
+// memory, d the most accesses of one op; the re-runs are at most the
+// selection's chain work (Note [Chain work], recompute_model.h): at most
+// 64 (ops + accesses) + candidates × (1 + d) accesses.
 AugmentedTrace build_augmented_trace(const Trace& trace, const RecomputeModel& model,
                                      std::span<const RecomputeDecision> decisions);
 

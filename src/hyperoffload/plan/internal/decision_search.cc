@@ -179,6 +179,7 @@ class DecisionSearch {
     if (key.empty() || std::find(seen_.begin(), seen_.end(), key) != seen_.end()) return;
     seen_.push_back(std::move(key));
     plans_.push_back({params, maker_.with_offloads(chosen, decision_label(params), maker_.around_recomputes())});
+    plans_.back().second.chain_work_cut = selection.cut;
     on_plan_(plans_.back().second);
   }
 
@@ -221,6 +222,7 @@ class DecisionSearch {
                       100.0 * deadline);
       plans.push_back(maker_.with_offloads(selection.decisions, label, options));
       plans.push_back(maker_.with_offloads(selection.decisions, label + ", hidden copies first", hidden_first));
+      plans[plans.size() - 2].chain_work_cut = plans.back().chain_work_cut = selection.cut;
     }
   }
 

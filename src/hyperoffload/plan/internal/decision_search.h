@@ -2,6 +2,14 @@
 // steps 2–4): which sets of recompute decisions to plan offloads around, in
 // what order, and how many the trace's size allows.
 //
+// Bound (Note [Planning bounds], planner.h): at most plans_allowed() decision
+// sets are planned, clamp(evaluation_budget / (ops + accesses), 1,
+// max_decision_sets), plus at most ten more plans on a trace with room for
+// four or more (kScarceDecisionSets); each is a selection (recompute_selection.h)
+// and the peak planner on its augmented trace (augmented_trace.h), whose
+// sizes Note [Chain work] bounds. Parameters already tried and decision sets
+// already planned are skipped (a linear look-up among at most a few dozen).
+//
 // A decision set has three parameters (DecisionParams): a cost limit (cost /
 // H2D time of the bytes), a target (the budget plus a share of what the copy
 // engine can take off before the peak) and a deadline: the candidates the copy

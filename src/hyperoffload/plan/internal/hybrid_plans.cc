@@ -118,6 +118,7 @@ HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
   const std::int64_t budget = models_.budget_bytes;
   HybridPlan full = without_offloads(sequence.decisions, "recompute-only");
   full.floor = UnavoidableFloor{full.peak_op, full.peak_bytes};
+  full.chain_work_cut = sequence.cut;
   if (full.peak_bytes > budget) return full;
   const std::size_t total = sequence.decisions.size();
   std::size_t length = 0;
@@ -127,6 +128,7 @@ HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
   while (length < total) {
     HybridPlan prefix = without_offloads(sequence.prefix(length), "recompute-only");
     prefix.floor = full.floor;
+    prefix.chain_work_cut = sequence.cut;
     if (prefix.peak_bytes <= budget) return prefix;
     length = std::min(total, length + step);
     step *= 2;
@@ -181,6 +183,7 @@ HybridPlan PlanMaker::dtr_recompute_only() const {
   plan.recompute_ms = walk.recompute_ms;
   plan.actions = std::move(walk.result.schedule.actions);
   plan.time_ms = estimated_time_ms(plan.actions, plan.recompute_ms);
+  if (walk.cut_op >= 0) plan.notes.push_back(std::move(walk.result.notes.back()));  // the cut (dtr_planner.h)
   return plan;
 }
 

@@ -44,6 +44,9 @@ struct HybridPlan {
   // The budget it was planned for, when that was a lower one (Note [Plans for
   // lower budgets], lower_budgets.h).
   std::int64_t planned_for_bytes = 0;
+  // Its recompute decisions were selected with the chain work budget spent
+  // (RecomputeSelection::cut, Note [Chain work]).
+  bool chain_work_cut = false;
 };
 
 class PlanMaker {

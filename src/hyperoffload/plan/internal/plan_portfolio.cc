@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "hyperoffload/ir/byte_format.h"
+#include "hyperoffload/plan/internal/recompute_model.h"
 
 namespace hyperoffload::internal {
 
@@ -83,6 +84,12 @@ PlanResult plan_result(std::string_view planner_name, const PlanMaker& maker, Hy
         models.trace.op_name(floor.op)));
   }
   result.notes.insert(result.notes.end(), chosen.notes.begin(), chosen.notes.end());
+  if (models.recompute.chain_work_cut || chosen.chain_work_cut) {
+    result.notes.push_back(fmt::format(
+        "{}: the searches for recompute chains reached their work bound ({} × (ops + accesses), Note [Chain "
+        "work]): {} whose chain needed more than its producer were left out",
+        planner_name, kChainWorkFactor, models.recompute.chain_work_cut ? "candidate gaps" : "decisions"));
+  }
   result.planned_peak_bytes = chosen.peak_bytes;
   result.schedule.actions = std::move(chosen.actions);
   return result;

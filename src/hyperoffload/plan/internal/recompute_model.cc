@@ -33,13 +33,21 @@ std::vector<OpIndex> valid_until_per_op(const Trace& trace) {
 
 namespace {
 
+// The chain's compute time for a recompute of `source_op` before `op`, or a
+// negative value when no chain exists (stale, a dead input that cannot be
+// regenerated, longer than kMaxChainOps or costlier than the step) or the
+// model's chain work budget (`max_work`, Note [Chain work]) is spent and the
+// chain needs more than its producer.
 // Depth-first with an explicit stack (chains can be thousands of ops deep)
 // and each producer once: the augmented trace re-runs a producer once per
 // point however many re-runs read its outputs.
-double chain_cost(const Trace& trace, const RecomputeModel& model, OpIndex source_op, OpIndex op) {
+double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, OpIndex op, ChainMarks& marks,
+                  std::int64_t max_work) {
   const double limit_ms = trace.total_compute_ms();
-  std::vector<OpIndex> visited{source_op};
+  marks.clear();
+  marks.visit(source_op);
   std::vector<OpIndex> pending{source_op};
+  std::size_t visited = 1;
   double cost = 0.0;
   while (!pending.empty()) {
     const OpIndex k = pending.back();
@@ -47,13 +55,19 @@ double chain_cost(const Trace& trace, const RecomputeModel& model, OpIndex sourc
     if (model.valid_until[static_cast<std::size_t>(k)] < op) return -1.0;
     cost += trace.op_duration_ms(k);
     if (cost > limit_ms) return -1.0;
-    for (const Access& access : trace.accesses(k)) {
+    const std::span<const Access> list = trace.accesses(k);
+    model.chain_work += 1 + static_cast<std::int64_t>(list.size());
+    for (const Access& access : list) {
       if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
       const OpIndex producer = model.producer[static_cast<std::size_t>(access.storage)];
       if (producer < 0) return -1.0;
-      if (std::find(visited.begin(), visited.end(), producer) != visited.end()) continue;
-      if (visited.size() >= static_cast<std::size_t>(kMaxChainOps)) return -1.0;
-      visited.push_back(producer);
+      if (!marks.visit(producer)) continue;
+      if (visited >= static_cast<std::size_t>(kMaxChainOps)) return -1.0;
+      if (model.chain_work > max_work) {
+        model.chain_work_cut = true;
+        return -1.0;
+      }
+      ++visited;
       pending.push_back(producer);
     }
   }
@@ -78,10 +92,6 @@ bool dead_before(const Trace& trace, const RecomputeModel& model, StorageIndex s
   return info.size_bytes > 0 && !info.retained() && model.last_op[static_cast<std::size_t>(s)] < op;
 }
 
-double chain_cost_ms(const Trace& trace, const RecomputeModel& model, OpIndex source_op, OpIndex op) {
-  return chain_cost(trace, model, source_op, op);
-}
-
 RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& accesses) {
   RecomputeModel model;
   const auto storages = static_cast<std::size_t>(trace.storage_count());
@@ -92,6 +102,9 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
   }
   if (!trace.has_recomputable_ops()) return model;
   model.valid_until = valid_until_per_op(trace);
+  ChainMarks marks(trace.op_count());
+  const std::int64_t max_work =
+      kChainWorkFactor * (static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count()));
 
   for (const StorageIndex s : accesses.by_first_appearance()) {
     const OpIndex producer = model.producer[static_cast<std::size_t>(s)];
@@ -103,7 +116,7 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
       const OpIndex start = list[j].op;
       const OpIndex end = list[j + 1].op;
       if (end - start < 2) continue;
-      const double cost = chain_cost_ms(trace, model, producer, end);
+      const double cost = chain_cost(trace, model, producer, end, marks, max_work);
       if (cost < 0.0) continue;
       model.candidates.push_back({s, info.size_bytes, start, end, producer, cost, copy_ops[j]});
     }

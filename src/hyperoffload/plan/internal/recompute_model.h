@@ -49,6 +49,50 @@ namespace hyperoffload::internal {
 // traces take (Note [Chains as deep as they pay], docs/HYBRID_PLANNER.md).
 inline constexpr int kMaxChainOps = 4096;
 
+// Note [Chain work]
+// A chain search visits each producer of the chain once and reads its
+// accesses: its work is the sum of 1 + accesses over the producers visited.
+// Per chain that is at most kMaxChainOps × (1 + d), d the most accesses of
+// one op; over every candidate of a trace (at most one per access) it could
+// reach accesses × kMaxChainOps × d, quadratic on a trace whose storages are
+// read again and again after long dead chains. So the searches of one model,
+// and those of one selection (recompute_selection.h), share a budget of
+// kChainWorkFactor × W work (W = ops + accesses); once it is spent, a chain
+// search that needs more than its producer is given up — the model makes no
+// candidate of it (RecomputeModel::chain_work_cut), the selection passes over
+// the candidate (RecomputeSelection::cut) — and the planners' notes say so.
+// The models of the corpus, the example traces and the GPT presets take at
+// most 29 × W (the ViT captures through the dispatch mode, whose residual adds
+// make long chains; 6 × W at most for the others), none near the bound. With
+// it, building a model takes O(W + kChainWorkFactor × W + candidates × d)
+// time and O(W) memory.
+inline constexpr std::int64_t kChainWorkFactor = 64;
+
+// Which ops a chain search has visited, emptied in O(1) for the next search:
+// each op holds the number of the search that last visited it.
+class ChainMarks {
+ public:
+  explicit ChainMarks(OpIndex ops) : search_of_(static_cast<std::size_t>(std::max<OpIndex>(ops, 0)), 0) {}
+  // Starts a new search: nothing is visited.
+  void clear() {
+    if (++search_ == 0) {  // wrapped: forget every mark
+      std::fill(search_of_.begin(), search_of_.end(), 0);
+      search_ = 1;
+    }
+  }
+  // Marks op visited; false when it already was in this search.
+  bool visit(OpIndex op) {
+    std::uint32_t& mark = search_of_[static_cast<std::size_t>(op)];
+    if (mark == search_) return false;
+    mark = search_;
+    return true;
+  }
+
+ private:
+  std::vector<std::uint32_t> search_of_;
+  std::uint32_t search_ = 1;
+};
+
 struct RecomputeCandidate {
   StorageIndex storage = 0;
   std::int64_t size_bytes = 0;
@@ -72,6 +116,10 @@ struct RecomputeModel {
   std::vector<OpIndex> last_op;      // per storage: its last access (-1 when never accessed)
   // In (storage first appearance, gap position) order.
   std::vector<RecomputeCandidate> candidates;
+  // The chain searches' work (Note [Chain work]) and whether its budget cut
+  // them: some gaps whose chains need more than their producer were left out.
+  std::int64_t chain_work = 0;
+  bool chain_work_cut = false;
 };
 
 // Whether a candidate's storage may be regenerated before `op` instead of
@@ -86,15 +134,11 @@ inline bool may_regenerate_early(const RecomputeCandidate& candidate, OpIndex op
 // valid through the end of the step gets the largest OpIndex. O(ops + accesses).
 std::vector<OpIndex> valid_until_per_op(const Trace& trace);
 
-// O(ops + accesses + candidates * chain size).
+// O(W + kChainWorkFactor × W + candidates × d) time, O(W) memory (Note [Chain
+// work]).
 RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& accesses);
 
 // Whether storage s is dead before op `op` (see above).
 bool dead_before(const Trace& trace, const RecomputeModel& model, StorageIndex s, OpIndex op);
-
-// The chain's compute time for a recompute of `source_op` before `op`, or a
-// negative value when no chain exists (stale, or a dead input that cannot be
-// regenerated within the limits).
-double chain_cost_ms(const Trace& trace, const RecomputeModel& model, OpIndex source_op, OpIndex op);
 
 }  // namespace hyperoffload::internal

@@ -23,7 +23,10 @@ class Selector {
         regeneration_(regeneration),
         profile_(resident_bytes, stop_bytes),
         decisions_of_(static_cast<std::size_t>(trace.storage_count())),
-        locks_(static_cast<std::size_t>(trace.storage_count())) {}
+        locks_(static_cast<std::size_t>(trace.storage_count())),
+        marks_(trace.op_count()),
+        work_left_(kChainWorkFactor *
+                   (static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count()))) {}
 
   RecomputeSelection run(double max_ratio, std::span<const std::int32_t> excluded) {
     const std::vector<RecomputeCandidate>& candidates = model_.candidates;
@@ -73,7 +76,7 @@ class Selector {
     OpIndex regenerate_before = 0;
     std::vector<std::pair<std::size_t, OpIndex>> moves;  // (decision, new point)
     std::vector<std::pair<StorageIndex, OpIndex>> locks;
-    std::vector<OpIndex> visited;  // producers re-run at the point
+    std::size_t reruns = 0;  // producers re-run at the point (marked in marks_)
   };
 
   const RecomputeCandidate& candidate(std::int32_t g) const { return model_.candidates[static_cast<std::size_t>(g)]; }
@@ -93,14 +96,22 @@ class Selector {
 
   // The re-run of `producer` before `op` and everything it needs there: dead
   // inputs regenerated (a chain), dropped inputs moved here, the rest locked.
-  bool plan_rerun(OpIndex producer, OpIndex op, Effect& effect) const {
-    if (std::find(effect.visited.begin(), effect.visited.end(), producer) != effect.visited.end()) return true;
+  // Once the chain work budget is spent (Note [Chain work]) only the
+  // candidate's own producer is looked at: a chain that needs more fails.
+  bool plan_rerun(OpIndex producer, OpIndex op, Effect& effect) {
+    if (!marks_.visit(producer)) return true;
     if (model_.valid_until[static_cast<std::size_t>(producer)] < op ||
-        effect.visited.size() >= static_cast<std::size_t>(kMaxChainOps)) {
+        effect.reruns >= static_cast<std::size_t>(kMaxChainOps)) {
       return false;
     }
-    effect.visited.push_back(producer);
-    for (const Access& access : trace_.accesses(producer)) {
+    if (effect.reruns > 0 && work_left_ < 0) {
+      result_.cut = true;
+      return false;
+    }
+    ++effect.reruns;
+    const std::span<const Access> list = trace_.accesses(producer);
+    work_left_ -= 1 + static_cast<std::int64_t>(list.size());
+    for (const Access& access : list) {
       if (access.kind != AccessKind::kRead) continue;
       const StorageIndex u = access.storage;
       if (dead_before(trace_, model_, u, op)) {
@@ -165,6 +176,7 @@ class Selector {
       effect.regenerate_before = *lock;
     }
     if (effect.regenerate_before - c.start_op < 2) return;  // frees no op
+    marks_.clear();
     if (!plan_rerun(c.source_op, effect.regenerate_before, effect)) return;
     if (gain_at(c, effect, peak_op) <= 0) return;
 
@@ -195,6 +207,8 @@ class Selector {
   ProfileTree profile_;
   std::vector<std::vector<std::size_t>> decisions_of_;  // per storage: its decisions
   std::vector<std::vector<OpIndex>> locks_;             // per storage: sorted lock points
+  ChainMarks marks_;                                    // the producers of the re-run being planned
+  std::int64_t work_left_;                              // of the chain work budget (Note [Chain work])
   RecomputeSelection result_;
 };
 

@@ -71,11 +71,16 @@ struct RecomputeSelection {
     OpIndex previous;
   };
   std::vector<Move> moves;
+  // Whether the chain work budget (Note [Chain work], recompute_model.h) was
+  // spent and a candidate whose chain needed more than its producer was
+  // passed over for it.
+  bool cut = false;
 };
 
 // `resident_bytes` is the per-op profile before any decision (the peak
-// model's). `excluded` candidates are never taken. O((candidates + decisions *
-// chain) log ops).
+// model's). `excluded` candidates are never taken. O((candidates + moves) log
+// ops + kChainWorkFactor × W + candidates × d) time with W = ops + accesses
+// and d the most accesses of one op (Note [Chain work]), O(W) memory.
 RecomputeSelection select_recomputes(const Trace& trace, std::span<const std::int64_t> resident_bytes,
                                      const RecomputeModel& model, const RecomputeSelectionParams& params,
                                      std::span<const std::int32_t> excluded = {});
