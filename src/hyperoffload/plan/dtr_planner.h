@@ -33,9 +33,10 @@
 // Below some budget DTR thrashes: a re-run's allocation evicts what the next
 // re-run of the same chain needs, and the re-runs grow exponentially with the
 // depth of the chains (torchvision's vit_b_16 captured through the dispatch
-// mode, 1,638 ops: 820,673 re-runs at 10% of its peak; at 5% the walk grew to
-// 13 GB before std::bad_alloc, and the recompute and hybrid planners met it on
-// their lower-budget ladder). And each eviction weighs every resident storage
+// mode, 1,638 ops: 820,673 re-runs at 10% of its peak, and more below; the
+// recompute and hybrid planners met it on their lower-budget ladder and took
+// 17–38 s and 6.3 GiB to plan at 30–70%, the capture 12.8 GB and then
+// std::bad_alloc). And each eviction weighs every resident storage
 // that may be evicted, which on a trace of 100k ops is quadratic. So the walk
 // counts two kinds of work, with W = ops + accesses:
 //  - re-run work: 1 + the op's accesses per re-run, at most

@@ -34,8 +34,8 @@
 //
 // Two parts could run away and are cut by a work budget, with a note in the
 // plan when they are: DTR's walk, whose re-runs thrash below some budget
-// (Note [The walk's work bound], dtr_planner.h: a vit_b_16 capture grew to
-// 13 GB), and the searches for recompute chains (Note [Chain work],
+// (Note [The walk's work bound], dtr_planner.h: planning a vit_b_16 capture
+// grew to 6–13 GB), and the searches for recompute chains (Note [Chain work],
 // plan/internal/recompute_model.h). tests/plan/planning_bounds_property_test.cc
 // holds every planner but optimal, on random traces and on traces built to
 // stress these bounds (gen/stress_trace.h), to at most 128 × the trace's heap
