@@ -54,7 +54,8 @@ def test_the_summary_reports_the_plan_the_session_replays(caplog):
     assert stats["peak_resident_bytes"] <= held <= budget
     assert line.endswith(f"; last step (replay): held peak {_size(held)}, resident peak "
                          f"{_size(stats['peak_resident_bytes'])}, {stats['memory_wait_ms']:.3f} ms waiting for memory"
-                         f"; plans: 1 cached, 2 hits, 1 misses, 1 warmups")
+                         f"; plans: 1 cached, 2 hits, 1 misses, 1 warmups; plan {stats['plan_fingerprint']}")
+    assert len(stats["plan_fingerprint"]) == 16
     # One INFO line, after the warmup only (steps 2 and 3 replay): the same
     # plan, and the warmup's peaks.
     records = [r for r in caplog.records if r.name == "hyperoffload"]
