@@ -517,6 +517,10 @@ TorchStatus TorchSession::finish_runtime_step() {
     }
     return std::unexpected(TorchError{ErrorKind::kBudget, error.message});
   }
+  if (session_->schedule() == nullptr && session_->budget_outcome() == BudgetOutcome::kBelowHostFloor) {
+    // No plan keeps both budgets: a budget error, as below the device floor.
+    return std::unexpected(TorchError{ErrorKind::kBudget, error.message});
+  }
   return std::unexpected(runtime_error(error));
 }
 

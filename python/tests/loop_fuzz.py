@@ -799,7 +799,10 @@ def run_loop(shape: LoopShape, corruption: Optional[Corruption] = None,
                 floor = session.floor_bytes() if not session.closed else None
                 outcome.floor_bytes = floor
                 below_floor = budget is not None and floor is not None and budget < floor
-                allowed = isinstance(error, ho.BudgetError) and below_floor
+                # A host budget below the plan's host floor is a BudgetError too (the
+                # budget policy's kBelowHostFloor: no plan keeps both budgets).
+                below_host_floor = "host floor" in str(error)
+                allowed = isinstance(error, ho.BudgetError) and (below_floor or below_host_floor)
                 outcome.verdict = "refused-allowed" if allowed else "refused"
         except Exception as error:  # noqa: BLE001 - anything else the session run raises is a finding
             outcome.verdict, outcome.where, outcome.error = "crash", offloaded.where, type(error).__name__
