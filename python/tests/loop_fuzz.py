@@ -860,13 +860,15 @@ SIMPLER = {
 }
 
 
-def signature(outcome: Outcome) -> Tuple[str, Optional[str]]:
-    return outcome.verdict, outcome.error
+def signature(outcome: Outcome) -> str:
+    """What a minimized finding must keep: its kind (finding_class), where a wrong result's NaN, zeros or
+    other difference count as one (they are the same stale or garbage memory)."""
+    return re.sub(r" (NaN|differs|all zeros) after ", " wrong after ", outcome.finding_class())
 
 
 def minimize(outcome: Outcome, runs: int = 1, log: Callable[[str], None] = lambda _: None) -> Outcome:
-    """Greedily simplifies a finding's shape, one field at a time, keeping its verdict and error type
-    (each candidate must show it in all of `runs` runs)."""
+    """Greedily simplifies a finding's shape, one field at a time, keeping its kind (`signature`; each
+    candidate must show it in all of `runs` runs)."""
     target = signature(outcome)
     best = outcome
     changed = True
@@ -884,7 +886,7 @@ def minimize(outcome: Outcome, runs: int = 1, log: Callable[[str], None] = lambd
                     continue
                 results = [run_loop(shape) for _ in range(runs)]
                 if all(signature(r) == target for r in results):
-                    log(f"  {field}={format_value(value)}: still {target[0]} ({results[0].describe()})")
+                    log(f"  {field}={format_value(value)}: still {results[0].describe()}")
                     best = results[0]
                     changed = True
                     break
