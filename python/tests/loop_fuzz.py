@@ -836,6 +836,8 @@ def reproduce_command(shape: LoopShape, no_budget: bool = False) -> str:
 
 # ---- Minimizing a finding -----------------------------------------------------------------------
 
+# The models from the fastest loop to the slowest (a minimized finding moves only left).
+MODELS_BY_COST = ("gpt2", "vit", "llama", "bert", "resnet")
 # For each field, simpler values to try, simplest first.
 SIMPLER = {
     "windows": lambda s: [w for w in (1, 2) if w < s.windows],
@@ -856,7 +858,7 @@ SIMPLER = {
     "slow_link": lambda s: [False] if s.slow_link else [],
     "lengths": lambda s: ["fixed"] if s.lengths != "fixed" else [],
     "zero_grad_at": lambda s: ["window_start"] if s.zero_grad_at != "window_start" else [],
-    "model": lambda s: [m for m in ("gpt2", "vit") if m != s.model],
+    "model": lambda s: list(MODELS_BY_COST[:MODELS_BY_COST.index(s.model)]),
 }
 
 
