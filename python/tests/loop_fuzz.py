@@ -184,7 +184,7 @@ def format_value(value) -> str:
 
 
 def parse_override(shape: LoopShape, text: str) -> LoopShape:
-    """Applies `field=value` (the --set syntax) to a shape, with the field's type."""
+    """Applies `field=value` (the --set syntax) to a shape, with the field's type (not validated)."""
     name, _, raw = text.partition("=")
     fields = {f.name: f for f in dataclasses.fields(LoopShape)}
     if name not in fields or not _:
@@ -202,7 +202,14 @@ def parse_override(shape: LoopShape, text: str) -> LoopShape:
         value = float(raw)
     else:
         value = raw
-    shape = shape.replace(**{name: value})
+    return shape.replace(**{name: value})  # validated once every override is applied (apply_overrides)
+
+
+def apply_overrides(shape: LoopShape, overrides: List[str]) -> LoopShape:
+    """A shape with every `field=value` of `overrides` applied, then validated (one override may need
+    another: batch=2 with small_last_batch=False)."""
+    for override in overrides:
+        shape = parse_override(shape, override)
     validate(shape)
     return shape
 

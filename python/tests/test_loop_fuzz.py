@@ -186,12 +186,16 @@ def test_a_harness_error_is_never_a_verdict():
         run_loop(no_budget_shape(), inject=inject)
 
 
-def test_reproduce_command_names_the_seed_and_every_changed_field():
-    shape = draw(7).replace(accumulate=2, planner="peak" if draw(7).planner != "peak" else "greedy")
+@pytest.mark.parametrize("seed", [7, 46])
+def test_the_reproduce_command_names_the_seed_and_every_changed_field(seed):
+    # Seed 46 draws batch 3 with a small last batch: batch=2 is valid only with
+    # small_last_batch=False, which the command sets after it.
+    base = draw(seed)
+    shape = base.replace(accumulate=2, planner="peak" if base.planner != "peak" else "greedy", batch=2,
+                         small_last_batch=False)
     command = loop_fuzz.reproduce_command(shape)
-    assert "--seed 7 --loops 1" in command
-    assert f"--set accumulate=2" in command and f"--set planner={shape.planner}" in command
-    replayed = draw(7)
-    for part in command.split(" --set ")[1:]:
-        replayed = loop_fuzz.parse_override(replayed, part)
-    assert replayed == shape
+    assert f"--seed {seed} --loops 1" in command
+    assert "--set accumulate=2" in command and f"--set planner={shape.planner}" in command
+    assert loop_fuzz.apply_overrides(base, command.split(" --set ")[1:]) == shape
+    with pytest.raises(ValueError, match="small_last_batch needs batch >= 3"):
+        loop_fuzz.apply_overrides(base.replace(small_last_batch=True), ["batch=2"])

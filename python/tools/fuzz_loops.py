@@ -59,8 +59,7 @@ def main(argv=None) -> int:
         shape = loop_fuzz.draw(args.seed + i)
         if args.no_budget:
             shape = shape.replace(budget_fraction=None)
-        for override in args.set:
-            shape = loop_fuzz.parse_override(shape, override)
+        shape = loop_fuzz.apply_overrides(shape, args.set)
         for attempt in range(args.repeat):
             try:
                 outcome = loop_fuzz.run_loop(shape)
