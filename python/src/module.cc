@@ -142,6 +142,22 @@ Recomputable recomputable_op(const c10::OperatorHandle& op, const OpInfo& info) 
   return Recomputable::kNo;
 }
 
+// Whether the op writes the argument although its schema does not say so.
+// The batch norms that train write their running statistics in place
+// (running_mean.mul_(1 - momentum).add_(...)) under schemas that declare no
+// write: `native_batch_norm(..., Tensor? running_mean, Tensor? running_var,
+// bool training, ...)`, and the cuDNN and MIOpen ones alike. Taken at their
+// schema's word, a recompute would run the update a second time (running
+// statistics no longer those of eager) and the trace would miss the write.
+// Counted written whatever `training` says: in eval they are only read, and
+// the cost is that such an op is never recomputed.
+bool writes_undeclared(const c10::FunctionSchema& schema, const c10::Argument& argument) {
+  static const std::unordered_set<std::string> batch_norms = {"aten::native_batch_norm", "aten::cudnn_batch_norm",
+                                                              "aten::miopen_batch_norm"};
+  return batch_norms.contains(schema.name()) &&
+         (argument.name() == "running_mean" || argument.name() == "running_var");
+}
+
 OpInfo op_info_of(const c10::OperatorHandle& op) {
   const c10::FunctionSchema& schema = op.schema();
   OpInfo info;
@@ -149,7 +165,9 @@ OpInfo op_info_of(const c10::OperatorHandle& op) {
   const std::vector<c10::Argument>& arguments = schema.arguments();
   for (std::size_t index = 0; index < arguments.size(); ++index) {
     const c10::AliasInfo* alias = arguments[index].alias_info();
-    if (alias != nullptr && alias->isWrite()) info.written.emplace_back(index, arguments[index].name());
+    if ((alias != nullptr && alias->isWrite()) || writes_undeclared(schema, arguments[index])) {
+      info.written.emplace_back(index, arguments[index].name());
+    }
   }
   info.arguments = arguments.size();
   info.returns = schema.returns().size();

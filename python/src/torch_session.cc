@@ -479,14 +479,18 @@ TorchStatus TorchSession::check_lost_at_end() {
 
 TorchStatus TorchSession::finish_runtime_step() {
   // A step that matched its trace ran every recompute, and each dropped its
-  // call at its last; these were for ops of a step that ended early, whose
-  // arguments must not count as tensors the user holds at its end.
+  // call at its last; the calls left are for ops of a step that ended early.
+  // Such a step leaves its plan first, while they can still regenerate what
+  // the plan dropped (Note [Leaving a plan] in exec/session.h); then they go,
+  // so their arguments do not count as tensors the user holds at its end.
+  Status ended = session_->leave_short_replay();
   calls_.clear();
-  if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;
-  // A storage the user still holds ends the step on the device; one the plan
-  // dropped is regenerated, or the step fails naming it (Note [Leaving a
-  // plan] in exec/session.h).
-  const Status ended = session_->end_step();
+  if (ended) {
+    if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;
+    // A storage the user still holds ends the step on the device; one the
+    // plan dropped that could not be regenerated fails the step, naming it.
+    ended = session_->end_step();
+  }
   in_runtime_step_ = false;
   // Held storages ended the step resident; the runtime lets go of them now and
   // PyTorch gets their memory back.

@@ -87,3 +87,47 @@ def test_the_gpt_models_trace_marks_most_of_its_compute_recomputable_and_its_dro
     replayed = {op["name"] for op in marked if op.get("rng_replay")}
     assert replayed and all("dropout" in n or "scaled_dot_product" in n for n in replayed), replayed
     assert any(op["name"] == "aten::addmm" for op in marked)
+
+
+def batch_norm_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    layers, channels = [], 3
+    for _ in range(4):
+        layers += [torch.nn.Conv2d(channels, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU()]
+        channels = 16
+    return torch.nn.Sequential(*layers, torch.nn.Flatten(), torch.nn.Linear(16 * 16 * 16, 10))
+
+
+def test_a_training_batch_norm_is_never_recomputed_so_its_running_statistics_update_once():
+    # aten::native_batch_norm's schema declares no write, yet in training it
+    # updates running_mean and running_var in place (module.cc,
+    # writes_undeclared). Taken at its schema's word it was marked
+    # recomputable, and the recompute planner at 80% of this net's activation
+    # peak re-ran two of its four batch norms in backward: from the first
+    # replay on, the running statistics had taken one momentum update too many
+    # (state_dict no longer equal to eager's, gradients still equal). Now no
+    # batch norm is marked, none is recomputed, and after 4 steps every buffer
+    # and gradient equals eager's bit for bit.
+    x = torch.randn(8, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    probe = ho.OffloadSession()
+    with probe:
+        batch_norm_net()(x).sum().backward()
+    assert marks_by_name(probe.trace())["aten::native_batch_norm"] == {False}
+    budget = int(probe.unplanned_peak_bytes() * 0.8)
+    model, eager = batch_norm_net(), batch_norm_net()
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="recompute"))
+    for step in range(4):
+        model.zero_grad()
+        eager.zero_grad()
+        with session:
+            model(x).sum().backward()
+        eager(x).sum().backward()
+        assert session.stats()["kind"] == ("warmup" if step == 0 else "replay")
+        for (name, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
+            assert torch.equal(a, b), f"step {step}: {name}"
+        for i, (a, b) in enumerate(zip(eager.parameters(), model.parameters())):
+            assert torch.equal(a.grad, b.grad), f"step {step}: gradient of parameter {i}"
+    # The plan still recomputes (convolutions), so the budget made it act.
+    trace, schedule = session.trace(), session.schedule()
+    recomputed = {trace["ops"][a["source_op"]]["name"] for a in schedule["actions"] if a["kind"] == "recompute"}
+    assert recomputed == {"aten::convolution"}

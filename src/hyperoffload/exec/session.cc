@@ -223,6 +223,21 @@ Result<void*> Session::device_ptr(StorageId id, DeviceAccess access) {
   return check(active()->device_ptr(id, access));
 }
 
+Status Session::leave_short_replay() {
+  if (!in_step() || failure_ || replay_ == nullptr || replay_->in_op() || replay_->reversible()) return ok_status();
+  if (replay_->current_op() == plan_->trace().op_count()) return ok_status();
+  Result<ReplayResult> replayed = replay_->finish();
+  if (replayed) return make_error(ErrorCode::kInternal, "leave_short_replay: a replay that ended early finished");
+  Status left = can_switch(replayed.error())
+                    ? switch_executor(log_.events().size(), true, replayed.error())
+                    : Status(std::unexpected(std::move(replayed.error())));
+  if (!left) {
+    if (left.error().code == ErrorCode::kDiverged) ++cache_stats_.misses;
+    (void)abort_step();
+  }
+  return left;
+}
+
 Status Session::end_step() {
   if (!in_step()) return make_error(ErrorCode::kFailedPrecondition, "end_step: no step is running");
   if (failure_) {

@@ -84,6 +84,8 @@
 //    in place since, whose input the step freed, or whose call the framework
 //    no longer holds (RNG state and arguments written in place are the
 //    framework's to check: the PyTorch binding refuses those calls).
+// A step that ends early after its plan acted leaves its plan at its end
+// (leave_short_replay), before the framework lets go of the calls.
 // A storage that cannot be regenerated is remembered with the reason; an op
 // that reads it, or a step that ends holding it, fails with kDiverged naming
 // the op, the storage and why, before the op runs. So a loop whose steps
@@ -219,6 +221,14 @@ class Session final : public StepHooks {
   // warmup when none is cached. kFailedPrecondition outside a step or after its
   // first op.
   Status set_program_tag(std::uint64_t tag);
+  // Before end_step, while the framework still holds its recorded calls: a
+  // replay that acted and ended before its plan's last op (a forward-only
+  // step on a training step's plan) continues as a warmup now, regenerating
+  // what its plan dropped that the step still holds (Note [Leaving a plan]).
+  // A step whose storages the framework frees afterwards is then reported as
+  // usual; end_step fails only for a held storage that could not come back.
+  // Nothing to do for any other step. On failure the step is aborted.
+  Status leave_short_replay();
   // Ends the step; after a warmup, plans. On any failure the step is aborted.
   Status end_step();
   // Abandons the step (e.g. after an exception in the caller's code) without
