@@ -49,7 +49,7 @@ def check_steps(session, stats, budget):
         assert s["peak_held_bytes"] <= budget, f"step {step} ({s['kind']}): {s['peak_held_bytes']} > {budget}"
     assert stats[-1]["plan_hits"] > 0 and stats[-1]["warmups"] >= 1
     assert stats[-1]["steps"] == len(stats)
-    assert any(s["offloaded_bytes"] > 0 for s in stats)
+    assert any(s["offloaded_bytes"] + s["recomputed_bytes"] > 0 for s in stats)
 
 
 def assert_same(a, b):
@@ -115,15 +115,15 @@ class Recording:
         return loss
 
 
-def trainer_budget():
-    """A third of the unplanned activation peak of one GPT-2 step on a full batch of the longest length (24)."""
+def trainer_budget(fraction=1 / 3):
+    """`fraction` of the unplanned activation peak of one GPT-2 step on a full batch of the longest length (24)."""
     model = tiny_gpt2()
     model.train()
     tokens = torch.randint(1, VOCAB, (BATCH, 24), generator=torch.Generator().manual_seed(0))
     probe = ho.OffloadSession()
     with probe:
         model(input_ids=tokens, attention_mask=torch.ones_like(tokens), labels=tokens).loss.backward()
-    return probe.unplanned_peak_bytes() // 3
+    return int(probe.unplanned_peak_bytes() * fraction)
 
 
 def run_trainer(tmp_path, accumulate, session=None):
@@ -145,22 +145,27 @@ def run_trainer(tmp_path, accumulate, session=None):
     return trainer
 
 
-@pytest.mark.parametrize("accumulate", [1, 3])
-def test_trainer_steps_are_bit_identical_to_the_trainer_without_it(tmp_path, accumulate):
+@pytest.mark.parametrize("accumulate, planner, fraction",
+                         [(1, "peak", 1 / 3), (3, "peak", 1 / 3), (2, "hybrid", 1 / 2), (2, "recompute", 1 / 2)])
+def test_trainer_steps_are_bit_identical_to_the_trainer_without_it(tmp_path, accumulate, planner, fraction):
     # 14 examples of 5..24 tokens, padded per batch to a multiple of 8 (8, 16
     # or 24): 4 batches an epoch, the last of 2 examples; 2 epochs, each
-    # followed by an evaluation (outside the session).
-    budget = trainer_budget()
+    # followed by an evaluation (outside the session). Accumulation 2 under
+    # hybrid and recompute at half the largest batch's peak is issue 33's
+    # report (NaN grad_norm from the 5th step, then a DivergenceError): the
+    # micro-batches that add into .grad leave the plan of the first one after
+    # it dropped activations (Note [Leaving a plan]).
+    budget = trainer_budget(fraction)
     eager = run_trainer(tmp_path / "eager", accumulate)
-    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="peak"))
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner=planner))
     offloaded = run_trainer(tmp_path / "offloaded", accumulate, session)
     assert len(eager.step_losses) == 8
     assert_same(eager.step_losses, offloaded.step_losses)
     assert_same([p.detach() for p in eager.model.parameters()], [p.detach() for p in offloaded.model.parameters()])
     evals = [[e["eval_loss"] for e in t.state.log_history if "eval_loss" in e] for t in (eager, offloaded)]
     assert len(evals[0]) == 2 and evals[0] == evals[1]
-    # Optimizer steps: with accumulation 3, two an epoch (the last window is short).
-    assert eager.state.global_step == offloaded.state.global_step == (4 if accumulate == 3 else 8)
+    # Optimizer steps: with accumulation 2 or 3, two an epoch (the last window is short).
+    assert eager.state.global_step == offloaded.state.global_step == (8 if accumulate == 1 else 4)
     check_steps(session, offloaded.step_stats, budget)
     assert not session.in_step
     assert "plans:" in session.summary()

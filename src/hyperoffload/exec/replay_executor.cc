@@ -380,7 +380,7 @@ std::string ReplayExecutor::why_not_regenerable(StorageIndex t) const {
 }
 
 Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
-    std::vector<StorageId>& made_resident, const std::function<Status(std::int64_t bytes)>& make_room) {
+    std::vector<StorageId>& made_resident, const MakeRoom& make_room) {
   const Trace& trace = plan_->trace();
   // First pass, per dropped storage: a post-order over producers (a storage
   // comes after every input of its op; inputs are made by earlier ops, so
@@ -442,11 +442,12 @@ Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
       caller_of_[t] = kFreed;
     }
   }
+  std::vector<StorageId> keep, paged;  // a re-run's inputs: resident, to page in
   for (StorageIndex t : order) {
     const StorageId caller = caller_of_[static_cast<std::size_t>(t)];
     if (residency_.resident(caller)) continue;  // regenerated with another output of its op
     if (residency_.has_current_host_copy(caller)) {
-      HO_RETURN_IF_ERROR(make_room(trace.storage(t).size_bytes));
+      HO_RETURN_IF_ERROR(make_room(trace.storage(t).size_bytes, {}));
       HO_RETURN_IF_ERROR(residency_.device_ptr(caller, DeviceAccess::kRead));
       made_resident.push_back(caller);
       continue;
@@ -459,9 +460,18 @@ Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
         bytes += trace.storage(output).size_bytes;
       }
     }
-    HO_RETURN_IF_ERROR(make_room(bytes));
-    // An input made resident earlier may have been evicted for that room:
-    // rerun pages it back in from its host copy.
+    // Its inputs come back too: those resident stay (kept), the others are
+    // paged in by rerun from their host copies, in the room made now.
+    keep.clear();
+    paged.clear();
+    for (StorageIndex input : plan_->guide().inputs(producer)) {
+      const StorageId in = caller_of_[static_cast<std::size_t>(input)];
+      std::vector<StorageId>& into = residency_.resident(in) ? keep : paged;
+      if (contains(into, in)) continue;
+      into.push_back(in);
+      if (&into == &paged) bytes += trace.storage(input).size_bytes;
+    }
+    HO_RETURN_IF_ERROR(make_room(bytes, keep));
     auto context = [&] { return fmt::format("regenerating {}", storage_label(t)); };
     if (Status ran = rerun(producer, /*last_of_step=*/false, context, &made_resident); !ran) {
       if (ran.error().code != ErrorCode::kDiverged) return std::unexpected(std::move(ran.error()));

@@ -182,6 +182,7 @@ class ReplayExecutor final : public StepHooks {
   // The storages the caller still holds whose data the plan dropped (tracked,
   // not resident, no current host copy), in traced order.
   std::vector<StorageId> dropped_storages() const;
+  using MakeRoom = std::function<Status(std::int64_t bytes, std::span<const StorageId> keep)>;
   struct Refusal {
     StorageId id;     // a dropped storage left dropped
     std::string why;  // names the storage, the op and the reason
@@ -190,8 +191,10 @@ class ReplayExecutor final : public StepHooks {
   // the traced op that produced it, after bringing that op's inputs back the
   // same way or paging them in from their host copies (recursively; inputs
   // come before the ops that read them; each op re-run at most once per
-  // storage it brings back). Calls `make_room(bytes)` before each page-in and
-  // re-run with the bytes it brings back, and appends each storage it made
+  // storage it brings back). Calls `make_room(bytes, keep)` before each
+  // page-in and re-run with the bytes it brings back (a re-run's outputs and
+  // the inputs it pages in) and the inputs already resident that must stay
+  // so (the budget then holds through the re-run), and appends each storage it made
   // resident to `made_resident` (the caller takes them before the next
   // make_room). A storage with something on the way that cannot be
   // regenerated exactly is refused before anything is re-run for it: written
@@ -200,7 +203,7 @@ class ReplayExecutor final : public StepHooks {
   // last re-run has passed). Then forgets the storages kept for recomputes
   // (the plan runs none any more). Fails on runtime errors only.
   Result<std::vector<Refusal>> regenerate_dropped(std::vector<StorageId>& made_resident,
-                                                  const std::function<Status(std::int64_t bytes)>& make_room);
+                                                  const MakeRoom& make_room);
 
  private:
   ReplayExecutor(ResidencyManager& residency, std::shared_ptr<const ReplayPlan> plan, ReplayOptions options);

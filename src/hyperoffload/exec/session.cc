@@ -424,10 +424,10 @@ Status Session::bring_back_dropped(ReplayExecutor& left) {
   std::vector<StorageId> made_resident;
   // Each page-in and re-run first makes room under the budget; what came
   // back before it may be evicted for that room (the warmup's rule).
-  auto make_room = [&](std::int64_t bytes) {
+  auto make_room = [&](std::int64_t bytes, std::span<const StorageId> keep) {
     warmup_->brought_back(made_resident);
     made_resident.clear();
-    return warmup_->make_room(bytes);
+    return warmup_->make_room(bytes, keep);
   };
   HO_ASSIGN_OR_RETURN(std::vector<ReplayExecutor::Refusal> refusals, left.regenerate_dropped(made_resident, make_room));
   warmup_->brought_back(made_resident);

@@ -112,7 +112,7 @@ void WarmupExecutor::make_unevictable(StorageId id, StorageRecord& record) {
 Result<bool> WarmupExecutor::evict_one() {
   for (const auto& key : eviction_order_) {
     const StorageId id = std::get<2>(key);
-    if (used_by_current_op(id)) continue;
+    if (used_by_current_op(id) || contains(kept_, id)) continue;
     StorageRecord& record = storages_.at(id);
     if (auto copied = residency_.copy_d2h(id); !copied) {
       if (copied.error().code == ErrorCode::kOutOfMemory) {
@@ -272,6 +272,13 @@ void WarmupExecutor::end_catch_up() {
       make_unevictable(id, record);
     }
   }
+}
+
+Status WarmupExecutor::make_room(std::int64_t bytes, std::span<const StorageId> keep) {
+  kept_ = keep;
+  Status made = evict_while_over_budget(bytes);
+  kept_ = {};
+  return made;
 }
 
 void WarmupExecutor::brought_back(std::span<const StorageId> ids) {

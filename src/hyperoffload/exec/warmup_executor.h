@@ -137,9 +137,10 @@ class WarmupExecutor final : public StepHooks {
   void begin_catch_up() { catching_up_ = true; }
   void end_catch_up();
   // After catching up (Note [Leaving a plan] in exec/session.h): makes room
-  // under the budget for `bytes` about to come back, and takes the storages
-  // another executor brought back as resident ones (candidates for eviction).
-  Status make_room(std::int64_t bytes) { return evict_while_over_budget(bytes); }
+  // under the budget for `bytes` about to come back, evicting none of `keep`
+  // (the inputs of an op about to be re-run), and takes the storages another
+  // executor brought back as resident ones (candidates for eviction).
+  Status make_room(std::int64_t bytes, std::span<const StorageId> keep);
   void brought_back(std::span<const StorageId> ids);
 
  private:
@@ -157,12 +158,15 @@ class WarmupExecutor final : public StepHooks {
   bool used_by_current_op(StorageId id) const;
   void make_evictable(StorageId id, StorageRecord& record);
   void make_unevictable(StorageId id, StorageRecord& record);
-  // Evicts one storage under the policy; false when none is eligible.
+  // Evicts one storage under the policy, none used by the current op or in
+  // kept_; false when none is eligible.
   Result<bool> evict_one();
   // Evicts while resident bytes + incoming_bytes exceed the budget (and
   // something is eligible).
   Status evict_while_over_budget(std::int64_t incoming_bytes);
   Result<StorageRecord*> find_alive(StorageId id, std::string_view role);
+  // What make_room must not evict, while it runs.
+  std::span<const StorageId> kept_;
   Result<double> measure_bandwidth(CopyKind kind, std::int64_t bytes);
 
   ResidencyManager& residency_;
