@@ -234,7 +234,7 @@ void TorchSession::drop_calls_after_leaving_plan() {
 }
 
 bool TorchSession::wants_call() const {
-  return mode_ == StepMode::kTracking && session_ != nullptr && session_->recomputes_current_op();
+  return mode_ == StepMode::kTracking && session_ != nullptr && session_->wants_current_call();
 }
 
 void TorchSession::record_call(std::unique_ptr<OpCall> call) { calls_[session_->current_op()] = std::move(call); }
@@ -483,6 +483,8 @@ TorchStatus TorchSession::finish_runtime_step() {
   // Such a step leaves its plan first, while they can still regenerate what
   // the plan dropped (Note [Leaving a plan] in exec/session.h); then they go,
   // so their arguments do not count as tensors the user holds at its end.
+  // The deaths so far first: what the user let go is not regenerated.
+  if (TorchStatus reported = report_deaths(); !reported || mode_ != StepMode::kTracking) return reported;
   Status ended = session_->leave_short_replay();
   calls_.clear();
   if (ended) {

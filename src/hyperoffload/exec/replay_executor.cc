@@ -269,7 +269,9 @@ Status ReplayExecutor::run_recompute(const Action& action) {
                                     trace.storage(input).id));
     }
   }
-  HO_RETURN_IF_ERROR(rerun(source, plan_->last_recompute_of(source) == position, context, nullptr));
+  // A call of an op sourced outside the step is kept to the step's end.
+  const bool last = plan_->last_recompute_of(source) == position && !plan_->sourced_outside(source);
+  HO_RETURN_IF_ERROR(rerun(source, last, context, nullptr));
   // Held inputs no later recompute reads are gone for good.
   for (StorageIndex input : guide.inputs(source)) {
     StorageId& id = caller_of_[static_cast<std::size_t>(input)];
@@ -363,6 +365,7 @@ std::string ReplayExecutor::why_not_regenerable(StorageIndex t) const {
   if (std::optional<std::int32_t> writes = residency_.writes_since_produced(id); writes && *writes > 0) {
     return "it was written in place after its op made it, so re-running the op would give an older version";
   }
+  if (plan_->sourced_outside(producer)) return {};  // its call is kept to the step's end
   if (!plan_->recomputed(producer)) {
     return "the plan never re-runs its op, so the framework kept no call of it (the plan released the tensor "
            "after its last use in the traced step, which the step outlived)";

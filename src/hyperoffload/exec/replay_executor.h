@@ -102,6 +102,15 @@ class ReplayPlan {
   std::int64_t output_bytes(OpIndex op) const { return output_bytes_[static_cast<std::size_t>(op)]; }
   // The op that produced storage `s` (its first writer).
   OpIndex producer(StorageIndex s) const { return producer_[static_cast<std::size_t>(s)]; }
+  // Whether `op` is recomputable and reads no storage of the step (a cast of
+  // a weight or of the attention mask, an embedding, a factory op): the
+  // framework keeps a call of it for the whole step, so what it made can be
+  // regenerated at any point of a step that leaves its plan (Note [Leaving a
+  // plan] in exec/session.h), though the plan only released it after its
+  // last traced use.
+  bool sourced_outside(OpIndex op) const {
+    return trace_.op_recomputable(op) && guide_.inputs(op).empty() && !guide_.outputs(op).empty();
+  }
 
  private:
   ReplayPlan(Trace trace, ReplayGuide guide, Schedule schedule);
@@ -161,6 +170,11 @@ class ReplayExecutor final : public StepHooks {
   // on_op_end) later in this step: a framework that must record what it needs
   // to re-run an op (PyTorch records the call) does it now.
   bool recomputes_current_op() const { return in_op_ && plan_->recomputed(op_); }
+  // Whether the framework should keep a call of the current op: the plan
+  // re-runs it, or it is sourced outside the step (ReplayPlan::sourced_outside).
+  bool wants_current_call() const {
+    return in_op_ && (plan_->recomputed(op_) || plan_->sourced_outside(op_));
+  }
   // Between the current op's on_op_begin and its on_op_end.
   bool in_op() const { return in_op_; }
   // Index in the traced step of the current op (or of the next one between ops).

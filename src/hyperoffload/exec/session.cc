@@ -152,7 +152,7 @@ Status Session::on_op_begin(std::string_view name, std::span<const StorageId> in
   if (status && replay_ != nullptr) {
     const auto op = static_cast<std::size_t>(replay_->current_op());
     if (call_asked_.size() <= op) call_asked_.resize(op + 1, false);
-    call_asked_[op] = recomputes_current_op();
+    call_asked_[op] = wants_current_call();
   }
   if (status) log_call([&](StepLog& log) { log.op_begin(name, inputs, written); });
   return check(std::move(status));
@@ -386,9 +386,9 @@ std::list<Session::CachedPlan>::iterator Session::predicted_plan() {
   return plans_.begin();
 }
 
-bool Session::recomputes_current_op() const {
+bool Session::wants_current_call() const {
   if (replay_ == nullptr) return false;
-  if (replay_->recomputes_current_op()) return true;
+  if (replay_->wants_current_call()) return true;
   if (!replay_->in_op() || !replay_->reversible()) return false;
   const OpIndex op = replay_->current_op();
   return std::any_of(plans_.begin(), plans_.end(), [this, op](const CachedPlan& cached) {
@@ -438,7 +438,7 @@ Status Session::bring_back_dropped(ReplayExecutor& left) {
 Status Session::switch_executor(std::size_t feed, bool complete, const Error& why) {
   const StepOrigin origin = replay_->origin();
   // A plan that recomputes an op the framework was not asked to record a call
-  // for (recomputes_current_op) cannot run.
+  // for (wants_current_call) cannot run.
   auto calls_cover = [&](const ReplayPlan& plan) {
     for (OpIndex op = 0; op < plan.trace().op_count(); ++op) {
       const auto i = static_cast<std::size_t>(op);

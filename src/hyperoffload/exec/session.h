@@ -45,7 +45,7 @@
 //    ops seen so far (StepLog, matches_prefix) and that needs no recorded call
 //    the framework was not asked for (while the step can still switch, the
 //    framework is asked to record the call of every op any cached plan
-//    re-runs: recomputes_current_op); found, the step switches to it (a hit).
+//    re-runs: wants_current_call); found, the step switches to it (a hit).
 //    Otherwise the step continues as a warmup from that op (a miss): the ops
 //    seen so far are re-fed to it (their measured durations are lost: the
 //    planner sees them as instant), it evicts online within the budget, and at
@@ -83,7 +83,13 @@
 //    and never an op whose result would differ: one whose output was written
 //    in place since, whose input the step freed, or whose call the framework
 //    no longer holds (RNG state and arguments written in place are the
-//    framework's to check: the PyTorch binding refuses those calls).
+//    framework's to check: the PyTorch binding refuses those calls). The
+//    framework holds calls of the ops the plan re-runs, until their last
+//    re-run, and of every recomputable op that reads no storage of the step
+//    (casts of weights and masks, embeddings, factory ops;
+//    ReplayPlan::sourced_outside), to the step's end: what those made is
+//    released after its last traced use, and a step that leaves its plan
+//    often reads it again.
 // A step that ends early after its plan acted leaves its plan at its end
 // (leave_short_replay), before the framework lets go of the calls.
 // A storage that cannot be regenerated is remembered with the reason; an op
@@ -253,11 +259,12 @@ class Session final : public StepHooks {
 
   bool in_step() const { return warmup_ != nullptr || replay_ != nullptr; }
   // In a replay, inside an op: the framework must record the op's call,
-  // because the plan re-runs it later in the step
-  // (ReplayExecutor::recomputes_current_op) or, while the step can still
-  // change plans (nothing irreversible ran), another cached plan does: a plan
-  // the step switches to can re-run only ops whose calls were recorded.
-  bool recomputes_current_op() const;
+  // because the plan re-runs it later in the step, or a step that leaves the
+  // plan may regenerate what it made (ReplayExecutor::wants_current_call),
+  // or, while the step can still change plans (nothing irreversible ran),
+  // another cached plan re-runs it: a plan the step switches to can re-run
+  // only ops whose calls were recorded.
+  bool wants_current_call() const;
   // In a replay: the traced index of the current op (RecomputeCall::source_op
   // names ops by it); -1 outside a replay.
   OpIndex current_op() const { return replay_ != nullptr ? replay_->current_op() : -1; }
@@ -395,7 +402,7 @@ class Session final : public StepHooks {
   static constexpr std::size_t kRecentPrograms = 64;
   static constexpr std::size_t kPredictionContext = 16;  // the longest run of programs a prediction matches
   static constexpr std::size_t kMaxPlanNotes = 32;
-  std::vector<bool> call_asked_;  // by op: recomputes_current_op() was true when it ran
+  std::vector<bool> call_asked_;  // by op: wants_current_call() was true when it ran
   // Storages of the step that a left plan dropped and that could not be
   // regenerated, with the reason (Note [Leaving a plan]).
   std::unordered_map<StorageId, std::string> unregenerable_;
