@@ -212,19 +212,51 @@ def test_a_parameter_written_in_place_mid_step_after_the_plan_released():
         assert torch.equal(a, b)
 
 
-def test_a_tensor_that_cannot_be_regenerated_is_refused_before_it_is_read():
+def test_what_an_op_sourced_outside_the_step_made_is_regenerated_after_its_last_re_run():
     # The traced step let the first matmul's result go after backward used it;
     # step 2 keeps it and sums it after backward, an op the traced step did not
     # run. By then the plan has re-run that matmul for the last time and
-    # released the result again, and the recorded call is gone: nothing can
-    # regenerate it. The step raises DivergenceError before the sum reads it,
-    # naming the tensor and why.
+    # released the result again. The matmul reads only the input batch and a
+    # weight, nothing of the step (ReplayPlan::sourced_outside), so the
+    # framework kept its call to the step's end: the step leaves its plan, the
+    # result is regenerated, and the sum equals eager's.
     model = SineChain()
     x = torch.randn(512, 64, generator=torch.Generator().manual_seed(2))
     session = chain_session(model, x)
+    keep, eager_keep = [], []
+    with session:
+        loss = model(x, keep)
+        loss.backward()
+        total = keep[0].sum()
+    assert session.stats()["kind"] == "warmup"
+    SineChain()(x, eager_keep)
+    assert torch.equal(total, eager_keep[0].sum())
+
+
+class SineChainKeepingTheSecond(SineChain):
+    def forward(self, x, keep=None):
+        h = x
+        for i, w in enumerate(self.weights):
+            z = torch.mm(h, w)
+            if keep is not None and i == 1:
+                keep.append(z)
+            h = torch.sin(z)
+        return h.sum()
+
+
+def test_a_tensor_that_cannot_be_regenerated_is_refused_before_it_is_read():
+    # As above with the second matmul's result, which sin's backward read
+    # last in the traced step. The plan released it there and never re-runs
+    # that matmul, which reads the first sin's result (a tensor of the step,
+    # freed by then): no call of it is kept, nothing can regenerate it. The
+    # step raises DivergenceError before the sum reads it, naming the tensor
+    # and why.
+    model = SineChainKeepingTheSecond()
+    x = torch.randn(512, 64, generator=torch.Generator().manual_seed(2))
+    session = chain_session(model, x)
     keep = []
-    with pytest.raises(ho.DivergenceError, match=r'op "aten::sum" reads .* made by op 0 \(aten::mm\)\) cannot be '
-                                                 r"regenerated: the plan's last re-run of its op has passed"):
+    with pytest.raises(ho.DivergenceError, match=r'op "aten::sum" reads .* made by op 2 \(aten::mm\)\) cannot be '
+                                                 r"regenerated: the plan never re-runs its op"):
         with session:
             loss = model(x, keep)
             loss.backward()

@@ -232,7 +232,7 @@ def test_gradient_accumulation_windows_with_the_optimizer_inside_or_outside(accu
 
 
 def predicted(history):
-    """The program a step starts on after `history` (exec/session.h, Note [Next program]): what followed the latest
+    """The program a step starts on after `history` (exec/plan_cache.h, Note [Next program]): what followed the latest
     earlier occurrence of the longest run of recent programs (at most 16) that occurred before; else the last one."""
     n = len(history)
     for k in range(min(16, n - 1), 0, -1):

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "exec/step_driver.h"
+#include "hyperoffload/exec/plan_cache.h"
 #include "hyperoffload/exec/session.h"
 #include "hyperoffload/runtime/host_backend.h"
 
@@ -275,6 +276,123 @@ TEST(PlanCache, MaxPlansBelowOneIsRejected) {
   Result<std::unique_ptr<Session>> session = Session::create(*backend, options);
   ASSERT_FALSE(session.has_value());
   EXPECT_THAT(session.error().message, HasSubstr("max_plans must be >= 1, got 0"));
+}
+
+
+// ---- PlanCache alone (exec/plan_cache.h) -------------------------------------------
+
+// A plan of a chain of `names`, each op writing a 64-byte storage its
+// successor reads; no actions.
+std::shared_ptr<const ReplayPlan> chain_plan(const std::vector<std::string>& names) {
+  TraceBuilder builder;
+  for (std::size_t i = 0; i < names.size(); ++i) EXPECT_TRUE(builder.add_storage(static_cast<StorageId>(i), 64));
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    EXPECT_TRUE(builder.add_op(names[i]));
+    if (i > 0) builder.add_access(static_cast<StorageId>(i - 1), AccessKind::kRead);
+    builder.add_access(static_cast<StorageId>(i), AccessKind::kWrite);
+  }
+  Result<Trace> trace = std::move(builder).build();
+  EXPECT_TRUE(trace.has_value());
+  Result<std::shared_ptr<const ReplayPlan>> plan = ReplayPlan::create(std::move(*trace), Schedule{"test", {}});
+  EXPECT_TRUE(plan.has_value());
+  return *plan;
+}
+
+CachedPlan entry_of(std::shared_ptr<const ReplayPlan> plan, std::uint64_t tag = 0) {
+  CachedPlan entry;
+  entry.plan = std::move(plan);
+  entry.program_tag = tag;
+  return entry;
+}
+
+// Logs the first op of a chain plan: "a" writing storage 0.
+StepLog first_op_logged(std::string_view name) {
+  StepLog log;
+  log.op_begin(name, {}, {});
+  return log;
+}
+
+TEST(PlanCacheLadder, TheFirstStepOfACachedProgramReplaysTheMostRecentlyUsedPlan) {
+  PlanCache cache(4);
+  const StepLog nothing;
+  EXPECT_EQ(cache.choose(std::nullopt, nothing), nullptr);  // rung 3: warm up
+  const auto a = chain_plan({"a", "b"});
+  const auto b = chain_plan({"c", "d"});
+  cache.insert(entry_of(a));
+  cache.insert(entry_of(b));
+  // History: A B (each warmup ran its program). No run of programs occurred
+  // twice, so the prediction is the most recently used plan: B.
+  EXPECT_EQ(cache.choose(std::nullopt, nothing)->plan, b);
+  // Rung 2: the first op seen is "a", which B's traced step does not begin
+  // with; A's does.
+  EXPECT_EQ(cache.choose(std::nullopt, first_op_logged("a"))->plan, a);
+  EXPECT_EQ(cache.choose(std::nullopt, first_op_logged("x")), nullptr);
+  // A caller's condition excludes a plan (the one that diverged).
+  EXPECT_EQ(cache.choose(std::nullopt, nothing, false, [&](const CachedPlan& c) { return c.plan != b; })->plan, a);
+}
+
+TEST(PlanCacheLadder, ATagOnlyChoosesPlansOfThatTag) {
+  PlanCache cache(4);
+  const auto train = chain_plan({"a", "b"});
+  const auto eval = chain_plan({"a", "b"});  // the same ops, another tag: its own entry
+  cache.insert(entry_of(train, 1));
+  cache.insert(entry_of(eval, 2));
+  EXPECT_EQ(cache.size(), 2);
+  const StepLog nothing;
+  EXPECT_EQ(cache.choose(1, nothing)->plan, train);
+  EXPECT_EQ(cache.choose(2, nothing)->plan, eval);
+  EXPECT_EQ(cache.choose(3, nothing), nullptr);
+}
+
+TEST(PlanCacheLadder, APatternOfFourStepsIsPredictedOnceItRanTwice) {
+  // A B B B A B B B ...: gradient accumulation 4, the first micro-batch its
+  // own program. Programs: A = 0, B = 1 (numbered as first cached).
+  PlanCache cache(4);
+  const auto a = chain_plan({"a", "b"});
+  const auto b = chain_plan({"c", "d"});
+  cache.insert(entry_of(a));  // history: 0
+  cache.insert(entry_of(b));  // 0 1
+  cache.completed(b.get(), 0);  // 0 1 1
+  cache.completed(b.get(), 0);  // 0 1 1 1
+  const StepLog nothing;
+  // After 0 1 1 1: the longest earlier run is "1 1" (ending at index 2), which
+  // was followed by 1: B. (A context of one would say B too.) Wrong for this
+  // step; the step's own log makes it A.
+  EXPECT_EQ(cache.choose(std::nullopt, nothing)->plan, b);
+  cache.completed(a.get(), 0);  // 0 1 1 1 0
+  // The last program, 0, occurred at index 0, followed by 1: B.
+  EXPECT_EQ(cache.choose(std::nullopt, nothing)->plan, b);
+  cache.completed(b.get(), 0);  // 0 1 1 1 0 1
+  cache.completed(b.get(), 0);  // 0 1 1 1 0 1 1
+  cache.completed(b.get(), 0);  // 0 1 1 1 0 1 1 1
+  // Now "0 1 1 1" occurred before (indices 0-3), followed by 0: A, as it should be.
+  EXPECT_EQ(cache.choose(std::nullopt, nothing)->plan, a);
+  cache.completed(a.get(), 0);  // ... 0
+  EXPECT_EQ(cache.choose(std::nullopt, nothing)->plan, b);
+}
+
+TEST(PlanCacheLadder, TheSameProgramReplacesItsPlanAndKeepsItsNumberAndTheLeastRecentlyUsedGoes) {
+  PlanCache cache(2);
+  const auto a = chain_plan({"a", "b"});
+  const auto a_again = chain_plan({"a", "b"});
+  const auto b = chain_plan({"c", "d"});
+  const auto c = chain_plan({"e", "f"});
+  cache.insert(entry_of(a));
+  EXPECT_EQ(cache.insert(entry_of(a_again)).program, 0u);  // replaced, same number
+  EXPECT_EQ(cache.size(), 1);
+  EXPECT_EQ(cache.find(a.get()), nullptr);
+  EXPECT_EQ(cache.insert(entry_of(b)).program, 1u);
+  cache.completed(a_again.get(), 4096);  // A most recently used: B is the least
+  EXPECT_EQ(cache.insert(entry_of(c)).program, 2u);
+  EXPECT_EQ(cache.size(), 2);
+  EXPECT_EQ(cache.stats().evictions, 1);
+  EXPECT_EQ(cache.find(b.get()), nullptr);
+  EXPECT_NE(cache.find(a_again.get()), nullptr);
+  // The pool keeps what the hungriest cached plan's replays held.
+  EXPECT_EQ(cache.host_pool_footprint_bytes(), 4096);
+  cache.erase(a_again.get());
+  EXPECT_EQ(cache.host_pool_footprint_bytes(), 0);
+  EXPECT_EQ(cache.stats().plans_cached, 1);
 }
 
 }  // namespace

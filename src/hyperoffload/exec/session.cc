@@ -50,7 +50,8 @@ Session::Session(Backend& backend, SessionOptions options)
       events_(std::make_unique<EventPool>(backend)),
       pool_(std::make_unique<PinnedHostPool>(backend, PinnedHostPoolOptions{options_.host_capacity_bytes})),
       residency_(std::make_unique<ResidencyManager>(backend, *pool_, *events_,
-                                                    ResidencyOptions{options_.rematerialize, RecordCopies::kNo, std::nullopt})) {}
+                                                    ResidencyOptions{options_.rematerialize, RecordCopies::kNo, std::nullopt})),
+      cache_(options_.max_plans) {}
 
 Session::~Session() { (void)abort_step(); }
 
@@ -60,7 +61,7 @@ StepHooks* Session::active() {
 }
 
 Status Session::fail(Error error) {
-  if (!failure_ && error.code == ErrorCode::kDiverged && replay_ != nullptr) ++cache_stats_.misses;
+  if (!failure_ && error.code == ErrorCode::kDiverged && replay_ != nullptr) ++cache_.stats().misses;
   if (!failure_) failure_ = error;
   return std::unexpected(std::move(error));
 }
@@ -78,14 +79,19 @@ Status Session::begin_step() {
   logging_ = false;
   program_tag_ = 0;
   op_seen_ = false;
-  if (plans_.empty()) return start_warmup();
-  HO_RETURN_IF_ERROR(start_replay(predicted_plan()));
+  // Note [Step start] in exec/plan_cache.h: the tag is not known yet.
+  const CachedPlan* chosen = cache_.choose(std::nullopt, log_);
+  if (chosen == nullptr) return start_warmup();
+  HO_RETURN_IF_ERROR(start_replay(*chosen));
   logging_ = true;
   return ok_status();
 }
 
-Status Session::start_replay(std::list<CachedPlan>::iterator it, std::optional<StepOrigin> continues) {
-  use_plan(it);
+Status Session::start_replay(const CachedPlan& cached, std::optional<StepOrigin> continues) {
+  plan_ = cached.plan;
+  plan_result_ = cached.result;
+  floor_ = cached.floor;
+  budget_outcome_ = cached.outcome;
   HO_ASSIGN_OR_RETURN(replay_, ReplayExecutor::start(*residency_, plan_,
                                                      ReplayOptions{options_.record_timeline, options_.recompute,
                                                                    continues}));
@@ -93,8 +99,8 @@ Status Session::start_replay(std::list<CachedPlan>::iterator it, std::optional<S
 }
 
 Status Session::start_warmup(std::optional<StepOrigin> continues) {
-  ++cache_stats_.warmups;
-  ++cache_stats_.misses;
+  ++cache_.stats().warmups;
+  ++cache_.stats().misses;
   step_kind_ = StepKind::kWarmup;
   logging_ = false;
   plan_.reset();
@@ -122,14 +128,13 @@ Status Session::set_program_tag(std::uint64_t tag) {
   }
   program_tag_ = tag;
   if (replay_ == nullptr) return ok_status();  // a warmup: its plan gets the tag
-  auto current = std::find_if(plans_.begin(), plans_.end(),
-                              [&](const CachedPlan& cached) { return cached.plan == plan_; });
-  if (current != plans_.end() && current->program_tag == tag) return ok_status();
-  // Nothing has run yet: start again as begin_step would, among this tag's plans.
-  auto target = std::find_if(plans_.begin(), plans_.end(),
-                             [&](const CachedPlan& cached) { return cached.program_tag == tag; });
+  if (const CachedPlan* current = cache_.find(plan_.get()); current != nullptr && current->program_tag == tag) {
+    return ok_status();
+  }
+  // Nothing has run yet: the ladder again, with the tag (Note [Step start]).
+  const CachedPlan* chosen = cache_.choose(tag, log_);
   replay_.reset();
-  return target != plans_.end() ? start_replay(target) : start_warmup();
+  return chosen != nullptr ? start_replay(*chosen) : start_warmup();
 }
 
 Status Session::on_op_begin(std::string_view name, std::span<const StorageId> inputs,
@@ -232,7 +237,7 @@ Status Session::leave_short_replay() {
                     ? switch_executor(log_.events().size(), true, replayed.error())
                     : Status(std::unexpected(std::move(replayed.error())));
   if (!left) {
-    if (left.error().code == ErrorCode::kDiverged) ++cache_stats_.misses;
+    if (left.error().code == ErrorCode::kDiverged) ++cache_.stats().misses;
     (void)abort_step();
   }
   return left;
@@ -255,7 +260,7 @@ Status Session::finish_warmup() {
                 fmt::format("the step left its plan and ends holding {} tensor(s) whose data the plan had dropped and "
                             "that cannot be regenerated, among them storage {}: {}",
                             unregenerable_.size(), id, why)};
-    ++cache_stats_.misses;
+    ++cache_.stats().misses;
     (void)abort_step();
     return std::unexpected(std::move(error));
   }
@@ -321,69 +326,19 @@ Status Session::finish_warmup() {
   // cached beyond the plan's needs go back (the replay's first step acquires
   // the plan's peak host bytes, in size classes, and later steps reuse them).
   HO_RETURN_IF_ERROR(pool_->trim());
-  // A plan of the same program is replaced; beyond max_plans the least
-  // recently used goes.
-  // The replacement keeps the program's number (Note [Next program]).
-  std::uint64_t program = next_program_;
-  std::erase_if(plans_, [&](const CachedPlan& cached) {
-    const bool same = cached.program_tag == program_tag_ && same_program(*cached.plan, *plan_);
-    if (same) program = cached.program;
-    return same;
-  });
-  if (program == next_program_) ++next_program_;
-  plans_.push_front(CachedPlan{plan_, plan_result_, floor_, budget_outcome_});
-  plans_.front().program_tag = program_tag_;
-  plans_.front().program = program;
-  remember_program(program);
-  while (static_cast<std::int64_t>(plans_.size()) > options_.max_plans) {
-    plans_.pop_back();
-    ++cache_stats_.evictions;
-  }
-  cache_stats_.plans_cached = static_cast<std::int64_t>(plans_.size());
+  // A plan of the same program is replaced (keeping its number); beyond
+  // max_plans the least recently used goes.
+  cache_.insert(CachedPlan{plan_, plan_result_, floor_, budget_outcome_, program_tag_});
   const std::string left =
       miss_reason_.empty() ? "" : fmt::format("; the step began as a replay and left it: {}", miss_reason_);
   plan_notes_.push_back(fmt::format("plan {} cached for a step program of {} ops (peak {} planned; {} of at most {} plans "
                                     "cached, {} evicted so far{})",
-                                    cache_stats_.warmups, plan_->trace().op_count(),
-                                    format_bytes(plan_result_.planned_peak_bytes), plans_.size(), options_.max_plans,
-                                    cache_stats_.evictions, left));
+                                    cache_.stats().warmups, plan_->trace().op_count(),
+                                    format_bytes(plan_result_.planned_peak_bytes), cache_.size(), cache_.max_plans(),
+                                    cache_.stats().evictions, left));
   if (plan_notes_.size() > kMaxPlanNotes) plan_notes_.erase(plan_notes_.begin());
   notes_.insert(notes_.end(), plan_notes_.begin(), plan_notes_.end());
   return ok_status();
-}
-
-void Session::use_plan(std::list<CachedPlan>::iterator it) {
-  const CachedPlan& cached = *it;
-  plan_ = cached.plan;
-  plan_result_ = cached.result;
-  floor_ = cached.floor;
-  budget_outcome_ = cached.outcome;
-}
-
-void Session::remember_program(std::uint64_t program) {
-  recent_programs_.push_back(program);
-  if (recent_programs_.size() > kRecentPrograms) recent_programs_.pop_front();
-}
-
-std::list<Session::CachedPlan>::iterator Session::predicted_plan() {
-  // Note [Next program]: what followed the most recent earlier occurrence of
-  // the longest run of recent programs that occurred before, if its plan is
-  // still cached; else the most recently used plan.
-  const std::size_t n = recent_programs_.size();
-  for (std::size_t k = std::min(kPredictionContext, n == 0 ? 0 : n - 1); k >= 1; --k) {
-    // Occurrences of the last k programs ending at `end` < n - 1, latest first.
-    for (std::size_t end = n - 1; end-- >= k;) {
-      bool same = true;
-      for (std::size_t j = 0; j < k && same; ++j) same = recent_programs_[end - j] == recent_programs_[n - 1 - j];
-      if (!same) continue;
-      const std::uint64_t next = recent_programs_[end + 1];
-      const auto it = std::find_if(plans_.begin(), plans_.end(),
-                                   [next](const CachedPlan& cached) { return cached.program == next; });
-      if (it != plans_.end()) return it;
-      break;  // evicted: a shorter run may still name a cached one
-    }
-  }
-  return plans_.begin();
 }
 
 bool Session::wants_current_call() const {
@@ -391,9 +346,7 @@ bool Session::wants_current_call() const {
   if (replay_->wants_current_call()) return true;
   if (!replay_->in_op() || !replay_->reversible()) return false;
   const OpIndex op = replay_->current_op();
-  return std::any_of(plans_.begin(), plans_.end(), [this, op](const CachedPlan& cached) {
-    return cached.program_tag == program_tag_ && op < cached.plan->trace().op_count() && cached.plan->recomputed(op);
-  });
+  return cache_.any_recomputes(program_tag_, op);
 }
 
 template <class Log>
@@ -447,15 +400,15 @@ Status Session::switch_executor(std::size_t feed, bool complete, const Error& wh
     }
     return true;
   };
-  auto target = plans_.end();
+  // Note [Step start]: another plan of the tag that fits what the step ran;
+  // none once the replay acted.
   const bool reversible = replay_->reversible();
-  for (auto it = plans_.begin(); reversible && it != plans_.end(); ++it) {
-    if (it->plan == plan_ || it->program_tag != program_tag_) continue;
-    if (calls_cover(*it->plan) && matches_prefix(*it->plan, log_, complete)) {
-      target = it;
-      break;
-    }
-  }
+  const CachedPlan* target =
+      reversible ? cache_.choose(program_tag_, log_, complete,
+                                 [&](const CachedPlan& cached) {
+                                   return cached.plan != plan_ && calls_cover(*cached.plan);
+                                 })
+                 : nullptr;
   // A replay that acted stays until what its plan dropped is back (Note
   // [Leaving a plan]); the executor continuing the step takes the
   // residency's settings.
@@ -464,9 +417,9 @@ Status Session::switch_executor(std::size_t feed, bool complete, const Error& wh
   if (reversible) left.reset();
   Status fed = ok_status();
   auto feed_into = [&](StepHooks& hooks) { return log_.replay_into(hooks, feed); };
-  if (target != plans_.end()) {
-    ++cache_stats_.switches;
-    HO_RETURN_IF_ERROR(start_replay(target, origin));
+  if (target != nullptr) {
+    ++cache_.stats().switches;
+    HO_RETURN_IF_ERROR(start_replay(*target, origin));
     replay_->set_catching_up(true);
     fed = feed_into(*replay_);
     replay_->set_catching_up(false);
@@ -499,7 +452,7 @@ Status Session::finish_replay() {
     replayed = replay_->finish();
   }
   if (!replayed) {
-    if (replayed.error().code == ErrorCode::kDiverged) ++cache_stats_.misses;
+    if (replayed.error().code == ErrorCode::kDiverged) ++cache_.stats().misses;
     (void)abort_step();
     return std::unexpected(std::move(replayed.error()));
   }
@@ -507,17 +460,9 @@ Status Session::finish_replay() {
   logging_ = false;
   log_.clear();
   // Note [Pinned pool between steps].
-  const auto ran = std::find_if(plans_.begin(), plans_.end(),
-                                [&](const CachedPlan& cached) { return cached.plan == plan_; });
-  if (ran != plans_.end()) {
-    ran->host_pool_peak_bytes = std::max(ran->host_pool_peak_bytes, pool_->stats().peak_bytes);
-    remember_program(ran->program);
-    plans_.splice(plans_.begin(), plans_, ran);  // the most recently used: a step ran it to its end
-  }
-  std::int64_t keep_bytes = 0;
-  for (const CachedPlan& cached : plans_) keep_bytes = std::max(keep_bytes, cached.host_pool_peak_bytes);
-  HO_RETURN_IF_ERROR(pool_->trim_to(keep_bytes));
-  ++cache_stats_.hits;
+  cache_.completed(plan_.get(), pool_->stats().peak_bytes);  // the most recently used now
+  HO_RETURN_IF_ERROR(pool_->trim_to(cache_.host_pool_footprint_bytes()));
+  ++cache_.stats().hits;
   ++steps_completed_;
   ++replays_since_warmup_;
   last_stats_ = replayed->stats;
@@ -566,8 +511,7 @@ bool Session::forgive_and_rewarm(const Error& error) {
   if (!diverged_first_replay && !warmup_below_floor) return false;
   rewarm_used_ = true;
   // The plan does not describe the steps to come.
-  std::erase_if(plans_, [&](const CachedPlan& cached) { return cached.plan == plan_; });
-  cache_stats_.plans_cached = static_cast<std::int64_t>(plans_.size());
+  cache_.erase(plan_.get());
   plan_.reset();
   return true;
 }

@@ -99,19 +99,9 @@
 // AccumulateGrad detaches, the later ones add in place) never gets a wrong
 // result, whatever the planner; it gets one warmup per new program.
 //
-// Note [Next program]. Programs that differ only after the step has acted
-// (gradient accumulation: the first micro-batch creates .grad, the others add
-// into it; an optimizer step inside the last one) cannot switch plans, so a
-// step that starts on the wrong plan warms up again (Note [Leaving a plan]).
-// Training loops repeat their pattern, so the session numbers each program (a
-// re-warmed plan keeps its program's number), remembers the programs of the
-// last 64 completed steps, and starts a step on the program that followed the
-// latest earlier occurrence of the longest run of recent programs (at most
-// 16) that occurred before: A B A B: after A, B; A B B B A B B B: after
-// A B B B, A (a context of one program would say B). Without such a
-// precedent (or with its plan evicted) it starts on the most recently used
-// plan. A wrong guess costs a switch before any action, a warmup after one;
-// once a pattern of at most 16 steps has run twice, every guess holds.
+// Which plan a step starts on, and which it switches to: one ladder in
+// PlanCache::choose (Note [Step start] and Note [Next program] in
+// exec/plan_cache.h).
 //
 // Note [Pinned pool between steps]. The pinned host pool is the session's,
 // shared by every plan, and its freed blocks stay cached for reuse. After a
@@ -141,6 +131,7 @@
 #include <vector>
 
 #include "hyperoffload/exec/hooks.h"
+#include "hyperoffload/exec/plan_cache.h"
 #include "hyperoffload/exec/replay_executor.h"
 #include "hyperoffload/exec/step_log.h"
 #include "hyperoffload/exec/step_stats.h"
@@ -193,15 +184,6 @@ struct SessionOptions {
   AfterActions after_actions = AfterActions::kContinueAsWarmup;
 };
 
-// The plan cache so far (Note [Plan per step program]).
-struct PlanCacheStats {
-  std::int64_t plans_cached = 0;
-  std::int64_t hits = 0;       // steps that ended as a replay of a cached plan
-  std::int64_t misses = 0;     // steps no cached plan served: each warmup, each replay that diverged after acting
-  std::int64_t warmups = 0;    // warmup steps begun (the first, re-warmups, replays continued as warmups)
-  std::int64_t switches = 0;   // replays that switched to another cached plan mid-step (hits too)
-  std::int64_t evictions = 0;  // plans evicted to keep max_plans
-};
 
 // The one check of a session's options, for every entry point (the C++
 // session, Python's OffloadConfig through _C.SessionOptions.validate): a
@@ -269,11 +251,11 @@ class Session final : public StepHooks {
   // names ops by it); -1 outside a replay.
   OpIndex current_op() const { return replay_ != nullptr ? replay_->current_op() : -1; }
   // kReplay when a plan is cached (the step may still become a warmup).
-  StepKind next_step_kind() const { return plans_.empty() ? StepKind::kWarmup : StepKind::kReplay; }
+  StepKind next_step_kind() const { return cache_.empty() ? StepKind::kWarmup : StepKind::kReplay; }
   // The kind of the step running (a replay may become a warmup mid-step), or
   // of the last step begun.
   StepKind step_kind() const { return step_kind_; }
-  const PlanCacheStats& plan_cache_stats() const { return cache_stats_; }
+  const PlanCacheStats& plan_cache_stats() const { return cache_.stats(); }
   std::int64_t steps_completed() const { return steps_completed_; }
 
   // The last step begun is the first replay after a warmup.
@@ -342,29 +324,10 @@ class Session final : public StepHooks {
   }
   Status finish_warmup();
   Status finish_replay();
-  struct CachedPlan {
-    std::shared_ptr<const ReplayPlan> plan;
-    PlanResult result;
-    std::optional<UnavoidableFloor> floor;
-    std::optional<BudgetOutcome> outcome;
-    std::uint64_t program_tag = 0;  // of the step it was traced from (set_program_tag)
-    std::uint64_t program = 0;      // the step program's number (Note [Next program])
-    // The most pinned-pool bytes (in size classes) a replay of it held at
-    // once: what the pool keeps for it between steps (Note [Pinned pool
-    // between steps]).
-    std::int64_t host_pool_peak_bytes = 0;
-  };
   // The step (from `continues`, when it began as another executor's) as a
   // replay of `it`, or as a warmup: a miss, with no plan.
-  Status start_replay(std::list<CachedPlan>::iterator it, std::optional<StepOrigin> continues = std::nullopt);
+  Status start_replay(const CachedPlan& cached, std::optional<StepOrigin> continues = std::nullopt);
   Status start_warmup(std::optional<StepOrigin> continues = std::nullopt);
-  // Makes `it` the current plan (it becomes the most recently used when a
-  // step runs it to its end: finish_replay).
-  void use_plan(std::list<CachedPlan>::iterator it);
-  // Note [Next program]: the plan a step starts replaying, and the record of
-  // which program each completed step ran.
-  std::list<CachedPlan>::iterator predicted_plan();
-  void remember_program(std::uint64_t program);
   // Note [Plan per step program]: after a divergence of a reversible replay,
   // hands the step to a replay of another cached plan matching the log, or to
   // a warmup, and re-feeds it the first `feed` logged events. `why`: the
@@ -391,16 +354,11 @@ class Session final : public StepHooks {
   std::optional<Error> failure_;
 
   std::shared_ptr<const ReplayPlan> plan_;  // of the current or last replay, or of the last warmup
-  std::list<CachedPlan> plans_;             // most recently used first
-  PlanCacheStats cache_stats_;
+  PlanCache cache_;
   StepLog log_;
   bool logging_ = false;
   std::vector<std::string> plan_notes_;  // one per plan cached, the last kMaxPlanNotes
   std::string miss_reason_;  // why this step left the plan it began replaying, if it did
-  std::uint64_t next_program_ = 0;           // the number the next new program gets
-  std::deque<std::uint64_t> recent_programs_;  // of the last kRecentPrograms completed steps, oldest first
-  static constexpr std::size_t kRecentPrograms = 64;
-  static constexpr std::size_t kPredictionContext = 16;  // the longest run of programs a prediction matches
   static constexpr std::size_t kMaxPlanNotes = 32;
   std::vector<bool> call_asked_;  // by op: wants_current_call() was true when it ran
   // Storages of the step that a left plan dropped and that could not be
