@@ -28,11 +28,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("run", range(RUNS))
-def test_a_spawned_ddp_run_with_sessions_alive_at_exit_exits_cleanly(run):
+@pytest.mark.parametrize("variant, run", [("mlp", run) for run in range(RUNS)] + [("gpt2", 0)])
+def test_a_spawned_ddp_run_with_sessions_alive_at_exit_exits_cleanly(variant, run):
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        done = subprocess.run([sys.executable, WORKER, str(free_port())], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, WORKER, str(free_port()), variant], capture_output=True, text=True,
                               timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
     finally:
         burner.kill()
