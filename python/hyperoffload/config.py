@@ -9,8 +9,11 @@ from typing import Optional, Union
 
 import torch
 
+from . import _C
+
 MIB = 1 << 20  # MiB: 2**20 bytes; MB is 10**6 bytes, as in the CLI's --budget 512MB
 INTERCEPTIONS = ("auto", "dispatch_mode")
+_DEFAULTS = _C.defaults()
 # Byte counts are 64-bit signed integers in the runtime.
 MAX_BYTES = (1 << 63) - 1
 
@@ -155,16 +158,17 @@ class OffloadConfig:
             docs/PYTHON.md, "How ops are intercepted".
     """
 
+    # The runtime's defaults have one home, in C++ (_C.defaults()).
     max_resident_activation_mib: Optional[float] = None
     max_offload_activation_mib: Optional[float] = None
-    planner: str = "hybrid"
-    copy_engines: int = 2
+    planner: str = _DEFAULTS["planner"]
+    copy_engines: int = _DEFAULTS["copy_engines"]
     max_resident_activation_bytes: Optional[int] = None
     max_offload_activation_bytes: Optional[int] = None
     device: Optional[Union[str, torch.device]] = None
-    rewarm_once: bool = True
-    max_plans: int = 8
-    calibration_bytes: int = 4 << 20
+    rewarm_once: bool = _DEFAULTS["rewarm_once"]
+    max_plans: int = _DEFAULTS["max_plans"]
+    calibration_bytes: int = _DEFAULTS["calibration_bytes"]
     interception: str = "auto"
     copy_bandwidth_gib_per_s: Optional[float] = None
     emulate_copy_bandwidth: bool = False
@@ -247,8 +251,6 @@ class OffloadConfig:
     def _runtime_options(self, bind_device: bool):
         """The options; with bind_device=False without the device, which names a CUDA index only once
         one is current (device_name), so that validation needs no device."""
-        from . import _C
-
         options = _C.SessionOptions()
         options.budget_bytes = self.budget_bytes
         options.host_capacity_bytes = self.host_capacity_bytes

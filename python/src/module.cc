@@ -897,9 +897,11 @@ PYBIND11_MODULE(_C, m) {
         defaults["rewarm_once"] = hyperoffload::kDefaultRewarmPolicy == hyperoffload::RewarmPolicy::kOnce;
         defaults["max_plans"] = hyperoffload::kDefaultMaxPlans;
         defaults["memory_cap"] = std::string(hyperoffload::to_string(hyperoffload::kDefaultDeviceMemory));
+        defaults["calibration_bytes"] = hyperoffload::kDefaultCalibrationBytes;
+        defaults["copy_engines"] = static_cast<int>(hyperoffload::kDefaultCopyEngines);
         return defaults;
       },
-      "The library's defaults, each one constant in C++ (OffloadConfig's fields must equal them: a test checks).");
+      "The library's defaults, each one constant in C++: OffloadConfig's fields take theirs from here.");
   m.def(
       "unplanned_peak",
       [](const std::string& trace_json) {

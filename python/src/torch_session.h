@@ -101,7 +101,7 @@ struct TorchSessionOptions {
   // hooks (rematerialize, recompute) are the TorchSession's, set when it makes
   // the session.
   SessionOptions session;
-  CopyEngines copy_engines = CopyEngines::kTwo;
+  CopyEngines copy_engines = kDefaultCopyEngines;
   // The session's device; nullopt: the first storage a step produces decides.
   std::optional<c10::Device> device;
   // CPU sessions only: the HostBackend's copies take bytes / this bandwidth

@@ -141,11 +141,14 @@ def test_an_invalid_field_is_an_error_naming_it(data, kwargs):
 
 
 def test_the_configs_defaults_are_the_librarys():
-    # One default per setting, in C++; the dataclass repeats them, so this holds them equal.
+    # One default per setting, in C++ (_C.defaults()), which the dataclass's
+    # fields take; these are their values, written out.
     from hyperoffload import _C
     config = ho.OffloadConfig()
-    assert _C.defaults() == {"planner": config.planner, "rewarm_once": config.rewarm_once, "memory_cap": "budget",
-                            "max_plans": config.max_plans}
+    assert _C.defaults() == {"planner": "hybrid", "rewarm_once": True, "memory_cap": "budget", "max_plans": 8,
+                             "calibration_bytes": 4 << 20, "copy_engines": 2}
+    assert (config.planner, config.rewarm_once, config.max_plans, config.calibration_bytes, config.copy_engines) == (
+        "hybrid", True, 8, 4 << 20, 2)
 
 
 def test_the_config_reaches_the_runtime_as_one_options_struct():

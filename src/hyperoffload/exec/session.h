@@ -174,7 +174,7 @@ struct SessionOptions {
   // Re-runs ops for plans that recompute (exec/recompute.h). Without one, no
   // op of the warmup is recorded recomputable, so no plan recomputes.
   RecomputeFn recompute;
-  std::int64_t calibration_bytes = std::int64_t{4} << 20;  // see WarmupOptions
+  std::int64_t calibration_bytes = kDefaultCalibrationBytes;  // see WarmupOptions
   std::optional<double> copy_bandwidth_gib_per_s;          // see WarmupOptions
   OpTimes op_times = kDefaultOpTimes;                      // see WarmupOptions, Note [Reproducible plans]
   RewarmPolicy rewarm = kDefaultRewarmPolicy;              // see above

@@ -78,13 +78,17 @@ inline constexpr OpTimes kDefaultOpTimes = OpTimes::kQuantized;
 double recorded_duration_ms(double measured_ms, OpTimes op_times);
 double recorded_bandwidth_gib_per_s(double measured_gib_per_s, OpTimes op_times);
 
+// The default calibration copy of every entry point (WarmupOptions,
+// SessionOptions, OffloadConfig): 4 MiB.
+inline constexpr std::int64_t kDefaultCalibrationBytes = std::int64_t{4} << 20;
+
 struct WarmupOptions {
   // Limit on resident bytes of tracked storages; nullopt: never evict.
   std::optional<std::int64_t> budget_bytes;
   // Bytes of the calibration copy for a direction the step did not copy (at
   // most the largest storage); 0 disables calibration (the default bandwidth
   // is kept and a note says so).
-  std::int64_t calibration_bytes = std::int64_t{4} << 20;
+  std::int64_t calibration_bytes = kDefaultCalibrationBytes;
   // The copy bandwidth the trace records for both directions, in GiB/s (> 0),
   // instead of the one the step's copies measured: to plan for another link
   // (a GPU's PCIe link while running on the CPU) or conservatively.

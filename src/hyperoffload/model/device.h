@@ -35,5 +35,8 @@ constexpr const char* to_string(DeviceMemory memory) {
 // (D2H and H2D run concurrently); kOne, both directions share one FIFO queue
 // in program order. model/copy_engines.h times them.
 enum class CopyEngines : std::uint8_t { kOne = 1, kTwo = 2 };
+// The default of every entry point (backends, the CLI's comparisons, the
+// Python session): a GPU's two copy engines.
+inline constexpr CopyEngines kDefaultCopyEngines = CopyEngines::kTwo;
 
 }  // namespace hyperoffload

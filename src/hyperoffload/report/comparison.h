@@ -35,7 +35,7 @@ struct ComparisonOptions {
   // Score weights NAME=VALUE for the peak planner and the hybrid planner,
   // which places its offloads with it (an error when no planner takes them).
   std::vector<std::pair<std::string, double>> score_weights;
-  CopyEngines copy_engines = CopyEngines::kTwo;
+  CopyEngines copy_engines = kDefaultCopyEngines;
   // kBudget simulates a device that holds only the budget (sim/simulator.h):
   // waiting for memory becomes stall and the timed peak stays within the budget.
   DeviceMemory device_memory = kDefaultDeviceMemory;
@@ -110,7 +110,7 @@ struct Comparison {
   OpIndex unplanned_peak_op = -1;
   double d2h_bandwidth_gib_per_s = 0.0;
   double h2d_bandwidth_gib_per_s = 0.0;
-  CopyEngines copy_engines = CopyEngines::kTwo;
+  CopyEngines copy_engines = kDefaultCopyEngines;
   DeviceMemory device_memory = kDefaultDeviceMemory;
   std::vector<std::int64_t> budgets_bytes;  // in the requested order
   std::optional<std::int64_t> host_budget_bytes;  // ComparisonOptions'

@@ -34,7 +34,7 @@ enum class DeviceAllocator : std::uint8_t {
 
 struct CudaBackendOptions {
   int device = 0;  // CUDA device ordinal
-  CopyEngines copy_engines = CopyEngines::kTwo;
+  CopyEngines copy_engines = kDefaultCopyEngines;
   std::uintptr_t compute_stream = 0;  // a cudaStream_t; 0 = the legacy default stream
   DeviceAllocator allocator = DeviceAllocator::kStreamOrdered;
 };

@@ -39,7 +39,7 @@ namespace hyperoffload {
 struct HostBackendOptions {
   std::int64_t device_capacity_bytes = std::int64_t{1} << 30;  // emulated device memory, bytes
   std::int64_t device_alignment_bytes = 256;                   // power of two >= 8
-  CopyEngines copy_engines = CopyEngines::kTwo;
+  CopyEngines copy_engines = kDefaultCopyEngines;
   // How long a waiting thread (an idle worker, a synchronizing caller, a
   // producer facing a full queue) polls before it sleeps; see Note [Spin
   // before sleep]. 0: sleep at once.
