@@ -608,18 +608,23 @@ class Runtime final : public OpHandler {
     if (session == nullptr || session->schedule() == nullptr) return py::none();
     const Trace& trace = *session->trace();
     const Schedule& schedule = *session->schedule();
-    const auto& budget = session_->options().session.budget_bytes;
+    // The target the plan was made for, whole (host budget included).
+    const StepTarget& target = session->target();
+    const auto& budget = target.budget_bytes;
     const PlanSummary plan = summarize_plan(trace, schedule, session->floor(),
                                             {.budget_bytes = budget,
-                                             .device_memory = session_->options().session.planner_options.device_memory,
-                                             .copy_engines = session_->options().copy_engines,
-                                             .record_timeline = RecordTimeline::kNo});
+                                             .device_memory = target.device_memory,
+                                             .copy_engines = target.copy_engines,
+                                             .record_timeline = RecordTimeline::kNo,
+                                             .host_budget_bytes = target.host_budget_bytes});
     const SimulationResult& simulated = plan.simulation;
     py::dict summary;
     summary["planner"] = plan.planner;
     summary["ops"] = plan.op_count;
     summary["storages"] = plan.storage_count;
     summary["budget_bytes"] = budget ? py::object(py::int_(*budget)) : py::object(py::none());
+    summary["host_budget_bytes"] =
+        target.host_budget_bytes ? py::object(py::int_(*target.host_budget_bytes)) : py::object(py::none());
     summary["floor_bytes"] = plan.floor ? py::object(py::int_(plan.floor->bytes)) : py::object(py::none());
     summary["unplanned_peak_bytes"] = plan.unplanned.bytes;
     summary["planned_peak_bytes"] = plan.op_peak_bytes();

@@ -110,3 +110,20 @@ def test_a_closed_session_says_so_and_closing_twice_is_fine():
     with pytest.raises(ho.HyperoffloadError, match="this OffloadSession is closed"):
         with session:
             pass
+
+
+def test_the_plan_summary_is_of_the_host_budget_the_plan_was_made_for():
+    # One target (exec/session.h, Session::target): 256 KiB of pinned host
+    # memory gives plans a host budget of 4/5 of it, 209,712 bytes
+    # (262,144 / 5 = 52,428 rounded down, x 4), and the summary simulates the plan against
+    # that same budget (it left the host budget out once).
+    config = ho.OffloadConfig(max_resident_activation_bytes=DEVICE_BUDGET_BYTES,
+                              max_offload_activation_bytes=256 << 10, planner="hybrid")
+    session = ho.OffloadSession(config)
+    train(build_mlp, session, steps=1)
+    summary = session.plan_summary()
+    assert summary["budget_bytes"] == DEVICE_BUDGET_BYTES
+    assert summary["host_budget_bytes"] == 209_712
+    unlimited = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=DEVICE_BUDGET_BYTES))
+    train(build_mlp, unlimited, steps=1)
+    assert unlimited.plan_summary()["host_budget_bytes"] is None

@@ -51,7 +51,15 @@ Session::Session(Backend& backend, SessionOptions options)
       pool_(std::make_unique<PinnedHostPool>(backend, PinnedHostPoolOptions{options_.host_capacity_bytes})),
       residency_(std::make_unique<ResidencyManager>(backend, *pool_, *events_,
                                                     ResidencyOptions{options_.rematerialize, RecordCopies::kNo, std::nullopt})),
-      cache_(options_.max_plans) {}
+      cache_(options_.max_plans) {
+  target_.budget_bytes = options_.budget_bytes;
+  target_.host_budget_bytes = options_.planner_options.host_budget_bytes;
+  if (!target_.host_budget_bytes && options_.host_capacity_bytes != std::numeric_limits<std::int64_t>::max()) {
+    target_.host_budget_bytes = options_.host_capacity_bytes / 5 * 4;
+  }
+  target_.device_memory = options_.planner_options.device_memory;
+  target_.copy_engines = backend_.copy_engines();
+}
 
 Session::~Session() { (void)abort_step(); }
 
@@ -104,7 +112,7 @@ Status Session::start_warmup(std::optional<StepOrigin> continues) {
   step_kind_ = StepKind::kWarmup;
   logging_ = false;
   plan_.reset();
-  HO_ASSIGN_OR_RETURN(warmup_, WarmupExecutor::start(*residency_, WarmupOptions{options_.budget_bytes,
+  HO_ASSIGN_OR_RETURN(warmup_, WarmupExecutor::start(*residency_, WarmupOptions{target_.budget_bytes,
                                                                                 options_.calibration_bytes,
                                                                                 options_.copy_bandwidth_gib_per_s,
                                                                                 options_.op_times, continues}));
@@ -279,17 +287,13 @@ Status Session::finish_warmup() {
   unplanned_trace_ = warmed->trace;
   floor_.reset();
   budget_outcome_.reset();
-  // The pinned pool's capacity bounds the plan's host budget (unless the
-  // planner options name one): a plan that needs more host memory than the
-  // pool holds would fail its replay. The pool serves each request from a size
-  // class at most 25% larger (runtime/pinned_host_pool.h), so a plan whose
-  // host copies hold at most 4/5 of the capacity always fits in it.
+  // The plan is made for the session's target (its host budget bounded by
+  // the pinned pool: target()).
   PlannerOptions planner_options = options_.planner_options;
-  if (!planner_options.host_budget_bytes && options_.host_capacity_bytes != std::numeric_limits<std::int64_t>::max()) {
-    planner_options.host_budget_bytes = options_.host_capacity_bytes / 5 * 4;
-  }
+  planner_options.host_budget_bytes = target_.host_budget_bytes;
+  planner_options.device_memory = target_.device_memory;
   Result<BudgetedPlan> planned =
-      plan_within_budget(warmed->trace, options_.budget_bytes, options_.planner, planner_options);
+      plan_within_budget(warmed->trace, target_.budget_bytes, options_.planner, planner_options);
   if (!planned) {
     return make_error(planned.error().code, fmt::format("planning the traced step with \"{}\": {}", options_.planner,
                                                         planned.error().message));
@@ -309,15 +313,15 @@ Status Session::finish_warmup() {
           ErrorCode::kInvalidArgument,
           fmt::format("the budget of {} ({} bytes) is below the unavoidable floor of {} ({} bytes, "
                       "reached at op {} ({})): no schedule can keep the step within it; raise the budget",
-                      format_bytes(*options_.budget_bytes), *options_.budget_bytes, format_bytes(floor_->bytes),
+                      format_bytes(*target_.budget_bytes), *target_.budget_bytes, format_bytes(floor_->bytes),
                       floor_->bytes, floor_->op, warmed->trace.op_name(floor_->op)));
     case BudgetOutcome::kBelowHostFloor:
       return make_error(ErrorCode::kInvalidArgument,
-                        describe_host_shortfall(*planned, *options_.budget_bytes, *planner_options.host_budget_bytes));
+                        describe_host_shortfall(*planned, *target_.budget_bytes, *planner_options.host_budget_bytes));
   }
   for (std::string& note : planned->result.notes) notes_.push_back(std::move(note));
   Schedule schedule = std::move(planned->result.schedule);
-  schedule.budget_bytes = options_.budget_bytes;  // as `hyperoffload plan` records it
+  schedule.budget_bytes = target_.budget_bytes;  // as `hyperoffload plan` records it
   plan_result_ = std::move(planned->result);
   plan_result_.schedule = Schedule{schedule.planner, {}};
   HO_ASSIGN_OR_RETURN(plan_, ReplayPlan::create(std::move(warmed->trace), std::move(schedule)));
@@ -467,7 +471,7 @@ Status Session::finish_replay() {
   ++replays_since_warmup_;
   last_stats_ = replayed->stats;
   last_timeline_ = std::move(replayed->timeline);
-  if (last_stats_.over_budget_allocations > 0 && !replay_over_budget_noted_ && options_.budget_bytes) {
+  if (last_stats_.over_budget_allocations > 0 && !replay_over_budget_noted_ && target_.budget_bytes) {
     // Once per session: a replay that holds more than its plan knows of does
     // so every step.
     replay_over_budget_noted_ = true;
@@ -475,7 +479,7 @@ Status Session::finish_replay() {
         "replay step {} held up to {} ({} bytes) of device memory, above the budget of {}: {} allocations went "
         "ahead with no copy left to wait for (the step holds memory its plan does not know of)",
         steps_completed_, format_bytes(last_stats_.peak_held_bytes), last_stats_.peak_held_bytes,
-        format_bytes(*options_.budget_bytes), last_stats_.over_budget_allocations));
+        format_bytes(*target_.budget_bytes), last_stats_.over_budget_allocations));
   }
   return ok_status();
 }

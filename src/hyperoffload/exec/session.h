@@ -301,6 +301,13 @@ class Session final : public StepHooks {
   const Timeline& last_timeline() const { return last_timeline_; }
 
   const SessionOptions& options() const { return options_; }
+  // The budgets, memory model and copy engines every plan of the session is
+  // made for (built once from the options and the backend). The host budget
+  // is the planner options' when they name one, else 4/5 of the pinned
+  // pool's capacity when that is limited: the pool serves each request from a
+  // size class at most 25% larger (runtime/pinned_host_pool.h), so a plan
+  // whose host copies hold at most 4/5 of the capacity always fits in it.
+  const StepTarget& target() const { return target_; }
   Backend& backend() const { return backend_; }
   PinnedHostPool& host_pool() { return *pool_; }
   const PinnedHostPool& host_pool() const { return *pool_; }
@@ -345,6 +352,7 @@ class Session final : public StepHooks {
 
   Backend& backend_;
   SessionOptions options_;
+  StepTarget target_;
   std::unique_ptr<EventPool> events_;
   std::unique_ptr<PinnedHostPool> pool_;
   std::unique_ptr<ResidencyManager> residency_;

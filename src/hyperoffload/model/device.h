@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace hyperoffload {
 
@@ -38,5 +39,17 @@ enum class CopyEngines : std::uint8_t { kOne = 1, kTwo = 2 };
 // The default of every entry point (backends, the CLI's comparisons, the
 // Python session): a GPU's two copy engines.
 inline constexpr CopyEngines kDefaultCopyEngines = CopyEngines::kTwo;
+
+// What a step is planned for and held to, as one value: the device budget,
+// the host budget, how device memory behaves and the copy engines. A session
+// builds it once (exec/session.h, Session::target) and passes it whole to the
+// planner and to the plan's summary, so a budget cannot reach one and not the
+// other.
+struct StepTarget {
+  std::optional<std::int64_t> budget_bytes;       // device bytes; nullopt: unlimited
+  std::optional<std::int64_t> host_budget_bytes;  // pinned host bytes; nullopt: unlimited
+  DeviceMemory device_memory = kDefaultDeviceMemory;
+  CopyEngines copy_engines = kDefaultCopyEngines;
+};
 
 }  // namespace hyperoffload

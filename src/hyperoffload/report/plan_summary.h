@@ -26,7 +26,7 @@ struct PlanSummaryOptions {
   // device to); on a DeviceMemory::kBudget device it is the memory's size.
   std::optional<std::int64_t> budget_bytes;
   DeviceMemory device_memory = kDefaultDeviceMemory;
-  CopyEngines copy_engines = CopyEngines::kTwo;
+  CopyEngines copy_engines = kDefaultCopyEngines;
   RecordTimeline record_timeline = RecordTimeline::kNo;  // the memory curve, for plots
   // Host bytes the plan may hold (nullopt: unlimited): a peak host above it
   // is a problem of the simulation's validation (SimulatorOptions).
