@@ -97,6 +97,11 @@ struct OpInfo {
   // (recomputable_op below): the warmup's trace marks it `recomputable`;
   // kWithRngReplay when that needs its generator's state (Note [RNG replay]).
   Recomputable recomputable = Recomputable::kNo;
+  // A batch norm (writes_undeclared): the position of its `training` flag and
+  // of its running statistics; -1 and none for other ops. Note [Batch norm
+  // re-runs].
+  int training_argument = -1;
+  std::vector<std::size_t> running_stats;
   // The schema's argument and result counts (the boxed form's stack slots).
   std::size_t arguments = 0;
   std::size_t returns = 0;
@@ -142,20 +147,29 @@ Recomputable recomputable_op(const c10::OperatorHandle& op, const OpInfo& info) 
   return Recomputable::kNo;
 }
 
-// Whether the op writes the argument although its schema does not say so.
-// The batch norms that train write their running statistics in place
-// (running_mean.mul_(1 - momentum).add_(...)) under schemas that declare no
-// write: `native_batch_norm(..., Tensor? running_mean, Tensor? running_var,
-// bool training, ...)`, and the cuDNN and MIOpen ones alike. Taken at their
-// schema's word, a recompute would run the update a second time (running
-// statistics no longer those of eager) and the trace would miss the write.
-// Counted written whatever `training` says: in eval they are only read, and
-// the cost is that such an op is never recomputed.
+// Note [Batch norm re-runs]. The batch norms that train write their running
+// statistics in place (running_mean.mul_(1 - momentum).add_(...)) under
+// schemas that declare no write: `native_batch_norm(..., Tensor? running_mean,
+// Tensor? running_var, bool training, ...)`, and the cuDNN and MIOpen ones
+// alike (writes_undeclared). Taken at their schema's word, a re-run updated
+// the statistics a second time (a ResNet's running_mean then differed from
+// eager's). So their running statistics count as written, and a call that
+// trains is recorded with them left out (None): training, the results depend
+// only on the batch, the weight and the bias, so the re-run regenerates them
+// bit for bit and updates nothing. A call in eval mode reads the statistics
+// and is not recomputable (recomputable_call): a later training call could
+// update them below autograd, where no version counter tells.
 bool writes_undeclared(const c10::FunctionSchema& schema, const c10::Argument& argument) {
   static const std::unordered_set<std::string> batch_norms = {"aten::native_batch_norm", "aten::cudnn_batch_norm",
                                                               "aten::miopen_batch_norm"};
   return batch_norms.contains(schema.name()) &&
          (argument.name() == "running_mean" || argument.name() == "running_var");
+}
+
+// Whether this call of the op is recomputable (Note [Batch norm re-runs]): a
+// batch norm only when it trains.
+Recomputable recomputable_call(const OpInfo& info, bool training) {
+  return info.training_argument < 0 || training ? info.recomputable : Recomputable::kNo;
 }
 
 OpInfo op_info_of(const c10::OperatorHandle& op) {
@@ -165,13 +179,21 @@ OpInfo op_info_of(const c10::OperatorHandle& op) {
   const std::vector<c10::Argument>& arguments = schema.arguments();
   for (std::size_t index = 0; index < arguments.size(); ++index) {
     const c10::AliasInfo* alias = arguments[index].alias_info();
-    if ((alias != nullptr && alias->isWrite()) || writes_undeclared(schema, arguments[index])) {
-      info.written.emplace_back(index, arguments[index].name());
-    }
+    if (alias != nullptr && alias->isWrite()) info.written.emplace_back(index, arguments[index].name());
   }
   info.arguments = arguments.size();
   info.returns = schema.returns().size();
+  // From the declared writes: a training batch norm's undeclared ones are
+  // left out of its re-runs (Note [Batch norm re-runs]).
   info.recomputable = recomputable_op(op, info);
+  for (std::size_t index = 0; index < arguments.size(); ++index) {
+    if (writes_undeclared(schema, arguments[index])) {
+      info.written.emplace_back(index, arguments[index].name());
+      info.running_stats.push_back(index);
+    }
+    if (arguments[index].name() == "training") info.training_argument = static_cast<int>(index);
+  }
+  if (info.running_stats.empty()) info.training_argument = -1;
   return info;
 }
 
@@ -231,10 +253,13 @@ class BoxedCall final : public OpCall {
  public:
   // Precondition: the op has not run yet (its generator's state is saved
   // now when `how` is kWithRngReplay).
+  // `left_out`: argument positions passed as None on a re-run (a training
+  // batch norm's running statistics: Note [Batch norm re-runs]).
   BoxedCall(const c10::OperatorHandle& op, c10::DispatchKeySet keys, c10::ArrayRef<c10::IValue> arguments,
-            std::size_t returns, std::string name, Recomputable how)
+            std::size_t returns, std::string name, Recomputable how, const std::vector<std::size_t>& left_out)
       : op_(op), keys_(keys), arguments_(arguments.begin(), arguments.end()), returns_(returns),
         name_(std::move(name)) {
+    for (std::size_t position : left_out) arguments_[position] = c10::IValue();
     std::optional<at::Generator> generator;
     std::vector<c10::Device> devices;
     for (const c10::IValue& value : arguments_) {
@@ -285,11 +310,14 @@ class BoxedCall final : public OpCall {
 class PyCall final : public OpCall {
  public:
   // Precondition: as BoxedCall's.
-  PyCall(py::handle func, py::handle args, py::handle kwargs, std::string name, Recomputable how)
+  // `left_out`: as BoxedCall's, by position or by name.
+  PyCall(py::handle func, py::handle args, py::handle kwargs, const OpInfo& info, Recomputable how,
+         const std::vector<std::size_t>& left_out)
       : func_(py::reinterpret_borrow<py::object>(func)),
         args_(py::reinterpret_borrow<py::object>(args)),
         kwargs_(py::reinterpret_borrow<py::object>(kwargs)),
-        name_(std::move(name)) {
+        name_(info.name) {
+    if (!left_out.empty()) leave_out(info, left_out);
     std::optional<at::Generator> generator;
     std::vector<c10::Device> devices;
     for_each_argument([&](PyObject* object) {
@@ -316,6 +344,23 @@ class PyCall final : public OpCall {
     args_ = py::object();
     kwargs_ = py::object();
   }
+  void leave_out(const OpInfo& info, const std::vector<std::size_t>& positions) {
+    py::tuple args(PyTuple_GET_SIZE(args_.ptr()));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args_.ptr()); ++i) {
+      const bool out = std::find(positions.begin(), positions.end(), static_cast<std::size_t>(i)) != positions.end();
+      args[static_cast<std::size_t>(i)] = out ? py::none() : py::reinterpret_borrow<py::object>(
+                                                                  PyTuple_GET_ITEM(args_.ptr(), i));
+    }
+    args_ = std::move(args);
+    if (kwargs_.is_none()) return;
+    py::dict kwargs = py::reinterpret_borrow<py::dict>(kwargs_).attr("copy")();
+    for (const auto& [index, name] : info.written) {
+      const bool out = std::find(positions.begin(), positions.end(), index) != positions.end();
+      if (out && kwargs.contains(name)) kwargs[py::str(name)] = py::none();
+    }
+    kwargs_ = std::move(kwargs);
+  }
+
   std::vector<c10::Storage> run() override {
     py::gil_scoped_acquire gil;
     SavedGenerators::Scope replay(generators_);  // Note [RNG replay]
@@ -468,11 +513,15 @@ class Runtime final : public OpHandler {
     written_.clear();
     python::collect_storages(args, inputs_);
     for (const auto& [index, name] : info.written) python::collect_storages(args[index], written_);
-    if (TorchStatus begun = session_->begin_op(info.name, inputs_, written_, recomputable(info)); !begun) {
+    const bool training = info.training_argument >= 0 && args[info.training_argument].isBool() &&
+                          args[info.training_argument].toBool();
+    const Recomputable how = recomputable_call(info, training);
+    if (TorchStatus begun = session_->begin_op(info.name, inputs_, written_, how); !begun) {
       raise_in_dispatcher(begun.error());
     }
     if (session_->wants_call()) {
-      session_->record_call(std::make_unique<BoxedCall>(op, keys, args, info.returns, info.name, info.recomputable));
+      session_->record_call(std::make_unique<BoxedCall>(op, keys, args, info.returns, info.name, how,
+                                                        training ? info.running_stats : std::vector<std::size_t>{}));
     }
     try {
       run_below(op, keys, stack);
@@ -487,7 +536,24 @@ class Runtime final : public OpHandler {
     if (!ended) raise_in_dispatcher(ended.error());
   }
 
+  // Whether a call trains (Note [Batch norm re-runs]): its `training`
+  // argument, by position or by name.
+  static bool py_training(const OpInfo& info, py::handle args, py::handle kwargs) {
+    if (info.training_argument < 0) return false;
+    PyObject* value = nullptr;
+    if (PyTuple_Check(args.ptr()) && info.training_argument < PyTuple_GET_SIZE(args.ptr())) {
+      value = PyTuple_GET_ITEM(args.ptr(), info.training_argument);
+    } else if (kwargs.ptr() != nullptr && PyDict_Check(kwargs.ptr())) {
+      value = PyDict_GetItemString(kwargs.ptr(), "training");
+    }
+    return value != nullptr && PyObject_IsTrue(value) == 1;
+  }
+
   void begin(const OpInfo& info, py::handle args, py::handle kwargs) {
+    begin_call(info, args, kwargs, py_training(info, args, kwargs));
+  }
+
+  void begin_call(const OpInfo& info, py::handle args, py::handle kwargs, bool training) {
     if (!session_->intercepts()) return;
     inputs_.clear();
     written_.clear();
@@ -514,7 +580,7 @@ class Runtime final : public OpHandler {
         }
       }
     }
-    check(session_->begin_op(info.name, inputs_, written_, recomputable(info)));
+    check(session_->begin_op(info.name, inputs_, written_, recomputable_call(info, training)));
   }
 
   void end(py::handle out) {
@@ -546,11 +612,13 @@ class Runtime final : public OpHandler {
     }
     if (!session_->intercepts()) return call(func, arg_tuple, kwarg_dict);
     const OpInfo& info = op_info(func);
-    begin(info, py::handle(arg_tuple), kwarg_dict != nullptr ? py::handle(kwarg_dict) : py::handle(Py_None));
+    const py::handle kwarg_handle = kwarg_dict != nullptr ? py::handle(kwarg_dict) : py::handle(Py_None);
+    const bool training = py_training(info, py::handle(arg_tuple), kwarg_handle);
+    begin_call(info, py::handle(arg_tuple), kwarg_handle, training);
     if (session_->wants_call()) {
-      session_->record_call(std::make_unique<PyCall>(
-          func, py::handle(arg_tuple), kwarg_dict != nullptr ? py::handle(kwarg_dict) : py::handle(Py_None), info.name,
-          info.recomputable));
+      session_->record_call(std::make_unique<PyCall>(func, py::handle(arg_tuple), kwarg_handle, info,
+                                                     recomputable_call(info, training),
+                                                     training ? info.running_stats : std::vector<std::size_t>{}));
     }
     PyObject* out = PyObject_Call(func.ptr(), arg_tuple, kwarg_dict);
     if (out == nullptr) {
@@ -683,8 +751,6 @@ class Runtime final : public OpHandler {
     if (out == nullptr) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(out);
   }
-
-  static Recomputable recomputable(const OpInfo& info) { return info.recomputable; }
 
   // The OpInfo of an operator, the first time this runtime sees it.
   const OpInfo& op_info(const c10::OperatorHandle& op) {

@@ -409,18 +409,43 @@ TorchError TorchSession::divergence_error(const Error& error) const {
 }
 
 TorchStatus TorchSession::hook_failed(const Error& error) {
-  const bool diverged = error.code == ErrorCode::kDiverged;
-  TorchError reported = diverged ? divergence_error(error) : runtime_error(error);
-  stop_tracking();
-  if (session_->forgive_and_rewarm(error)) {  // Note [Re-warmup] in exec/session.h
-    warnings_.push_back(fmt::format(
-        "hyperoffload: the first replayed step diverged from the warmup step ({}); this step finishes without "
-        "offloading and the next one warms up again (once per session; the first step of a training loop often "
-        "differs, e.g. when parameter .grad tensors are created in it)",
-        error.message));
+  stop_tracking();  // the step is aborted: the session may judge it now
+  return report_end(session_->step_end(std::unexpected(error), Session::EndedBy::kHook), Session::EndedBy::kHook);
+}
+
+TorchStatus TorchSession::report_end(const StepEnd& end, Session::EndedBy by) {
+  // The one table from how a step ended (exec/session.h, StepEnd) to what
+  // Python sees: nothing, a RuntimeWarning (forgiven once: Note [Re-warmup]),
+  // or an exception of the kind's class.
+  if (end.kind == StepEndKind::kEnded) return {};
+  const Error& error = *end.error;
+  const bool hook = by == Session::EndedBy::kHook;
+  if (end.forgiven) {
+    warnings_.push_back(
+        end.kind == StepEndKind::kBelowFloor
+            ? fmt::format("hyperoffload: {}. This was the first warmup step; the next step warms up again (once per "
+                          "session; the first step of a training loop often holds more, e.g. the parameter .grad "
+                          "tensors it creates)",
+                          error.message)
+            : fmt::format("hyperoffload: the first replayed step diverged from the warmup step ({}); {} (once per "
+                          "session{})",
+                          error.message,
+                          hook ? "this step finishes without offloading and the next one warms up again"
+                               : "the next step warms up again",
+                          hook ? "; the first step of a training loop often differs, e.g. when parameter .grad "
+                                 "tensors are created in it"
+                               : ""));
     return {};
   }
-  return std::unexpected(std::move(reported));
+  switch (end.kind) {
+    case StepEndKind::kDiverged: return std::unexpected(divergence_error(error));
+    case StepEndKind::kBelowFloor:      // no plan keeps the budget
+    case StepEndKind::kBelowHostFloor:  // no plan keeps both budgets
+      return std::unexpected(TorchError{ErrorKind::kBudget, error.message});
+    case StepEndKind::kEnded:
+    case StepEndKind::kFailed: break;
+  }
+  return std::unexpected(runtime_error(error));
 }
 
 void TorchSession::stop_tracking() {
@@ -498,36 +523,7 @@ TorchStatus TorchSession::finish_runtime_step() {
   // PyTorch gets their memory back.
   (void)session_->forget_held_storages();
   registry_->release_all();
-  if (ended) return {};
-  const Error& error = ended.error();
-  if (error.code == ErrorCode::kDiverged) {
-    TorchError reported = divergence_error(error);
-    if (session_->forgive_and_rewarm(error)) {
-      warnings_.push_back(fmt::format(
-          "hyperoffload: the first replayed step diverged from the warmup step ({}); the next step warms up again "
-          "(once per session)",
-          error.message));
-      return {};
-    }
-    return std::unexpected(std::move(reported));
-  }
-  if (session_->schedule() == nullptr && session_->budget_outcome() == BudgetOutcome::kBelowFloor) {
-    // The session warms up again either way; the first time (Note
-    // [Re-warmup]) is a warning.
-    if (session_->forgive_and_rewarm(error)) {
-      warnings_.push_back(fmt::format(
-          "hyperoffload: {}. This was the first warmup step; the next step warms up again (once per session; the "
-          "first step of a training loop often holds more, e.g. the parameter .grad tensors it creates)",
-          error.message));
-      return {};
-    }
-    return std::unexpected(TorchError{ErrorKind::kBudget, error.message});
-  }
-  if (session_->schedule() == nullptr && session_->budget_outcome() == BudgetOutcome::kBelowHostFloor) {
-    // No plan keeps both budgets: a budget error, as below the device floor.
-    return std::unexpected(TorchError{ErrorKind::kBudget, error.message});
-  }
-  return std::unexpected(runtime_error(error));
+  return report_end(session_->step_end(ended, Session::EndedBy::kEndStep), Session::EndedBy::kEndStep);
 }
 
 TorchStatus TorchSession::end_step() {

@@ -193,8 +193,11 @@ class TorchSession {
                               std::span<c10::StorageImpl* const> written, Recomputable recomputable);
   void drop_calls_after_leaving_plan();
   // A runtime error from a hook: stop offloading (restoring every storage),
-  // then either swallow a first-replay divergence (re-warmup) or return it.
+  // then report it as the session judges it (report_end).
   TorchStatus hook_failed(const Error& error);
+  // What Python sees of how a step ended: one table (nothing, a warning when
+  // the re-warmup policy forgave it, or the kind's exception).
+  TorchStatus report_end(const StepEnd& end, Session::EndedBy by);
   // Tells the runtime the current op is recomputable, when begin_op said so.
   TorchStatus mark_if_recomputable();
   // Brings every tracked storage back, aborts the runtime step, hands the

@@ -22,6 +22,15 @@ import soak  # noqa: E402
 STEPS = 100
 
 
+def test_rss_growth_counts_a_steady_leak_and_not_one_jump():
+    # A leak of 4.5 KiB (4,608 B) per step over 84 steps: 83 jumps of 4,608,
+    # the largest left out: 82 x 4,608 / 83 = 4,552.5 B per step, over 4,096.
+    assert soak.steady_growth([4608 * step for step in range(84)]) == 82 * 4608 / 83
+    # The allocator growing its heap once by 48 pages (196,608 B) after step
+    # 40, and a page later: the jump is left out, 4,096 / 83 B per step remain.
+    assert soak.steady_growth([0] * 40 + [196608] * 30 + [200704] * 14) == 4096 / 83
+
+
 def test_a_varying_shape_loop_plans_each_program_once_and_nothing_grows():
     result = soak.soak(STEPS)
     programs = len(soak.programs())

@@ -507,6 +507,23 @@ std::string Session::plan_fingerprint_of(const ReplayPlan& plan) {
   return fmt::format("{:016x}", hash);
 }
 
+StepEnd Session::step_end(const Status& outcome, EndedBy by) {
+  if (outcome) return StepEnd{};
+  const Error& error = outcome.error();
+  StepEnd end{StepEndKind::kFailed, error, false};
+  if (error.code == ErrorCode::kDiverged) {
+    end.kind = StepEndKind::kDiverged;
+  } else if (by == EndedBy::kEndStep && plan_ == nullptr && budget_outcome_ == BudgetOutcome::kBelowFloor) {
+    end.kind = StepEndKind::kBelowFloor;
+  } else if (by == EndedBy::kEndStep && plan_ == nullptr && budget_outcome_ == BudgetOutcome::kBelowHostFloor) {
+    end.kind = StepEndKind::kBelowHostFloor;
+  }
+  if (end.kind == StepEndKind::kDiverged || end.kind == StepEndKind::kBelowFloor) {
+    end.forgiven = forgive_and_rewarm(error);
+  }
+  return end;
+}
+
 bool Session::forgive_and_rewarm(const Error& error) {
   if (options_.rewarm != RewarmPolicy::kOnce || rewarm_used_ || in_step()) return false;
   const bool diverged_first_replay = error.code == ErrorCode::kDiverged && in_first_replay();

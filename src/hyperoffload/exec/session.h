@@ -185,6 +185,23 @@ struct SessionOptions {
 };
 
 
+// How a step ended, for a binding to map through one table to its own errors
+// and warnings (Session::step_end).
+enum class StepEndKind : std::uint8_t {
+  kEnded,           // replayed, or warmed up and planned
+  kDiverged,        // the step ran other ops than its plan and could not go on exactly (kDiverged)
+  kBelowFloor,      // a warmup whose budget is below the unavoidable floor: no plan keeps it
+  kBelowHostFloor,  // a warmup that no plan keeps within both budgets
+  kFailed,          // any other error
+};
+struct StepEnd {
+  StepEndKind kind = StepEndKind::kEnded;
+  std::optional<Error> error;  // unset for kEnded
+  // The re-warmup policy forgave it (Note [Re-warmup]): the next step warms
+  // up again; a binding warns instead of raising.
+  bool forgiven = false;
+};
+
 // The one check of a session's options, for every entry point (the C++
 // session, Python's OffloadConfig through _C.SessionOptions.validate): a
 // negative budget, host capacity or calibration size, a copy bandwidth that is
@@ -267,6 +284,12 @@ class Session final : public StepHooks {
   // dropped and the next step warms up; false otherwise, nothing changed.
   // Precondition: not inside a step (abort it first).
   bool forgive_and_rewarm(const Error& error);
+  // What `outcome` means, with the re-warmup policy applied
+  // (forgive_and_rewarm): of end_step() (kEndStep), or a hook's failure that
+  // ended the step (kHook: never a budget's). Precondition: not inside a step
+  // (a failed one is aborted).
+  enum class EndedBy : std::uint8_t { kHook, kEndStep };
+  StepEnd step_end(const Status& outcome, EndedBy by);
 
   // The recorded trace and the plan of the last replay or warmup (else null).
   // plan_result()'s schedule is empty: schedule() holds it.
