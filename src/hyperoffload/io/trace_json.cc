@@ -5,6 +5,7 @@
 
 #include "hyperoffload/io/file.h"
 #include "hyperoffload/io/internal/json_reader.h"
+#include "hyperoffload/io/internal/trace_fast_reader.h"
 
 namespace hyperoffload {
 namespace {
@@ -175,6 +176,11 @@ Result<Trace> build_from_document(simdjson::dom::element document) {
 }
 
 Result<Trace> parse_padded(const simdjson::padded_string& json, std::string_view source) {
+  // Note [Two trace readers]: the one-pass reader takes the files in the
+  // writer's shape; the DOM reader every other file and every error.
+  if (std::optional<Trace> fast = internal::read_trace_fast(std::string_view(json.data(), json.size()))) {
+    return std::move(*fast);
+  }
   simdjson::dom::parser parser;
   Result<simdjson::dom::element> document = internal::parse_document(parser, json, source);
   if (!document) return std::unexpected(document.error());
