@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/storage_accesses.h"
 #include "testing/trace_dsl.h"
@@ -19,6 +21,29 @@ TEST(TraceBuilder, InternsOpNames) {
   EXPECT_EQ(trace.op_names().size(), 2u);
   EXPECT_EQ(trace.op_name_index(0), trace.op_name_index(2));
   EXPECT_EQ(trace.op_name(2), "mm");
+}
+
+// Past the interning table's first growths (64 slots, at most half full):
+// 3 rounds over 1000 names, each name interned once, in order of first use.
+TEST(TraceBuilder, InternsManyNamesAcrossTableGrowth) {
+  TraceBuilder builder;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 1000; ++i) ASSERT_TRUE(builder.add_op(fmt::format("layer{}.op", i)));
+  }
+  Result<Trace> trace = std::move(builder).build();
+  ASSERT_TRUE(trace);
+  ASSERT_EQ(trace->op_names().size(), 1000u);
+  for (OpIndex op = 0; op < 3000; ++op) {
+    ASSERT_EQ(trace->op_name_index(op), static_cast<std::uint32_t>(op % 1000));
+    ASSERT_EQ(trace->op_name(op), fmt::format("layer{}.op", op % 1000));
+  }
+  // An empty name is a name like any other.
+  TraceBuilder empty;
+  ASSERT_TRUE(empty.add_op(""));
+  ASSERT_TRUE(empty.add_op(""));
+  Result<Trace> unnamed = std::move(empty).build();
+  ASSERT_TRUE(unnamed);
+  EXPECT_EQ(unnamed->op_names().size(), 1u);
 }
 
 TEST(TraceBuilder, NamesOpsByTheIndexOfNamesItWasGiven) {

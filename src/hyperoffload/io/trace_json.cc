@@ -5,6 +5,7 @@
 
 #include "hyperoffload/io/file.h"
 #include "hyperoffload/io/internal/json_reader.h"
+#include "hyperoffload/io/internal/trace_fast_reader.h"
 
 namespace hyperoffload {
 namespace {
@@ -174,6 +175,7 @@ Result<Trace> build_from_document(simdjson::dom::element document) {
   return std::move(builder).build();
 }
 
+// The DOM reader (Note [Two trace readers]).
 Result<Trace> parse_padded(const simdjson::padded_string& json, std::string_view source) {
   simdjson::dom::parser parser;
   Result<simdjson::dom::element> document = internal::parse_document(parser, json, source);
@@ -184,10 +186,18 @@ Result<Trace> parse_padded(const simdjson::padded_string& json, std::string_view
 }  // namespace
 
 Result<Trace> parse_trace_json(std::string_view json, std::string_view source) {
+  // Note [Two trace readers]: the one-pass reader takes the files in the
+  // writer's shape; the DOM reader every other file and every error.
+  if (std::optional<Trace> fast = internal::read_trace_fast(json)) return std::move(*fast);
   return parse_padded(simdjson::padded_string(json), source);
 }
 
 Result<Trace> read_trace_file(const std::filesystem::path& path) {
+  // Note [Two trace readers]: the one-pass reader reads the file where it
+  // lies; anything else is read again, padded, for the DOM reader.
+  if (Result<MappedFile> mapped = MappedFile::open(path)) {
+    if (std::optional<Trace> fast = internal::read_trace_fast(mapped->text())) return std::move(*fast);
+  }
   if (path == "-") {
     Result<std::string> text = read_file(path);
     if (!text) return std::unexpected(text.error());

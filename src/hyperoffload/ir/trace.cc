@@ -1,5 +1,6 @@
 #include "hyperoffload/ir/trace.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -83,21 +84,39 @@ Status TraceBuilder::add_storage(StorageId id, std::int64_t size_bytes, Retentio
   return ok_status();
 }
 
-Status TraceBuilder::add_op(std::string_view name, double duration_ms, Recomputable recomputable) {
-  std::uint32_t name_index;
-  auto it = name_to_index_.find(name);
-  if (it != name_to_index_.end()) {
-    name_index = it->second;
-  } else {
-    name_index = static_cast<std::uint32_t>(trace_.names_.size());
-    trace_.names_.emplace_back(name);
-    name_to_index_.emplace(std::string(name), name_index);
+std::uint32_t TraceBuilder::intern(std::string_view name) {
+  if (2 * (interned_count_ + 1) > name_slots_.size()) {
+    std::vector<NameSlot> old = std::move(name_slots_);
+    name_slots_.assign(std::max<std::size_t>(64, 2 * old.size()), NameSlot{});
+    const std::size_t mask = name_slots_.size() - 1;
+    for (const NameSlot& slot : old) {
+      if (slot.index_plus_one == 0) continue;
+      std::size_t at = slot.hash & mask;
+      while (name_slots_[at].index_plus_one != 0) at = (at + 1) & mask;
+      name_slots_[at] = slot;
+    }
   }
-  return add_named_op(name_index, duration_ms, recomputable);
+  const std::uint64_t hash = std::hash<std::string_view>{}(name);
+  const std::size_t mask = name_slots_.size() - 1;
+  std::size_t at = hash & mask;
+  while (name_slots_[at].index_plus_one != 0) {
+    const NameSlot& slot = name_slots_[at];
+    if (slot.hash == hash && trace_.names_[slot.index_plus_one - 1] == name) return slot.index_plus_one - 1;
+    at = (at + 1) & mask;
+  }
+  const auto index = static_cast<std::uint32_t>(trace_.names_.size());
+  trace_.names_.emplace_back(name);
+  name_slots_[at] = NameSlot{hash, index + 1};
+  ++interned_count_;
+  return index;
+}
+
+Status TraceBuilder::add_op(std::string_view name, double duration_ms, Recomputable recomputable) {
+  return add_named_op(intern(name), duration_ms, recomputable);
 }
 
 void TraceBuilder::use_op_names(std::span<const std::string> names) {
-  // Not entered into name_to_index_: a later add_op of one of these names
+  // Not interned: a later add_op of one of these names
   // interns it a second time, which costs a string and changes nothing else.
   trace_.names_.assign(names.begin(), names.end());
 }
@@ -254,7 +273,7 @@ Result<Trace> TraceBuilder::build() && {
   }
   if (trace_.recomputable_count_ > 0) HO_RETURN_IF_ERROR(check_recomputable_ops());
   pending_ids_ = {};
-  name_to_index_ = {};
+  name_slots_ = {};
   return std::move(trace_);
 }
 

@@ -12,6 +12,7 @@ namespace {
 
 struct Candidate {
   StorageIndex storage;
+  std::uint32_t order;  // position in generation order, the last tie-break (in the padding)
   std::int64_t size_bytes;
   OpIndex copy_op;     // copy_d2h goes after this op
   OpIndex release_op;  // gap start: release_device goes after this op
@@ -20,13 +21,16 @@ struct Candidate {
   OpIndex distance() const { return end_op - release_op; }
 };
 
-// Ranking: longest gap, then largest, then earliest start. Candidates are
-// generated in (first appearance of storage, gap position) order, so a stable
-// sort keeps the reference's remaining tie order.
+// Ranking: longest gap, then largest, then earliest start, then the order of
+// generation — (first appearance of storage, gap position), the reference's
+// remaining tie order. A total order, so an unstable sort gives the stable
+// sort's order of the first three keys (std::sort is about twice as quick as
+// std::stable_sort on the 2.7M candidates of the 1M-op random trace).
 bool ranks_before(const Candidate& a, const Candidate& b) {
   if (a.distance() != b.distance()) return a.distance() > b.distance();
   if (a.size_bytes != b.size_bytes) return a.size_bytes > b.size_bytes;
-  return a.release_op < b.release_op;
+  if (a.release_op != b.release_op) return a.release_op < b.release_op;
+  return a.order < b.order;
 }
 
 }  // namespace
@@ -53,13 +57,13 @@ Result<PlanResult> GreedyPlanner::plan(const Trace& trace, std::optional<std::in
     for (std::size_t i = 0; i + 1 < list.size(); ++i) {
       if (list[i].kind == AccessKind::kWrite) latest_write = list[i].op;
       if (list[i + 1].op - list[i].op < 2) continue;  // empty interior
-      candidates.push_back(Candidate{s, size, latest_write >= 0 ? latest_write : list.front().op, list[i].op,
-                                     list[i + 1].op});
+      candidates.push_back(Candidate{s, static_cast<std::uint32_t>(candidates.size()), size,
+                                     latest_write >= 0 ? latest_write : list.front().op, list[i].op, list[i + 1].op});
     }
   }
   std::vector<std::int64_t> resident(op_count);
   std::partial_sum(delta.begin(), delta.end() - 1, resident.begin());
-  std::stable_sort(candidates.begin(), candidates.end(), ranks_before);
+  std::sort(candidates.begin(), candidates.end(), ranks_before);
 
   internal::RangeMaxTree tree(resident);
   result.initial_peak_bytes = tree.max();

@@ -41,12 +41,14 @@ namespace {
 // Depth-first with an explicit stack (chains can be thousands of ops deep)
 // and each producer once: the augmented trace re-runs a producer once per
 // point however many re-runs read its outputs.
+// `pending` is scratch space, reused between calls (one allocation per
+// candidate was a tenth of the model on a 1M-op transformer).
 double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, OpIndex op, ChainMarks& marks,
-                  std::int64_t max_work) {
+                  std::int64_t max_work, std::vector<OpIndex>& pending) {
   const double limit_ms = trace.total_compute_ms();
   marks.clear();
   marks.visit(source_op);
-  std::vector<OpIndex> pending{source_op};
+  pending.assign(1, source_op);
   std::size_t visited = 1;
   double cost = 0.0;
   while (!pending.empty()) {
@@ -76,13 +78,13 @@ double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, 
 
 // Per access of a storage: the copy op of its version, by the peak model's
 // rule (peak_model.h, starts_version) — the op of the version's first access,
-// which is the only op that writes it.
-std::vector<OpIndex> version_copy_ops(std::span<const StorageAccess> list) {
-  std::vector<OpIndex> copy_ops(list.size(), 0);
+// which is the only op that writes it. Into `copy_ops`, reused between
+// storages.
+void version_copy_ops(std::span<const StorageAccess> list, std::vector<OpIndex>& copy_ops) {
+  copy_ops.resize(list.size());
   for (std::size_t j = 0; j < list.size(); ++j) {
     copy_ops[j] = j == 0 || starts_version(list, j) ? list[j].op : copy_ops[j - 1];
   }
-  return copy_ops;
 }
 
 }  // namespace
@@ -106,17 +108,19 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
   const std::int64_t max_work =
       kChainWorkFactor * (static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count()));
 
+  std::vector<OpIndex> copy_ops;
+  std::vector<OpIndex> pending;
   for (const StorageIndex s : accesses.by_first_appearance()) {
     const OpIndex producer = model.producer[static_cast<std::size_t>(s)];
     const StorageInfo& info = trace.storage(s);
     if (producer < 0 || info.retained() || info.size_bytes <= 0) continue;
     const std::span<const StorageAccess> list = accesses.of(s);
-    const std::vector<OpIndex> copy_ops = version_copy_ops(list);
+    version_copy_ops(list, copy_ops);
     for (std::size_t j = 0; j + 1 < list.size(); ++j) {
       const OpIndex start = list[j].op;
       const OpIndex end = list[j + 1].op;
       if (end - start < 2) continue;
-      const double cost = chain_cost(trace, model, producer, end, marks, max_work);
+      const double cost = chain_cost(trace, model, producer, end, marks, max_work, pending);
       if (cost < 0.0) continue;
       model.candidates.push_back({s, info.size_bytes, start, end, producer, cost, copy_ops[j]});
     }

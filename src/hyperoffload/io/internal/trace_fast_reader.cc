@@ -1,0 +1,396 @@
+#include "hyperoffload/io/internal/trace_fast_reader.h"
+
+#include <simdjson.h>
+
+#include <charconv>
+#include <cstdint>
+
+#include "hyperoffload/io/trace_json.h"
+
+namespace hyperoffload::internal {
+namespace {
+
+// A cursor over the document. Every method returns false when the text is not
+// in the accepted subset (Note [Two trace readers]); the reader then stops.
+class Cursor {
+ public:
+  explicit Cursor(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
+
+  bool at_end() {
+    skip_space();
+    return p_ == end_;
+  }
+
+  // Consumes `c` after optional whitespace.
+  bool expect(char c) {
+    skip_space();
+    if (p_ == end_ || *p_ != c) return false;
+    ++p_;
+    return true;
+  }
+
+  // Consumes `c` after optional whitespace if it is next.
+  bool accept(char c) {
+    skip_space();
+    if (p_ != end_ && *p_ == c) {
+      ++p_;
+      return true;
+    }
+    return false;
+  }
+
+  // A string without escapes or control characters (the document's UTF-8
+  // was validated as a whole).
+  bool string(std::string_view* out) {
+    if (!expect('"')) return false;
+    const char* start = p_;
+    while (p_ != end_) {
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        *out = std::string_view(start, static_cast<std::size_t>(p_ - start));
+        ++p_;
+        return true;
+      }
+      if (c == '\\' || c < 0x20) return false;
+      ++p_;
+    }
+    return false;
+  }
+
+  // A member's key and the colon after it.
+  bool key(std::string_view* out) { return string(out) && expect(':'); }
+
+  // A non-negative integer of at most 18 digits (so it fits int64), with no
+  // fraction or exponent, in JSON's grammar (no leading zeros).
+  bool integer(std::int64_t* out) {
+    skip_space();
+    const char* start = p_;
+    std::uint64_t value = 0;  // 19 digits fit: the check below comes after
+    while (p_ != end_ && *p_ >= '0' && *p_ <= '9' && p_ - start < 19) {
+      value = value * 10 + static_cast<std::uint64_t>(*p_ - '0');
+      ++p_;
+    }
+    const std::ptrdiff_t digits = p_ - start;
+    if (digits == 0 || digits > 18 || (digits > 1 && *start == '0')) return false;
+    if (p_ != end_ && (*p_ == '.' || *p_ == 'e' || *p_ == 'E')) return false;
+    *out = static_cast<std::int64_t>(value);
+    return true;
+  }
+
+  // A JSON number as a double, correctly rounded (as simdjson rounds it; an
+  // integer of at most 18 digits converts exactly as the DOM reader's int64
+  // does). Out of range: not accepted.
+  bool number(double* out) {
+    skip_space();
+    const char* start = p_;
+    if (p_ != end_ && *p_ == '-') ++p_;
+    const char* int_start = p_;
+    while (p_ != end_ && *p_ >= '0' && *p_ <= '9') ++p_;
+    const std::ptrdiff_t int_digits = p_ - int_start;
+    if (int_digits == 0 || (int_digits > 1 && *int_start == '0')) return false;
+    bool is_integer = true;
+    if (p_ != end_ && *p_ == '.') {
+      ++p_;
+      const char* fraction = p_;
+      while (p_ != end_ && *p_ >= '0' && *p_ <= '9') ++p_;
+      if (p_ == fraction) return false;
+      is_integer = false;
+    }
+    if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
+      ++p_;
+      if (p_ != end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      const char* exponent = p_;
+      while (p_ != end_ && *p_ >= '0' && *p_ <= '9') ++p_;
+      if (p_ == exponent) return false;
+      is_integer = false;
+    }
+    // Larger integers are uint64 or big integers to simdjson; leave them to it.
+    if (is_integer && int_digits > 18) return false;
+    const std::from_chars_result parsed = std::from_chars(start, p_, *out);
+    return parsed.ec == std::errc() && parsed.ptr == p_;
+  }
+
+  bool boolean(bool* out) {
+    skip_space();
+    if (literal("true")) {
+      *out = true;
+      return true;
+    }
+    if (literal("false")) {
+      *out = false;
+      return true;
+    }
+    return false;
+  }
+
+  bool null() {
+    skip_space();
+    return literal("null");
+  }
+
+  // After a member or element: true and `*more` when a comma follows, true
+  // and !*more when `close` does.
+  bool next(char close, bool* more) {
+    skip_space();
+    if (p_ == end_) return false;
+    if (*p_ == ',') {
+      ++p_;
+      *more = true;
+      return true;
+    }
+    if (*p_ == close) {
+      ++p_;
+      *more = false;
+      return true;
+    }
+    return false;
+  }
+
+  bool peek_null() {
+    skip_space();
+    return p_ != end_ && *p_ == 'n';
+  }
+
+  // Any JSON value, not kept: a member the format does not define (the
+  // "meta" of captured traces). Gives up on \u escapes (simdjson checks
+  // their surrogates) and on nesting deeper than `depth_left`.
+  bool skip_value(int depth_left) {
+    skip_space();
+    if (p_ == end_) return false;
+    switch (*p_) {
+      case '"': return skip_string();
+      case '{': {
+        if (depth_left == 0) return false;
+        ++p_;
+        if (accept('}')) return true;
+        for (bool more = true; more;) {
+          if (!skip_string() || !expect(':') || !skip_value(depth_left - 1) || !next('}', &more)) return false;
+        }
+        return true;
+      }
+      case '[': {
+        if (depth_left == 0) return false;
+        ++p_;
+        if (accept(']')) return true;
+        for (bool more = true; more;) {
+          if (!skip_value(depth_left - 1) || !next(']', &more)) return false;
+        }
+        return true;
+      }
+      case 't': return literal("true");
+      case 'f': return literal("false");
+      case 'n': return literal("null");
+      default: {
+        double ignored = 0.0;
+        return number(&ignored);
+      }
+    }
+  }
+
+ private:
+  void skip_space() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+  }
+
+  // `word`, followed by a character that cannot continue a literal.
+  bool literal(std::string_view word) {
+    if (static_cast<std::size_t>(end_ - p_) < word.size() || std::string_view(p_, word.size()) != word) return false;
+    p_ += word.size();
+    return p_ == end_ || !((*p_ >= 'a' && *p_ <= 'z') || (*p_ >= '0' && *p_ <= '9'));
+  }
+
+  // A string with the escapes JSON allows, except \u.
+  bool skip_string() {
+    if (!expect('"')) return false;
+    while (p_ != end_) {
+      const auto c = static_cast<unsigned char>(*p_++);
+      if (c == '"') return true;
+      if (c < 0x20) return false;
+      if (c == '\\') {
+        if (p_ == end_) return false;
+        const char escaped = *p_++;
+        if (std::string_view("\"\\/bfnrt").find(escaped) == std::string_view::npos) return false;
+      }
+    }
+    return false;
+  }
+
+  const char* p_;
+  const char* end_;
+};
+
+// The deepest a skipped member's value may nest, well inside the DOM
+// reader's limit (json_reader.h, kMaxJsonDepth).
+constexpr int kMaxSkippedDepth = 32;
+
+// Members of an object `{...}` in turn: calls `member(key)` for each, which
+// reads the value. Empty objects are accepted.
+template <typename Member>
+bool members(Cursor& in, Member&& member) {
+  if (!in.expect('{')) return false;
+  if (in.accept('}')) return true;
+  for (bool more = true; more;) {
+    std::string_view key;
+    if (!in.key(&key) || !member(key) || !in.next('}', &more)) return false;
+  }
+  return true;
+}
+
+// Elements of an array `[...]` in turn.
+template <typename Element>
+bool elements(Cursor& in, Element&& element) {
+  if (!in.expect('[')) return false;
+  if (in.accept(']')) return true;
+  for (bool more = true; more;) {
+    if (!element() || !in.next(']', &more)) return false;
+  }
+  return true;
+}
+
+bool read_storage(Cursor& in, TraceBuilder& builder) {
+  std::int64_t id = 0, size_bytes = 0;
+  bool retained = false;
+  unsigned seen = 0;  // bit per member: id, size_bytes, retained
+  auto once = [&seen](unsigned bit) {
+    if (seen & bit) return false;  // a duplicate: the DOM reader takes the first
+    seen |= bit;
+    return true;
+  };
+  const bool read = members(in, [&](std::string_view key) {
+    if (key == "id") return once(1) && in.integer(&id);
+    if (key == "size_bytes") return once(2) && in.integer(&size_bytes);
+    if (key == "retained") return once(4) && in.boolean(&retained);
+    return false;
+  });
+  if (!read || (seen & 3) != 3) return false;
+  return builder.add_storage(id, size_bytes, retained ? Retention::kRetained : Retention::kReleasable).has_value();
+}
+
+bool read_access(Cursor& in, TraceBuilder& builder) {
+  std::int64_t storage = 0;
+  std::string_view kind;
+  unsigned seen = 0;
+  const bool read = members(in, [&](std::string_view key) {
+    if (key == "storage" && !(seen & 1)) {
+      seen |= 1;
+      return in.integer(&storage);
+    }
+    if (key == "kind" && !(seen & 2)) {
+      seen |= 2;
+      return in.string(&kind);
+    }
+    return false;
+  });
+  if (!read || seen != 3) return false;
+  if (kind == "read") {
+    builder.add_access(storage, AccessKind::kRead);
+  } else if (kind == "write") {
+    builder.add_access(storage, AccessKind::kWrite);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool read_op(Cursor& in, TraceBuilder& builder, std::int64_t version) {
+  std::string_view name;
+  double duration_ms = 0.0;
+  bool recomputable = false, rng_replay = false;
+  unsigned seen = 0;  // name, duration_ms, recomputable, rng_replay, accesses
+  bool added = false;
+  // The op is added when its accesses start (they must come last) or at its
+  // end; the DOM reader's checks of the flags, here as "not accepted".
+  auto add = [&] {
+    if ((seen & 4) && version < 2) return false;
+    if ((seen & 8) && version < 3) return false;
+    if (rng_replay && !recomputable) return false;
+    const Recomputable kind = rng_replay      ? Recomputable::kWithRngReplay
+                              : recomputable ? Recomputable::kYes
+                                             : Recomputable::kNo;
+    added = true;
+    return builder.add_op(name, duration_ms, kind).has_value();
+  };
+  auto once = [&seen](unsigned bit) {
+    if (seen & bit) return false;
+    seen |= bit;
+    return true;
+  };
+  const bool read = members(in, [&](std::string_view key) {
+    if (seen & 16) return false;  // a member after "accesses"
+    if (key == "name") return once(1) && in.string(&name);
+    if (key == "duration_ms") return once(2) && in.number(&duration_ms);
+    if (key == "recomputable") return once(4) && in.boolean(&recomputable);
+    if (key == "rng_replay") return once(8) && in.boolean(&rng_replay);
+    if (key == "accesses") {
+      return once(16) && add() && elements(in, [&] { return read_access(in, builder); });
+    }
+    return false;
+  });
+  return read && (added || add());
+}
+
+}  // namespace
+
+std::optional<Trace> read_trace_fast(std::string_view json) {
+  // simdjson reads documents up to 4 GiB; a larger one is its error to name.
+  if (json.size() > simdjson::SIMDJSON_MAXSIZE_BYTES) return std::nullopt;
+  if (!simdjson::validate_utf8(json.data(), json.size())) return std::nullopt;
+  Cursor in(json);
+  TraceBuilder builder;
+  std::int64_t version = 0;
+  unsigned seen = 0;  // format, version, limit, host limit, d2h, h2d, storages, ops
+  auto once = [&seen](unsigned bit) {
+    if (seen & bit) return false;
+    seen |= bit;
+    return true;
+  };
+  auto limit = [&](auto set) {
+    if (in.peek_null()) return in.null();
+    std::int64_t bytes = 0;
+    if (!in.integer(&bytes)) return false;
+    set(bytes);
+    return true;
+  };
+  auto bandwidth = [&](auto set) {
+    double value = 0.0;
+    if (!in.number(&value) || !(value > 0.0)) return false;
+    set(value);
+    return true;
+  };
+  const bool read = members(in, [&](std::string_view key) {
+    if (key == "format") {
+      std::string_view format;
+      return once(1) && in.string(&format) && format == kTraceFormat;
+    }
+    if (key == "version") {
+      return once(2) && in.integer(&version) && version >= kOldestTraceVersion && version <= kTraceVersion;
+    }
+    if (key == "memory_limit_bytes") {
+      return once(4) && limit([&](std::int64_t bytes) { builder.set_memory_limit_bytes(bytes); });
+    }
+    if (key == "host_memory_limit_bytes") {
+      return once(8) && limit([&](std::int64_t bytes) { builder.set_host_memory_limit_bytes(bytes); });
+    }
+    if (key == "d2h_bandwidth_gbps") {
+      return once(16) && bandwidth([&](double value) { builder.set_d2h_bandwidth_gib_per_s(value); });
+    }
+    if (key == "h2d_bandwidth_gbps") {
+      return once(32) && bandwidth([&](double value) { builder.set_h2d_bandwidth_gib_per_s(value); });
+    }
+    if (key == "storages") return once(64) && elements(in, [&] { return read_storage(in, builder); });
+    if (key == "ops") {
+      // The ops' checks need the header, and their accesses the storages.
+      if ((seen & 67) != 67) return false;
+      return once(128) && elements(in, [&] { return read_op(in, builder, version); });
+    }
+    // The DOM reader ignores other members (it takes the first of duplicates,
+    // which skipping both agrees with).
+    return in.skip_value(kMaxSkippedDepth);
+  });
+  if (!read || !in.at_end() || (seen & 195) != 195) return std::nullopt;
+  Result<Trace> trace = std::move(builder).build();
+  if (!trace) return std::nullopt;
+  return std::move(*trace);
+}
+
+}  // namespace hyperoffload::internal

@@ -1,0 +1,159 @@
+// The one-pass trace reader (Note [Two trace readers]): it gives the DOM
+// reader's trace wherever it gives one, and gives up on everything outside
+// its subset, which parse_trace_json then reads with the DOM reader.
+#include "hyperoffload/io/internal/trace_fast_reader.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "hyperoffload/gen/random_trace.h"
+#include "hyperoffload/gen/transformer_trace.h"
+#include "hyperoffload/io/file.h"
+#include "hyperoffload/io/trace_json.h"
+
+namespace hyperoffload {
+namespace {
+
+using internal::read_trace_fast;
+
+// The DOM reader's trace of `json` (which has an op): an unknown member of an
+// op, which the DOM reader ignores and the fast reader does not take, sends
+// parse_trace_json there.
+Result<Trace> read_with_dom(std::string_view json) {
+  std::string text(json);
+  const std::size_t open = text.find('{', text.find("\"ops\""));
+  text.insert(open + 1, "\"comment\": \"read by the DOM reader\", ");
+  EXPECT_FALSE(read_trace_fast(text).has_value());
+  return parse_trace_json(text);
+}
+
+void expect_same_as_dom(std::string_view json, std::string_view what) {
+  std::optional<Trace> fast = read_trace_fast(json);
+  ASSERT_TRUE(fast.has_value()) << what;
+  Result<Trace> dom = read_with_dom(json);
+  ASSERT_TRUE(dom) << what << ": " << dom.error().message;
+  EXPECT_EQ(trace_to_json(*fast), trace_to_json(*dom)) << what;
+}
+
+TEST(TraceFastReader, ReadsEveryFieldOfAWrittenTrace) {
+  constexpr const char* kJson = R"({"format": "hyperoffload.trace", "version": 3,
+ "memory_limit_bytes": 1048576, "host_memory_limit_bytes": 2048,
+ "d2h_bandwidth_gbps": 12.5, "h2d_bandwidth_gbps": 8,
+ "storages": [
+  {"id": 7, "size_bytes": 4096, "retained": false},
+  {"id": 3, "size_bytes": 10, "retained": true}
+ ],
+ "ops": [
+  {"name": "aten::mm", "duration_ms": 2.5e-05, "recomputable": true, "rng_replay": true, "accesses": [{"storage": 7, "kind": "write"}]},
+  {"name": "aten::add", "duration_ms": 3, "accesses": [{"storage": 7, "kind": "read"}, {"storage": 3, "kind": "write"}]},
+  {"accesses": []}
+ ]})";
+  std::optional<Trace> trace = read_trace_fast(kJson);
+  ASSERT_TRUE(trace.has_value());
+  EXPECT_EQ(trace->memory_limit_bytes(), 1048576);
+  EXPECT_EQ(trace->host_memory_limit_bytes(), 2048);
+  EXPECT_EQ(trace->d2h_bandwidth_gib_per_s(), 12.5);
+  EXPECT_EQ(trace->h2d_bandwidth_gib_per_s(), 8.0);
+  ASSERT_EQ(trace->storage_count(), 2);
+  EXPECT_EQ(trace->storage(0).id, 7);
+  EXPECT_EQ(trace->storage(0).size_bytes, 4096);
+  EXPECT_FALSE(trace->storage(0).retained());
+  EXPECT_TRUE(trace->storage(1).retained());
+  ASSERT_EQ(trace->op_count(), 3);
+  EXPECT_EQ(trace->op_name(0), "aten::mm");
+  EXPECT_EQ(trace->op_duration_ms(0), 2.5e-05);
+  EXPECT_TRUE(trace->op_rng_replay(0));
+  EXPECT_EQ(trace->op_duration_ms(1), 3.0);
+  EXPECT_FALSE(trace->op_recomputable(1));
+  ASSERT_EQ(trace->accesses(1).size(), 2u);
+  EXPECT_EQ(trace->accesses(1)[0].storage, 0);
+  EXPECT_EQ(trace->accesses(1)[0].kind, AccessKind::kRead);
+  EXPECT_EQ(trace->accesses(1)[1].storage, 1);
+  EXPECT_EQ(trace->accesses(1)[1].kind, AccessKind::kWrite);
+  EXPECT_EQ(trace->op_name(2), "");
+  EXPECT_EQ(trace->accesses(2).size(), 0u);
+  expect_same_as_dom(kJson, "hand-written");
+}
+
+TEST(TraceFastReader, GivesTheDomReadersTraceOnGeneratedTraces) {
+  RandomTraceOptions options;
+  options.op_count = 3000;
+  options.storage_count = 2000;
+  options.recomputable_fraction = 0.5;
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    options.seed = seed;
+    expect_same_as_dom(trace_to_json(generate_random_trace(options)), "random");
+  }
+  Result<Trace> transformer = generate_transformer_trace(demo_transformer_options());
+  ASSERT_TRUE(transformer);
+  expect_same_as_dom(trace_to_json(*transformer), "transformer");
+}
+
+TEST(TraceFastReader, GivesTheDomReadersTraceOnEveryExampleAndCorpusTrace) {
+  const std::filesystem::path root = std::filesystem::path(HYPEROFFLOAD_SOURCE_DIR) / "examples" / "traces";
+  int files = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (entry.path().extension() != ".json") continue;
+    Result<std::string> text = read_file(entry.path());
+    ASSERT_TRUE(text);
+    if (text->find("\"hyperoffload.trace\"") == std::string::npos) continue;
+    expect_same_as_dom(*text, entry.path().string());
+    ++files;
+  }
+  EXPECT_GE(files, 15);
+}
+
+// Each is outside the subset; parse_trace_json gives the DOM reader's answer.
+TEST(TraceFastReader, GivesUpOutsideItsSubset) {
+  const std::string head = R"({"format": "hyperoffload.trace", "version": 2, )";
+  const std::string storages = R"("storages": [{"id": 1, "size_bytes": 8}], )";
+  const std::string ops = R"("ops": [{"name": "a", "accesses": [{"storage": 1, "kind": "write"}]}]})";
+  ASSERT_TRUE(read_trace_fast(head + storages + ops).has_value());
+  const std::vector<std::string> outside = {
+      head + storages + R"("ops": [{"name": "a\u0062", "accesses": []}]})",           // an escape
+      head + storages + R"("ops": [{"name": "a", "extra": 1, "accesses": []}]})",     // an unknown member
+      head + storages + R"("ops": [{"accesses": [], "name": "a"}]})",                  // accesses not last
+      head + R"("ops": [], "storages": []})",                                          // ops first
+      head + R"("storages": [{"id": 1, "id": 2, "size_bytes": 8}], "ops": []})",       // a duplicate member
+      head + R"("storages": [{"id": -1, "size_bytes": 8}], "ops": []})",               // a sign
+      head + R"("storages": [{"id": 1, "size_bytes": 1234567890123456789}], "ops": []})",  // 19 digits
+      head + R"("storages": [{"id": 1.0, "size_bytes": 8}], "ops": []})",              // a fraction
+      head + R"("storages": [{"id": 01, "size_bytes": 8}], "ops": []})",               // a leading zero
+      head + R"("storages": [{"id": 1 "size_bytes": 8}], "ops": []})",                 // malformed
+      head + storages + ops + " x",                                                    // trailing text
+      head + storages + R"("ops": [{"name": "a", "duration_ms": 1e999, "accesses": []}]})",  // out of range
+      head + storages + R"("ops": [{"name": "a", "accesses": [{"storage": 2, "kind": "write"}]}]})",  // undeclared
+      head + storages + R"("ops": [{"name": "a", "accesses": [{"storage": 1, "kind": "touch"}]}]})",
+      head + storages + R"("ops": [{"name": "a", "rng_replay": true, "accesses": []}]})",  // needs version 3
+      std::string(R"({"format": "hyperoffload.trace", "version": 1, )") + storages +
+          R"("ops": [{"name": "a", "recomputable": false, "accesses": []}]})",        // needs version 2
+      std::string(R"({"format": "hyperoffload.trace", "version": 9, )") + storages + R"("ops": []})",
+      std::string(R"({"format": "other", "version": 2, )") + storages + R"("ops": []})",
+      head + storages + "\"ops\": [{\"name\": \"\xff\", \"accesses\": []}]}",          // invalid UTF-8
+  };
+  for (const std::string& json : outside) {
+    EXPECT_FALSE(read_trace_fast(json).has_value()) << json;
+  }
+  // A member the DOM reader ignores still reads there.
+  Result<Trace> unknown = parse_trace_json(outside[1]);
+  ASSERT_TRUE(unknown) << unknown.error().message;
+  EXPECT_EQ(unknown->op_name(0), "a");
+  Result<Trace> escaped = parse_trace_json(outside[0]);
+  ASSERT_TRUE(escaped) << escaped.error().message;
+  EXPECT_EQ(escaped->op_name(0), "ab");
+  EXPECT_FALSE(parse_trace_json(outside[12]).has_value());
+}
+
+// Captured traces carry a "meta" member at the top; the DOM reader ignores
+// it, and so does the fast reader, whatever it holds.
+TEST(TraceFastReader, SkipsUnknownTopLevelMembers) {
+  const std::string json = R"({"meta": {"captured": ["a\"b\n", 1.5e3, -2, true, null, {}, []]}, "format": "hyperoffload.trace",
+ "version": 2, "storages": [{"id": 1, "size_bytes": 8}], "ops": [{"name": "a", "accesses": []}], "x": 0})";
+  expect_same_as_dom(json, "meta");
+  EXPECT_FALSE(read_trace_fast(R"({"meta": "\u0041", "format": "hyperoffload.trace", "version": 2,
+ "storages": [], "ops": []})").has_value());
+}
+
+}  // namespace
+}  // namespace hyperoffload
