@@ -139,10 +139,13 @@ Result<AdoptedBuffer> StorageRegistry::install(StorageId id, const c10::Storage&
                       fmt::format("regenerating storage {}: the op re-run made {} bytes where it first made {}", id,
                                   source->nbytes(), impl->nbytes()));
   }
-  Installed* current = installed_of(impl->data_ptr());
-  if (current == nullptr || current->block != nullptr) {
+  // A sibling output of the re-run op released while its D2H is in flight
+  // (say a layer norm's mean, offloaded to make room for this very re-run)
+  // still holds its old block; the deferred free's callback then finds
+  // another block and only lets the old one go (make_release).
+  if (installed_of(impl->data_ptr()) == nullptr) {
     return make_error(ErrorCode::kInternal,
-                      fmt::format("regenerating storage {}: it still holds memory (only a released one is)", id));
+                      fmt::format("regenerating storage {}: an op gave it memory the runtime does not track", id));
   }
   auto block = std::make_shared<MemBlock>();
   // The fresh storage's memory moves; the result tensors are dropped with none.
