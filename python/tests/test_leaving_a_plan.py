@@ -159,11 +159,13 @@ class SineChain(nn.Module):
         torch.manual_seed(4)
         self.weights = nn.ParameterList([nn.Parameter(torch.randn(64, 64) / 8) for _ in range(6)])
 
+    KEPT_LAYER = 0  # whose matmul result `keep` receives
+
     def forward(self, x, keep=None):
         h = x
         for i, w in enumerate(self.weights):
             z = torch.mm(h, w)
-            if keep is not None and i == 0:
+            if keep is not None and i == self.KEPT_LAYER:
                 keep.append(z)
             h = torch.sin(z)
         return h.sum()
@@ -234,14 +236,7 @@ def test_what_an_op_sourced_outside_the_step_made_is_regenerated_after_its_last_
 
 
 class SineChainKeepingTheSecond(SineChain):
-    def forward(self, x, keep=None):
-        h = x
-        for i, w in enumerate(self.weights):
-            z = torch.mm(h, w)
-            if keep is not None and i == 1:
-                keep.append(z)
-            h = torch.sin(z)
-        return h.sum()
+    KEPT_LAYER = 1
 
 
 def test_a_tensor_that_cannot_be_regenerated_is_refused_before_it_is_read():
