@@ -344,23 +344,6 @@ class PyCall final : public OpCall {
     args_ = py::object();
     kwargs_ = py::object();
   }
-  void leave_out(const OpInfo& info, const std::vector<std::size_t>& positions) {
-    py::tuple args(PyTuple_GET_SIZE(args_.ptr()));
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args_.ptr()); ++i) {
-      const bool out = std::find(positions.begin(), positions.end(), static_cast<std::size_t>(i)) != positions.end();
-      args[static_cast<std::size_t>(i)] = out ? py::none() : py::reinterpret_borrow<py::object>(
-                                                                  PyTuple_GET_ITEM(args_.ptr(), i));
-    }
-    args_ = std::move(args);
-    if (kwargs_.is_none()) return;
-    py::dict kwargs = py::reinterpret_borrow<py::dict>(kwargs_).attr("copy")();
-    for (const auto& [index, name] : info.written) {
-      const bool out = std::find(positions.begin(), positions.end(), index) != positions.end();
-      if (out && kwargs.contains(name)) kwargs[py::str(name)] = py::none();
-    }
-    kwargs_ = std::move(kwargs);
-  }
-
   std::vector<c10::Storage> run() override {
     py::gil_scoped_acquire gil;
     SavedGenerators::Scope replay(generators_);  // Note [RNG replay]
@@ -380,6 +363,25 @@ class PyCall final : public OpCall {
   std::string changed_argument() const override { return versions_.changed(name_); }
 
  private:
+  // The recorded arguments with those at `positions` (by position, or by
+  // name among the op's written arguments) replaced by None (Note [Batch
+  // norm re-runs]).
+  void leave_out(const OpInfo& info, const std::vector<std::size_t>& positions) {
+    py::tuple args(PyTuple_GET_SIZE(args_.ptr()));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args_.ptr()); ++i) {
+      const bool out = std::find(positions.begin(), positions.end(), static_cast<std::size_t>(i)) != positions.end();
+      args[static_cast<std::size_t>(i)] = out ? py::none() : py::reinterpret_borrow<py::object>(
+                                                                  PyTuple_GET_ITEM(args_.ptr(), i));
+    }
+    args_ = std::move(args);
+    if (kwargs_.is_none()) return;
+    py::dict kwargs = py::reinterpret_borrow<py::dict>(kwargs_).attr("copy")();
+    for (const auto& [index, name] : info.written) {
+      const bool out = std::find(positions.begin(), positions.end(), index) != positions.end();
+      if (out && kwargs.contains(name)) kwargs[py::str(name)] = py::none();
+    }
+    kwargs_ = std::move(kwargs);
+  }
   // Calls visit(object) for each positional argument, then each keyword
   // argument's value. Precondition: the GIL is held.
   template <class Visit>
