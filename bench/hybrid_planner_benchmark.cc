@@ -25,11 +25,11 @@
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/gen/transformer_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
-#include "hyperoffload/report/overhead_bound.h"
 #include "hyperoffload/ir/status.h"
-#include "hyperoffload/plan/internal/peak_model.h"
 #include "hyperoffload/plan/hybrid_planner.h"
+#include "hyperoffload/plan/peak/peak_model.h"
 #include "hyperoffload/plan/planner.h"
+#include "hyperoffload/report/overhead_bound.h"
 
 namespace hyperoffload {
 namespace {

@@ -1,5 +1,5 @@
 # Finds COIN-OR CBC, the MILP solver behind `--planner optimal`
-# (src/hyperoffload/plan/internal/cbc_solver.cc), through its pkg-config file
+# (src/hyperoffload/plan/optimal/cbc_solver.cc), through its pkg-config file
 # `cbc.pc` (Debian: coinor-libcbc-dev, listed in scripts/debian-packages.txt).
 #
 # Defines Cbc_FOUND, Cbc_VERSION and the imported target Cbc::Cbc, which carries

@@ -1,12 +1,12 @@
 // The host budget (PlannerOptions::host_budget_bytes): the trimmer that keeps
-// on the device what does not fit on the host (plan/internal/host_budget.h)
+// on the device what does not fit on the host (plan/common/host_budget.h)
 // and the budget policy's host floor (plan/budget_policy.h), on a trace small
 // enough to derive every number by hand.
 #include <gtest/gtest.h>
 
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/plan/budget_policy.h"
-#include "hyperoffload/plan/internal/host_budget.h"
+#include "hyperoffload/plan/common/host_budget.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload {

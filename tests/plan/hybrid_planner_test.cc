@@ -133,7 +133,7 @@ TEST(HybridPlanner, RecomputesThroughADeadInputAsAChainOfTwoOps) {
 
 TEST(HybridPlanner, RecomputesAGapBetweenTwoWritesWhereItsOffloadWouldStall) {
   // f writes s1 at op 1 and op 3 overwrites it before any read. The gap (1, 3)
-  // is what f wrote, copied after op 1 (plan/internal/peak_model.h,
+  // is what f wrote, copied after op 1 (plan/peak/peak_model.h,
   // starts_version), so the peak planner frees op 2 too: both floors are 1 MiB,
   // first reached at op 1. Its round trip (1 ms each way at 1 MiB/ms) has only
   // op 2's 1 ms to hide behind: the copy to host ends at 1.1 ms, the copy back

@@ -21,9 +21,9 @@
 #include "hyperoffload/gen/transformer_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/hybrid/offload_step_bound.h"
 #include "hyperoffload/plan/hybrid_planner.h"
-#include "hyperoffload/plan/internal/offload_step_bound.h"
-#include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/peak/peak_model.h"
 #include "hyperoffload/sim/simulator.h"
 
 namespace hyperoffload {

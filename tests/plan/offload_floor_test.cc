@@ -5,7 +5,7 @@
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/gen/stress_trace.h"
 #include "hyperoffload/ir/storage_accesses.h"
-#include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/peak/peak_model.h"
 #include "hyperoffload/plan/planner.h"
 #include "testing/trace_dsl.h"
 

@@ -1,5 +1,5 @@
 // The hybrid planner's quick lower bound on any offload-only plan's step
-// (plan/internal/offload_step_bound.h), derived by hand and checked against the
+// (plan/hybrid/offload_step_bound.h), derived by hand and checked against the
 // peak planner's simulated plan; and the peak planner's run stopping when
 // asked (the hybrid planner stops its offload-only plan with it).
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 #include <stop_token>
 
 #include "hyperoffload/ir/storage_accesses.h"
-#include "hyperoffload/plan/internal/offload_step_bound.h"
-#include "hyperoffload/plan/internal/peak_model.h"
-#include "hyperoffload/plan/internal/peak_run.h"
+#include "hyperoffload/plan/hybrid/offload_step_bound.h"
+#include "hyperoffload/plan/peak/peak_model.h"
+#include "hyperoffload/plan/peak/peak_run.h"
 #include "hyperoffload/plan/planner.h"
 #include "hyperoffload/sim/simulator.h"
 #include "testing/trace_dsl.h"

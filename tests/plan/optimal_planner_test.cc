@@ -1,7 +1,7 @@
 // OptimalPlanner: the MILP reference, checked on tiny traces whose optimum is
 // derived by hand (each derivation is in the comment above its test), on the
 // errors it owes the user, on its time limit and progress reports, and on its
-// program's internals (plan/internal/residency_milp.h).
+// program's internals (plan/optimal/residency_milp.h).
 //
 // Units in the hand-built traces: copies run at 1000 MiB/s each way
 // (0.9765625 GiB/s), so a storage of N MiB takes N ms to copy; durations in ms.
@@ -17,7 +17,7 @@
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
-#include "hyperoffload/plan/internal/residency_milp.h"
+#include "hyperoffload/plan/optimal/residency_milp.h"
 #include "hyperoffload/sim/simulator.h"
 #include "testing/trace_dsl.h"
 

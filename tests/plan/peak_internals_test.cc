@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <random>
 
-#include "hyperoffload/plan/internal/covering_index.h"
-#include "hyperoffload/plan/internal/profile_tree.h"
-#include "hyperoffload/plan/internal/stall_estimate.h"
-#include "hyperoffload/plan/internal/transfer_load.h"
+#include "hyperoffload/plan/common/covering_index.h"
+#include "hyperoffload/plan/common/profile_tree.h"
+#include "hyperoffload/plan/common/stall_estimate.h"
+#include "hyperoffload/plan/peak/transfer_load.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload::internal {

@@ -11,7 +11,7 @@
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/greedy_planner.h"
-#include "hyperoffload/plan/internal/peak_model.h"
+#include "hyperoffload/plan/peak/peak_model.h"
 #include "hyperoffload/sim/simulator.h"
 #include "testing/trace_dsl.h"
 

@@ -1,4 +1,4 @@
-// The peak planner's steps on their own (plan/internal/): job sequencing on a
+// The peak planner's steps on their own (plan/peak/): job sequencing on a
 // copy engine and the issue order of copies to host, with hand-derived
 // orders and times.
 #include <gmock/gmock.h>
@@ -8,8 +8,8 @@
 #include <limits>
 #include <random>
 
-#include "hyperoffload/plan/internal/engine_jobs.h"
-#include "hyperoffload/plan/internal/host_copies.h"
+#include "hyperoffload/plan/peak/engine_jobs.h"
+#include "hyperoffload/plan/peak/host_copies.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload::internal {

@@ -113,7 +113,7 @@ class PlacementProperty : public ::testing::TestWithParam<PlannerUnderTest> {};
 TEST_P(PlacementProperty, PrefetchesAsEarlyAndReleasesAsLateAsTheBudgetAllows) {
   // The plan made for the budget: the peak planner may return one made for a
   // lower budget instead when it is quicker (Note [Plans for lower budgets],
-  // plan/internal/lower_budgets.h), which is tight for that budget only.
+  // plan/common/lower_budgets.h), which is tight for that budget only.
   ASSERT_EQ(GetParam().name, "peak");
   PeakPlannerOptions options;
   options.device_memory = GetParam().device_memory;

@@ -28,8 +28,8 @@
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/dtr_planner.h"
-#include "hyperoffload/plan/internal/recompute_model.h"
 #include "hyperoffload/plan/planner.h"
+#include "hyperoffload/plan/recompute/recompute_model.h"
 
 namespace {
 

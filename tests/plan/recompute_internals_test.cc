@@ -1,4 +1,4 @@
-// The hybrid planner's building blocks (plan/internal/recompute_model.h,
+// The hybrid planner's building blocks (plan/recompute/recompute_model.h,
 // recompute_selection.h, augmented_trace.h), each on a hand-built trace with
 // the expected result derived in a comment.
 //
@@ -10,11 +10,11 @@
 
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/storage_accesses.h"
-#include "hyperoffload/plan/internal/augmented_trace.h"
-#include "hyperoffload/plan/internal/peak_model.h"
-#include "hyperoffload/plan/internal/recompute_model.h"
-#include "hyperoffload/plan/internal/recompute_selection.h"
+#include "hyperoffload/plan/peak/peak_model.h"
 #include "hyperoffload/plan/planner.h"
+#include "hyperoffload/plan/recompute/augmented_trace.h"
+#include "hyperoffload/plan/recompute/recompute_model.h"
+#include "hyperoffload/plan/recompute/recompute_selection.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload::internal {

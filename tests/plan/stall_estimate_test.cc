@@ -8,8 +8,8 @@
 
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/gen/random_trace.h"
+#include "hyperoffload/plan/common/stall_estimate.h"
 #include "hyperoffload/plan/greedy_planner.h"
-#include "hyperoffload/plan/internal/stall_estimate.h"
 #include "hyperoffload/sim/simulator.h"
 #include "testing/recomputable.h"
 #include "testing/trace_dsl.h"

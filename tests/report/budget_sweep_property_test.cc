@@ -8,7 +8,7 @@
 //
 // The planners are monotone by construction on their ladder, the floor and
 // every 5% of the unplanned peak (Note [Plans for lower budgets],
-// plan/internal/lower_budgets.h), so any sweep whose budgets are rungs of it
+// plan/common/lower_budgets.h), so any sweep whose budgets are rungs of it
 // (5% or 10% steps) must find nothing. The tolerance on overheads is the
 // sweep's default, 1e-9 of the step (report/budget_sweep.h says why).
 //

@@ -10,7 +10,7 @@
 // With nothing left to wait for, an allocation over the cap goes ahead (a plan
 // below its floor), so the clock never stalls forever.
 //
-// The simulator (sim/) and the planners' stall estimate (plan/internal/) both
+// The simulator (sim/) and the planners' stall estimate (plan/common/) both
 // allocate with it, so a plan is tuned for exactly the device it is simulated on.
 //
 //   CappedMemory memory(/*cap_bytes=*/100);

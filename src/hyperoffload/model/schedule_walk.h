@@ -1,6 +1,6 @@
 // ScheduleWalk: the one walk of a schedule over its trace. Every layer that
 // checks, times or estimates a schedule — the validator (check/), the
-// simulator (sim/) and the planners' stall estimate (plan/internal/), the last
+// simulator (sim/) and the planners' stall estimate (plan/common/), the last
 // two through model/step_player.h — is an observer of this walk, with no op
 // loop, action switch or residency bookkeeping of its own. The walk owns:
 //  - the op loop: op k's pre actions, then its accesses, then its post actions;

@@ -4,7 +4,7 @@
 // timing rules of copies, releases and recomputes applied in one place. The
 // simulator (sim/) plays every event with it and adds what it records
 // (spans, the memory curve, faults); the planners' stall estimate
-// (plan/internal/stall_estimate.h) plays fault-free schedules with it. Each
+// (plan/common/stall_estimate.h) plays fault-free schedules with it. Each
 // caller keeps the StorageTiming of its storages itself, next to its other
 // per-storage state (one cache line per storage on large traces).
 //

@@ -7,7 +7,7 @@
 // faults are done and the copies back of the storages it accesses have
 // completed; a recompute runs on the stream once its inputs are ready.
 //
-// The simulator (sim/) and the planners' stall estimate (plan/internal/) are
+// The simulator (sim/) and the planners' stall estimate (plan/common/) are
 // both this player — the simulator with a Recorder that keeps the spans and
 // the memory curve, the estimate with RecordNothing — so their stalls are the
 // same by construction, not by test. The rules themselves are in the

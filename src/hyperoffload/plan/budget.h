@@ -31,7 +31,7 @@ std::int64_t resolve_budget_bytes(const BudgetSpec& spec, std::int64_t unplanned
 // whose budget is above the floor, the last one the peak itself. Ascending, no
 // duplicates; {peak} when floor >= peak. step_percent in (0, 100]. The rungs
 // at which planners also plan (Note [Plans for lower budgets],
-// plan/internal/lower_budgets.h) and the budgets of `compare --sweep`.
+// plan/common/lower_budgets.h) and the budgets of `compare --sweep`.
 std::vector<std::int64_t> budget_ladder(std::int64_t floor_bytes, std::int64_t unplanned_peak_bytes,
                                         double step_percent);
 

@@ -7,7 +7,7 @@
 
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/storage_accesses.h"
-#include "hyperoffload/plan/internal/recompute_model.h"
+#include "hyperoffload/plan/recompute/recompute_model.h"
 
 namespace hyperoffload {
 namespace {

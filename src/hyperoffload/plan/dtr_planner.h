@@ -69,7 +69,7 @@
 namespace hyperoffload {
 
 // The walk's plan with what a portfolio of plans compares (the recompute-only
-// planner takes it as one more plan: plan/internal/hybrid_plans.h): the op
+// planner takes it as one more plan: plan/hybrid/hybrid_plans.h): the op
 // where planned_peak_bytes is first reached (an op of the trace; when a re-run
 // reaches it, the op it runs before; -1 without ops) and the re-runs.
 struct DtrPlan {

@@ -4,8 +4,8 @@
 #include <numeric>
 
 #include "hyperoffload/ir/storage_accesses.h"
-#include "hyperoffload/plan/internal/range_max_tree.h"
-#include "hyperoffload/plan/internal/schedule_assembler.h"
+#include "hyperoffload/plan/common/range_max_tree.h"
+#include "hyperoffload/plan/common/schedule_assembler.h"
 
 namespace hyperoffload {
 namespace {

@@ -10,11 +10,11 @@
 #include <fmt/format.h>
 
 #include "hyperoffload/ir/memory_profile.h"
-#include "hyperoffload/plan/internal/decision_search.h"
-#include "hyperoffload/plan/internal/hybrid_models.h"
-#include "hyperoffload/plan/internal/hybrid_plans.h"
-#include "hyperoffload/plan/internal/lower_budgets.h"
-#include "hyperoffload/plan/internal/plan_portfolio.h"
+#include "hyperoffload/plan/common/lower_budgets.h"
+#include "hyperoffload/plan/hybrid/decision_search.h"
+#include "hyperoffload/plan/hybrid/hybrid_models.h"
+#include "hyperoffload/plan/hybrid/hybrid_plans.h"
+#include "hyperoffload/plan/hybrid/plan_portfolio.h"
 
 namespace hyperoffload {
 namespace {

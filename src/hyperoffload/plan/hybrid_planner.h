@@ -3,13 +3,13 @@
 // step's time under a device-memory budget. docs/HYBRID_PLANNER.md describes it
 // in full; in short:
 //
-//  1. Candidates (plan/internal/recompute_model.h). A gap of a storage created
+//  1. Candidates (plan/recompute/recompute_model.h). A gap of a storage created
 //     by a recomputable op k can be freed by dropping the storage after the
 //     gap's start and re-running k before its end — with k's inputs where they
 //     are (kept, offloaded and brought back, or themselves regenerated), and
 //     the inputs that are dead by then regenerated first (a chain, as deep
 //     as it goes: internal::kMaxChainOps). Its cost is the chain's compute time.
-//  2. Recompute decisions (plan/internal/recompute_selection.h): peak-driven,
+//  2. Recompute decisions (plan/recompute/recompute_selection.h): peak-driven,
 //     like the peak planner's selection — while the peak of the profile
 //     exceeds a target, take the candidate covering the peak op that removes
 //     the most of the excess per ms of recompute (min(size, excess) / cost);
@@ -20,7 +20,7 @@
 //     can take off by that fraction of the time before the peak — the oldest
 //     data, costliest to recompute first — are left to the offloads.
 //  3. Offloads: each decision set becomes an augmented trace
-//     (plan/internal/augmented_trace.h) — every re-run an inserted op that
+//     (plan/recompute/augmented_trace.h) — every re-run an inserted op that
 //     writes fresh storages, which later accesses read — that the peak planner
 //     plans as any trace; its schedule maps back to the original trace, each
 //     inserted op becoming a recompute action in the pre phase of the op it
@@ -38,18 +38,18 @@
 //     holds only the budget, around decision sets that leave the oldest data
 //     to offloads copied to host before the peak, are timed on the
 //     original trace with the simulator's rules on the device of
-//     PeakPlannerOptions::device_memory (plan/internal/stall_estimate.h, exact
+//     PeakPlannerOptions::device_memory (plan/common/stall_estimate.h, exact
 //     for these schedules: compute, recomputes and stall); the quickest within
 //     the budget wins (the lowest peak when none fits). The offload-only plan
 //     is stopped unfinished once a plan that fits is quicker than any
-//     offload-only plan can be (plan/internal/offload_step_bound.h). So the hybrid
+//     offload-only plan can be (plan/hybrid/offload_step_bound.h). So the hybrid
 //     plan's simulated step (two copy engines) is never longer than the
 //     `peak` or `recompute` plan's, and it fits the budget whenever either
 //     does.
 //  5. Lower budgets: on a small trace, the plans chosen at every rung of the
 //     trace's budget ladder below the budget (and the offload-only plans made
 //     there) are timed at the budget too, and the quickest is kept (Note
-//     [Plans for lower budgets], plan/internal/lower_budgets.h): so more
+//     [Plans for lower budgets], plan/common/lower_budgets.h): so more
 //     budget never gives a slower plan on that ladder.
 //
 // Recompute-only ("recompute", OffloadUse::kRecomputeOnly): the decisions of
@@ -61,7 +61,7 @@
 // Floor (PlanResult::floor): the lowest op-granular peak the planner
 // guarantees for the budget given. Hybrid: the lowest floor among the plans it
 // made (each the peak planner's floor on the trace it planned); every gap is an
-// offload candidate (plan/internal/peak_model.h), so the offload-only plan's
+// offload candidate (plan/peak/peak_model.h), so the offload-only plan's
 // floor is already what the ops touch plus the retained storages past their
 // last access (a re-run can give one of those a later access, hence a gap).
 // Recompute-only: the peak of its longest decision sequence. Below the floor
@@ -89,7 +89,7 @@
 // and augmented trace held, at most a few at once, on two threads.
 //
 // Code: hybrid_planner.cc is the orchestrator, whose constructor and hybrid()
-// run these steps in order; the parts are in plan/internal/: the models
+// run these steps in order; the parts are in plan/hybrid/: the models
 // (hybrid_models.h), the plans and how each is made (hybrid_plans.h), the
 // decision-set search (decision_search.h) and the portfolio that chooses and
 // writes the notes (plan_portfolio.h).
@@ -124,7 +124,7 @@ struct HybridPlannerOptions {
   double evaluation_budget = 1.0e6;
   // Whether plan() also makes the plans of the rungs of the trace's budget
   // ladder below the budget and keeps the quickest (Note [Plans for lower
-  // budgets], plan/internal/lower_budgets.h); small traces only.
+  // budgets], plan/common/lower_budgets.h); small traces only.
   LowerBudgetPlans lower_budgets = LowerBudgetPlans::kRungs;
 };
 

@@ -8,8 +8,8 @@
 
 #include "hyperoffload/ir/byte_format.h"
 #include "hyperoffload/ir/memory_profile.h"
-#include "hyperoffload/plan/internal/cbc_solver.h"
-#include "hyperoffload/plan/internal/residency_milp.h"
+#include "hyperoffload/plan/optimal/cbc_solver.h"
+#include "hyperoffload/plan/optimal/residency_milp.h"
 #include "hyperoffload/plan/peak_planner.h"
 
 namespace hyperoffload {

@@ -5,7 +5,7 @@
 // the model knows, with the solver's own proof: PlanResult::solver carries the
 // model makespan of the schedule, CBC's lower bound on it and the gap.
 //
-// The model (plan/internal/residency_milp.h; derivation and approximations in
+// The model (plan/optimal/residency_milp.h; derivation and approximations in
 // docs/OPTIMAL_PLANNER.md): per op interval ("slot"), the compute stream runs
 // the recomputes issued before the op, then the op, after a stall; each copy
 // engine (one D2H, one H2D) does at most a slot's length of copying in it, a

@@ -11,16 +11,16 @@
 
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/budget.h"
-#include "hyperoffload/plan/internal/host_budget.h"
-#include "hyperoffload/plan/internal/host_copies.h"
-#include "hyperoffload/plan/internal/lower_budgets.h"
-#include "hyperoffload/plan/internal/peak_actions.h"
-#include "hyperoffload/plan/internal/peak_model.h"
-#include "hyperoffload/plan/internal/peak_placement.h"
-#include "hyperoffload/plan/internal/peak_run.h"
-#include "hyperoffload/plan/internal/peak_selection.h"
-#include "hyperoffload/plan/internal/profile_tree.h"
-#include "hyperoffload/plan/internal/stall_estimate.h"
+#include "hyperoffload/plan/common/host_budget.h"
+#include "hyperoffload/plan/common/lower_budgets.h"
+#include "hyperoffload/plan/common/profile_tree.h"
+#include "hyperoffload/plan/common/stall_estimate.h"
+#include "hyperoffload/plan/peak/host_copies.h"
+#include "hyperoffload/plan/peak/peak_actions.h"
+#include "hyperoffload/plan/peak/peak_model.h"
+#include "hyperoffload/plan/peak/peak_placement.h"
+#include "hyperoffload/plan/peak/peak_run.h"
+#include "hyperoffload/plan/peak/peak_selection.h"
 
 namespace hyperoffload {
 
@@ -51,7 +51,7 @@ Result<PeakPlannerOptions> peak_planner_options(std::span<const std::pair<std::s
   return options;
 }
 
-// The planner's steps (docs/PEAK_PLANNER.md) live in plan/internal/: the model
+// The planner's steps (docs/PEAK_PLANNER.md) live in plan/peak/: the model
 // (peak_model.h), selection (peak_selection.h), placement and boundaries
 // (peak_placement.h), job sequencing on a copy engine (engine_jobs.h), the
 // copies to host (host_copies.h) and schedule assembly (peak_actions.h).

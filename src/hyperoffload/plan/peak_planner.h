@@ -37,7 +37,7 @@
 //  7. Lower budgets: on a small trace, the plans this makes at every rung of
 //     the trace's budget ladder below the budget are timed at the budget too,
 //     and the quickest is kept (Note [Plans for lower budgets],
-//     plan/internal/lower_budgets.h): so more budget never gives a slower plan
+//     plan/common/lower_budgets.h): so more budget never gives a slower plan
 //     on that ladder.
 //
 // Score of candidate k at peak op p, with excess E = resident(p) - budget:
@@ -129,7 +129,7 @@ enum class HostCopySequencing : std::uint8_t {
 // Whether plan() also makes the plans of the lower budgets of the trace's
 // ladder and keeps the quickest within the budget, which makes its plans
 // monotone in the budget on that ladder (Note [Plans for lower budgets],
-// plan/internal/lower_budgets.h). Only on small traces either way.
+// plan/common/lower_budgets.h). Only on small traces either way.
 enum class LowerBudgetPlans : std::uint8_t {
   kRungs,  // the plans of every rung below the budget too
   kNone,   // only the plan for the budget
@@ -164,7 +164,7 @@ struct PeakPlannerOptions {
   LowerBudgetPlans lower_budgets = LowerBudgetPlans::kRungs;
   // Host bytes the schedule may hold (PlannerOptions::host_budget_bytes;
   // nullopt: unlimited). Each schedule the run makes is trimmed to it
-  // (plan/internal/host_budget.h) before it is timed.
+  // (plan/common/host_budget.h) before it is timed.
   std::optional<std::int64_t> host_budget_bytes;
 };
 

@@ -4,16 +4,16 @@
 
 #include <fmt/format.h>
 
+#include "hyperoffload/ir/byte_format.h"
 #include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/common/host_budget.h"
 #include "hyperoffload/plan/dtr_planner.h"
 #include "hyperoffload/plan/greedy_planner.h"
 #include "hyperoffload/plan/hybrid_planner.h"
 #include "hyperoffload/plan/optimal_planner.h"
-#include "hyperoffload/ir/byte_format.h"
-#include "hyperoffload/plan/internal/host_budget.h"
-#include "hyperoffload/plan/internal/peak_model.h"
-#include "hyperoffload/plan/internal/recompute_model.h"
+#include "hyperoffload/plan/peak/peak_model.h"
 #include "hyperoffload/plan/peak_planner.h"
+#include "hyperoffload/plan/recompute/recompute_model.h"
 
 namespace hyperoffload {
 
@@ -21,7 +21,7 @@ namespace {
 
 // A planner whose schedules know nothing of host memory (greedy, optimal)
 // made to keep a host budget: its schedule is trimmed to it
-// (plan/internal/host_budget.h), keeping on the device what does not fit.
+// (plan/common/host_budget.h), keeping on the device what does not fit.
 class HostBudgetPlanner final : public Planner {
  public:
   HostBudgetPlanner(std::unique_ptr<Planner> planner, std::int64_t host_budget_bytes)

@@ -36,7 +36,7 @@
 // plan when they are: DTR's walk, whose re-runs thrash below some budget
 // (Note [The walk's work bound], dtr_planner.h: planning a vit_b_16 capture
 // grew to 6–13 GB), and the searches for recompute chains (Note [Chain work],
-// plan/internal/recompute_model.h). tests/plan/planning_bounds_property_test.cc
+// plan/recompute/recompute_model.h). tests/plan/planning_bounds_property_test.cc
 // holds every planner but optimal, on random traces and on traces built to
 // stress these bounds (gen/stress_trace.h), to at most 128 × the trace's heap
 // bytes + 1 MiB of heap while it plans (34× at most when written) and 1 ms per
@@ -146,7 +146,7 @@ struct PlannerOptions {
   // Every planner keeps to it; the device budget may then be missed (the
   // budget policy, budget_policy.h, says when no plan keeps both). Greedy,
   // peak and optimal keep storages on the device that do not fit on the host
-  // (plan/internal/host_budget.h); hybrid also weighs recomputing them;
+  // (plan/common/host_budget.h); hybrid also weighs recomputing them;
   // recompute-only holds no host bytes.
   std::optional<std::int64_t> host_budget_bytes;
 };
@@ -160,7 +160,7 @@ struct PlannerOptions {
 UnavoidableFloor offload_floor(const Trace& trace);
 
 // The lowest op-granular peak any recompute-only schedule can reach on
-// `trace` by the recompute model's candidates (plan/internal/
+// `trace` by the recompute model's candidates (plan/recompute/
 // recompute_model.h): per op, what it touches plus what cannot be dropped and
 // regenerated around it — retained storages, storages without a recomputable
 // producer (inputs, weights), storages written again in place after their

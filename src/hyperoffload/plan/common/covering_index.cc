@@ -1,0 +1,261 @@
+#include "hyperoffload/plan/common/covering_index.h"
+
+#include <algorithm>
+#include <bit>
+#include <numeric>
+
+namespace hyperoffload::internal {
+
+CoveringIndex::CoveringIndex(OpIndex op_count, std::span<const OpInterval> intervals) {
+  const auto ops = static_cast<std::uint32_t>(std::max<OpIndex>(op_count, 1));
+  levels_ = std::max(1, static_cast<int>(std::bit_width(ops - 1)));
+  const std::size_t nodes = std::size_t{2} << levels_;
+  const std::size_t entries = intervals.size();
+
+  node_.resize(entries);
+  offsets_.assign(nodes + 1, 0);
+  for (std::size_t e = 0; e < entries; ++e) {
+    node_[e] = static_cast<std::uint32_t>(node_of(intervals[e]));
+    ++offsets_[node_[e] + 1];
+  }
+  std::partial_sum(offsets_.begin(), offsets_.end(), offsets_.begin());
+
+  // Each node's entries sorted by first ascending (by_first_) and by last
+  // descending (by_last_), ties by entry index: a stable counting sort of all
+  // entries by that op, then a stable distribution to their nodes.
+  auto distribute = [&](auto op_key) {
+    std::vector<std::uint32_t> start(static_cast<std::size_t>(ops) + 1, 0);
+    for (std::size_t e = 0; e < entries; ++e) ++start[op_key(intervals[e]) + 1];
+    std::partial_sum(start.begin(), start.end(), start.begin());
+    std::vector<std::int32_t> by_op(entries);
+    for (std::size_t e = 0; e < entries; ++e) by_op[start[op_key(intervals[e])]++] = static_cast<std::int32_t>(e);
+    std::vector<std::int32_t> out(entries);
+    std::vector<std::uint32_t> cursor(offsets_.begin(), offsets_.end() - 1);
+    for (const std::int32_t e : by_op) out[cursor[node_[static_cast<std::size_t>(e)]]++] = e;
+    return out;
+  };
+  by_first_.entries = distribute([](const OpInterval& i) { return static_cast<std::uint32_t>(i.first); });
+  by_last_.entries =
+      distribute([ops](const OpInterval& i) { return ops - 1 - static_cast<std::uint32_t>(i.last); });
+  position_in_first_.resize(entries);
+  position_in_last_.resize(entries);
+  by_first_.ops.resize(entries);
+  by_last_.ops.resize(entries);
+  for (std::size_t i = 0; i < entries; ++i) {
+    const auto first_entry = static_cast<std::size_t>(by_first_.entries[i]);
+    const auto last_entry = static_cast<std::size_t>(by_last_.entries[i]);
+    by_first_.ops[i] = intervals[first_entry].first;
+    by_last_.ops[i] = intervals[last_entry].last;
+    position_in_first_[first_entry] = static_cast<std::uint32_t>(i);
+    position_in_last_[last_entry] = static_cast<std::uint32_t>(i);
+  }
+  for (Order* order : {&by_first_, &by_last_}) {
+    order->keys.assign(entries, 0.0);
+    order->small_tree.assign(2 * entries, kNoEntry);
+    order->large_tree.assign(2 * entries, kNoEntry);
+  }
+  group_.assign(entries, IndexGroup::kNone);
+  key_.assign(entries, 0.0);
+}
+
+std::size_t CoveringIndex::node_of(OpInterval interval) const {
+  const auto first = static_cast<std::uint32_t>(interval.first);
+  const auto last = static_cast<std::uint32_t>(interval.last);
+  if (first == last) return (std::size_t{1} << levels_) + first;
+  const int level = static_cast<int>(std::bit_width(first ^ last)) - 1;
+  return (std::size_t{1} << (levels_ - 1 - level)) + (first >> (level + 1));
+}
+
+bool CoveringIndex::better(std::int32_t a, std::int32_t b) const {
+  if (a == kNoEntry) return false;
+  if (b == kNoEntry) return true;
+  const double ka = key_[static_cast<std::size_t>(a)];
+  const double kb = key_[static_cast<std::size_t>(b)];
+  return ka != kb ? ka > kb : a < b;
+}
+
+bool CoveringIndex::better_at(const Order& order, std::int32_t a, std::int32_t b) {
+  if (a == kNoEntry) return false;
+  if (b == kNoEntry) return true;
+  const double ka = order.keys[static_cast<std::size_t>(a)];
+  const double kb = order.keys[static_cast<std::size_t>(b)];
+  return ka != kb ? ka > kb : order.entries[static_cast<std::size_t>(a)] < order.entries[static_cast<std::size_t>(b)];
+}
+
+void CoveringIndex::update(Order& order, IndexGroup group, std::size_t node, std::size_t position, bool present) {
+  std::vector<std::int32_t>& tree = order.tree(group);
+  const std::size_t begin = offsets_[node];
+  const std::size_t base = 2 * begin;
+  const std::size_t count = offsets_[node + 1] - begin;
+  const auto at = static_cast<std::int32_t>(position);
+  std::size_t j = count + (position - begin);
+  tree[base + j] = present ? at : kNoEntry;
+  for (j >>= 1; j >= 1; j >>= 1) {
+    const std::int32_t left = tree[base + 2 * j], right = tree[base + 2 * j + 1];
+    const std::int32_t best = better_at(order, left, right) ? left : right;
+    // Above a node whose best neither changed nor is the changed position,
+    // every comparison is as before: stop.
+    if (best == tree[base + j] && best != at) break;
+    tree[base + j] = best;
+  }
+}
+
+std::int32_t CoveringIndex::prefix_best(const Order& order, IndexGroup group, std::size_t node,
+                                        std::size_t count) const {
+  const std::vector<std::int32_t>& tree = order.tree(group);
+  const std::size_t base = 2 * static_cast<std::size_t>(offsets_[node]);
+  const std::size_t size = offsets_[node + 1] - offsets_[node];
+  // The root (or, for one entry, the leaf) holds the best of the whole node.
+  const std::int32_t root = tree[base + 1];
+  if (root == kNoEntry) return kNoEntry;
+  if (count == size) return order.entries[static_cast<std::size_t>(root)];
+  std::int32_t best = kNoEntry;
+  auto consider = [&](std::int32_t candidate) {
+    if (better_at(order, candidate, best)) best = candidate;
+  };
+  for (std::size_t l = size, r = size + count; l < r; l >>= 1, r >>= 1) {
+    if (l & 1) consider(tree[base + l++]);
+    if (r & 1) consider(tree[base + --r]);
+  }
+  return best == kNoEntry ? kNoEntry : order.entries[static_cast<std::size_t>(best)];
+}
+
+void CoveringIndex::place(std::int32_t entry, IndexGroup group, bool present) {
+  const auto e = static_cast<std::size_t>(entry);
+  update(by_first_, group, node_[e], position_in_first_[e], present);
+  update(by_last_, group, node_[e], position_in_last_[e], present);
+}
+
+void CoveringIndex::set(std::int32_t entry, IndexGroup group, double key) {
+  const auto e = static_cast<std::size_t>(entry);
+  touch(node_[e]);
+  const IndexGroup old = group_[e];
+  // Clear the old group's leaves first, while the old key still orders them.
+  if (old != group && old != IndexGroup::kNone) place(entry, old, false);
+  group_[e] = group;
+  key_[e] = key;
+  by_first_.keys[position_in_first_[e]] = key;
+  by_last_.keys[position_in_last_[e]] = key;
+  if (group != IndexGroup::kNone) place(entry, group, true);
+}
+
+void CoveringIndex::activate_all(IndexGroup group, std::span<const double> keys) {
+  cached_op_ = -1;
+  std::copy(keys.begin(), keys.end(), key_.begin());
+  std::fill(group_.begin(), group_.end(), group);
+  for (Order* order : {&by_first_, &by_last_}) {
+    for (std::size_t i = 0; i < order->entries.size(); ++i) {
+      order->keys[i] = keys[static_cast<std::size_t>(order->entries[i])];
+    }
+    std::vector<std::int32_t>& tree = order->tree(group);
+    for (std::size_t node = 0; node + 1 < offsets_.size(); ++node) {
+      const std::size_t begin = offsets_[node];
+      const std::size_t count = offsets_[node + 1] - begin;
+      if (count == 0) continue;
+      const std::size_t base = 2 * begin;
+      for (std::size_t i = 0; i < count; ++i) tree[base + count + i] = static_cast<std::int32_t>(begin + i);
+      for (std::size_t j = count - 1; j >= 1; --j) {
+        const std::int32_t left = tree[base + 2 * j], right = tree[base + 2 * j + 1];
+        tree[base + j] = better_at(*order, left, right) ? left : right;
+      }
+    }
+  }
+}
+
+CoveringIndex::Best CoveringIndex::query(OpIndex op) const {
+  Best best;
+  const auto p = static_cast<std::uint32_t>(op);
+  auto visit = [&](std::size_t node, const Order& order, std::size_t count) {
+    if (count == 0) return;
+    const std::int32_t small = prefix_best(order, IndexGroup::kSmall, node, count);
+    const std::int32_t large = prefix_best(order, IndexGroup::kLarge, node, count);
+    if (better(small, best.small)) best.small = small;
+    if (better(large, best.large)) best.large = large;
+  };
+  for (int level = levels_ - 1; level >= 0; --level) {
+    const std::size_t node = (std::size_t{1} << (levels_ - 1 - level)) + (p >> (level + 1));
+    const std::uint32_t begin = offsets_[node];
+    const std::uint32_t end = offsets_[node + 1];
+    if (begin == end) continue;
+    if (((p >> level) & 1U) == 0) {
+      // p is left of the split: the intervals here end right of it, so they
+      // contain p exactly when they start at or before it.
+      const auto it = std::upper_bound(by_first_.ops.begin() + begin, by_first_.ops.begin() + end, op);
+      visit(node, by_first_, static_cast<std::size_t>(it - (by_first_.ops.begin() + begin)));
+    } else {
+      const auto it = std::partition_point(by_last_.ops.begin() + begin, by_last_.ops.begin() + end,
+                                           [op](OpIndex last) { return last >= op; });
+      visit(node, by_last_, static_cast<std::size_t>(it - (by_last_.ops.begin() + begin)));
+    }
+  }
+  const std::size_t leaf = (std::size_t{1} << levels_) + p;
+  visit(leaf, by_first_, offsets_[leaf + 1] - offsets_[leaf]);
+  return best;
+}
+
+void CoveringIndex::touch(std::size_t node) {
+  if (cached_op_ < 0) return;
+  const auto depth = static_cast<std::size_t>(std::bit_width(node) - 1);
+  if (path_[depth].node == node) path_[depth].dirty = true;
+}
+
+CoveringIndex::Best CoveringIndex::node_best(const PathNode& at) const {
+  if (at.count == 0) return {};
+  const Order& order = at.by_first ? by_first_ : by_last_;
+  return {prefix_best(order, IndexGroup::kSmall, at.node, at.count),
+          prefix_best(order, IndexGroup::kLarge, at.node, at.count)};
+}
+
+// The same walk as query(): at depth d the path node of p is (1 << d) + (p >>
+// (levels_ - d)); left of its split the entries containing p are a prefix of
+// by_first_, right of it a prefix of by_last_; at the leaf all of them.
+void CoveringIndex::fill_path(OpIndex op) {
+  const auto p = static_cast<std::uint32_t>(op);
+  path_.assign(static_cast<std::size_t>(levels_) + 1, PathNode{});
+  for (int depth = 0; depth < levels_; ++depth) {
+    PathNode& at = path_[static_cast<std::size_t>(depth)];
+    const int level = levels_ - 1 - depth;
+    at.node = (std::size_t{1} << depth) + (p >> (level + 1));
+    const std::uint32_t begin = offsets_[at.node];
+    const std::uint32_t end = offsets_[at.node + 1];
+    if (((p >> level) & 1U) == 0) {
+      at.by_first = true;
+      const auto it = std::upper_bound(by_first_.ops.begin() + begin, by_first_.ops.begin() + end, op);
+      at.count = static_cast<std::size_t>(it - (by_first_.ops.begin() + begin));
+    } else {
+      at.by_first = false;
+      const auto it = std::partition_point(by_last_.ops.begin() + begin, by_last_.ops.begin() + end,
+                                           [op](OpIndex last) { return last >= op; });
+      at.count = static_cast<std::size_t>(it - (by_last_.ops.begin() + begin));
+    }
+    at.best = node_best(at);
+  }
+  PathNode& leaf = path_[static_cast<std::size_t>(levels_)];
+  leaf.node = (std::size_t{1} << levels_) + p;
+  leaf.by_first = true;
+  leaf.count = offsets_[leaf.node + 1] - offsets_[leaf.node];
+  leaf.best = node_best(leaf);
+  cached_op_ = op;
+}
+
+CoveringIndex::Best CoveringIndex::query_cached(OpIndex op) {
+  if (op != cached_op_) {
+    fill_path(op);
+  } else {
+    for (PathNode& at : path_) {
+      if (!at.dirty) continue;
+      at.best = node_best(at);
+      at.dirty = false;
+    }
+  }
+  // Keys only change through set(), which marks the node: the per-node bests
+  // are current, and combining them compares current keys.
+  Best best;
+  for (const PathNode& at : path_) {
+    if (better(at.best.small, best.small)) best.small = at.best.small;
+    if (better(at.best.large, best.large)) best.large = at.best.large;
+  }
+  return best;
+}
+
+}  // namespace hyperoffload::internal

@@ -1,0 +1,62 @@
+// Internal: the lower budgets at which the peak and hybrid planners also plan,
+// so that their plans are monotone in the budget.
+//
+// Note [Plans for lower budgets]
+// A plan within a budget is within every larger one, and on either device it
+// is no slower there: with unlimited memory its timing does not depend on the
+// budget, and on a device that holds only the budget an allocation waits only
+// until the memory it needs is free, which a larger cap never delays. So a
+// planner can always do at least as well with more memory. The peak and hybrid
+// planners are heuristics whose choices depend on the budget (the excess at
+// the peak, the decision sets' targets), and on their own they are not:
+// gpt3-1.3b's offload-only plan stalled 12 ms at 90% of the unplanned peak and
+// none at 85%; its hybrid plan took 9.30% over compute at 40% and 8.92% at 35%
+// (capped device; `hyperoffload compare --sweep`, docs/PEAK_PLANNER.md).
+//
+// Construction. The rungs of a trace are budget_ladder(floor, unplanned peak,
+// kLowerBudgetStepPercent) (plan/budget.h): the floor of the peak planner's
+// model and every 5% of the unplanned peak — they depend on the trace only.
+// At budget B the planner plans as it always did, and also, for every rung
+// r < B, makes the plan it makes at r (without this step), times it at B on
+// the device it plans for, with the same estimate it chooses by
+// (plan/common/stall_estimate.h, exact), and keeps the quickest within B;
+// ties go to the plan made for the largest budget. Then for rungs r1 < r2 the plan at r2 had the
+// plans made at every rung up to r1 to choose from, each at least as quick at
+// r2 as at r1, so it is at least as quick as the plan at r1 — the curve is
+// monotone on the rungs — and at any budget the plan is at least as quick as
+// at every rung below it. (Between two rungs it is not guaranteed: the plan
+// made for B1 may be quicker than every plan at a larger B2 that is not a
+// rung. `compare --sweep --sweep-step 1%` shows how much.)
+//
+// Cost: one more plan per rung below the budget, up to 19 (a budget near the
+// unplanned peak, a floor below 5%), so on traces where a plan is cheap only:
+// at most kLowerBudgetMaxWork ops plus accesses (every shipped example trace
+// and GPT preset; none of the scale benchmarks' traces, whose planning time is
+// unchanged). At or above the unplanned peak nothing is planned anyway.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hyperoffload/ir/trace.h"
+
+namespace hyperoffload::internal {
+
+inline constexpr double kLowerBudgetStepPercent = 5.0;
+inline constexpr std::int64_t kLowerBudgetMaxWork = 20'000;
+
+// Whether a trace is small enough for plans at lower budgets: at most
+// kLowerBudgetMaxWork ops plus accesses. O(1), so a planner asks it before
+// computing what lower_budgets needs.
+bool lower_budget_plans_fit(const Trace& trace);
+
+// The rungs below `budget_bytes` at which a planner also plans (Note [Plans
+// for lower budgets]), ascending: empty when the trace has more than
+// kLowerBudgetMaxWork ops plus accesses or the budget is at or above the
+// unplanned peak. `floor_bytes` is the peak planner's floor
+// (offload_floor, plan/planner.h); `unplanned_peak_bytes` the trace's
+// unplanned op-granular peak.
+std::vector<std::int64_t> lower_budgets(const Trace& trace, std::int64_t floor_bytes,
+                                        std::int64_t unplanned_peak_bytes, std::int64_t budget_bytes);
+
+}  // namespace hyperoffload::internal

@@ -1,0 +1,246 @@
+#include "hyperoffload/plan/hybrid/hybrid_plans.h"
+
+#include <algorithm>
+#include <limits>
+#include <string_view>
+#include <utility>
+
+#include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/common/stall_estimate.h"
+#include "hyperoffload/plan/dtr_planner.h"
+#include "hyperoffload/plan/recompute/augmented_trace.h"
+
+namespace hyperoffload::internal {
+namespace {
+
+// The peak planner's weights for a second try at the offloads, made when the
+// trace is small enough for four plans or more: credit for hiding outweighs
+// credit for size, so several small copies that hide beat one large copy that
+// resolves the peak but cannot hide. (In a small MLP whose last activations
+// are read right after the peak, the default weights offload one of those and
+// stall on its copy back; the MILP offloads weights and early activations
+// instead and hides every copy.) Its ties go to the smallest candidate. The
+// plan it gives is one more candidate: the quicker plan wins, so it never
+// makes a plan worse.
+constexpr PeakScoreWeights kHidingFirstWeights{
+    .peak_reduction = 0.1, .hiding = 4.0, .coverage = 1.0, .neighbor_impact = 1.0};
+constexpr std::string_view kHidingFirstLabel = "offload-only, hidden copies first";
+
+}  // namespace
+
+bool better(const HybridPlan& a, const HybridPlan& b, std::int64_t budget_bytes) {
+  const bool a_fits = a.peak_bytes <= budget_bytes;
+  const bool b_fits = b.peak_bytes <= budget_bytes;
+  if (a_fits != b_fits) return a_fits;
+  if (!a_fits && a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+  if (a.time_ms != b.time_ms) return a.time_ms < b.time_ms;
+  return a.peak_bytes < b.peak_bytes;
+}
+
+std::int64_t count_copies(std::span<const Action> actions) {
+  std::int64_t copies = 0;
+  for (const Action& action : actions) {
+    copies += action.kind == ActionKind::kCopyD2H || action.kind == ActionKind::kCopyH2D ? 1 : 0;
+  }
+  return copies;
+}
+
+double PlanMaker::estimated_time_ms(std::span<const Action> actions, double recompute_ms) const {
+  return models_.trace.total_compute_ms() + recompute_ms +
+         estimate_stall_ms(models_.trace, actions, models_.memory_cap());
+}
+
+HybridPlan PlanMaker::offload_only(const PeakPlannerOptions& options, std::string label, std::stop_token stop,
+                                   PlacementThreads threads) const {
+  HybridPlan plan;
+  plan.label = std::move(label);
+  PeakRun run = run_peak_planner(models_.trace, models_.peak, options, models_.budget_bytes,
+                                 {.timer = {}, .stop = std::move(stop), .threads = threads});
+  if (run.stopped) {
+    plan.stopped = true;
+    return plan;
+  }
+  PlanResult& result = run.result;
+  plan.time_ms = models_.trace.total_compute_ms() + run.stall_ms;
+  plan.peak_bytes = result.planned_peak_bytes;
+  plan.floor = result.floor;
+  plan.actions = std::move(result.schedule.actions);
+  for (std::string& note : result.notes) {
+    if (note.find("boundary candidate") != std::string::npos) plan.notes.push_back(std::move(note));
+  }
+  return plan;
+}
+
+HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, std::string label,
+                                    const PeakPlannerOptions& options) const {
+  const Trace& trace = models_.trace;
+  const AugmentedTrace augmented = build_augmented_trace(trace, models_.recompute, chosen);
+  const StorageAccesses accesses(augmented.trace);
+  const PeakModel model = build_peak_model(augmented.trace, accesses);
+  const std::optional<std::int64_t> memory_cap = models_.memory_cap();
+  const ScheduleTimer timer = [&](std::vector<Action> actions) {
+    TimedSchedule timed{map_back(augmented, actions), 0.0};
+    timed.stall_ms = estimate_stall_ms(trace, timed.actions, memory_cap);
+    return timed;
+  };
+  PeakRun run = run_peak_planner(augmented.trace, model, options, models_.budget_bytes, {.timer = timer, .stop = {}, .threads = PlacementThreads::kTwo});
+  const PlanResult& result = run.result;
+  HybridPlan plan;
+  plan.label = std::move(label);
+  plan.peak_bytes = result.planned_peak_bytes;
+  if (result.floor) {
+    plan.floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(result.floor->op)], result.floor->bytes};
+  }
+  plan.recompute_count = augmented.recompute_count;
+  plan.recompute_ms = augmented.recompute_ms;
+  plan.actions = std::move(run.result.schedule.actions);
+  plan.time_ms = trace.total_compute_ms() + plan.recompute_ms + run.stall_ms;
+  return plan;
+}
+
+HybridPlan PlanMaker::without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
+  const AugmentedTrace augmented = build_augmented_trace(models_.trace, models_.recompute, chosen);
+  const StorageAccesses accesses(augmented.trace);
+  const std::vector<Action> actions = end_of_life_releases(augmented.trace, accesses);
+  HybridPlan plan;
+  plan.label = std::move(label);
+  const PeakBytes peak = unplanned_peak(augmented.trace, accesses);
+  plan.peak_bytes = peak.bytes;
+  plan.peak_op = peak.op >= 0 ? augmented.original_op[static_cast<std::size_t>(peak.op)] : -1;
+  plan.recompute_count = augmented.recompute_count;
+  plan.recompute_ms = augmented.recompute_ms;
+  plan.actions = map_back(augmented, actions);
+  plan.time_ms = estimated_time_ms(plan.actions, plan.recompute_ms);
+  return plan;
+}
+
+HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
+  const std::int64_t budget = models_.budget_bytes;
+  HybridPlan full = without_offloads(sequence.decisions, "recompute-only");
+  full.floor = UnavoidableFloor{full.peak_op, full.peak_bytes};
+  full.chain_work_cut = sequence.cut;
+  if (full.peak_bytes > budget) return full;
+  const std::size_t total = sequence.decisions.size();
+  std::size_t length = 0;
+  while (length < total && sequence.peak_after[length] > budget) ++length;
+  if (length < total) ++length;  // the decision that brought the profile within the budget
+  std::size_t step = std::max<std::size_t>(1, length / 16);
+  while (length < total) {
+    HybridPlan prefix = without_offloads(sequence.prefix(length), "recompute-only");
+    prefix.floor = full.floor;
+    prefix.chain_work_cut = sequence.cut;
+    if (prefix.peak_bytes <= budget) return prefix;
+    length = std::min(total, length + step);
+    step *= 2;
+  }
+  return full;
+}
+
+RecomputeSelection PlanMaker::recompute_only_sequence(RegenerationRule regeneration) const {
+  constexpr double kNoRatioLimit = std::numeric_limits<double>::infinity();
+  return select_recomputes(models_.trace, models_.peak.resident_bytes, models_.recompute,
+                           {kNoRatioLimit, 0, regeneration});
+}
+
+HybridPlan PlanMaker::best_recompute_only() const { return or_within_an_eighth(recompute_only(recompute_only_sequence())); }
+
+bool PlanMaker::room_for_more_plans() const {
+  constexpr std::int64_t kMaxSize = 250'000;  // where four plans or more can be made
+  return static_cast<std::int64_t>(models_.trace.op_count()) + static_cast<std::int64_t>(models_.trace.access_count()) <=
+         kMaxSize;
+}
+
+HybridPlan PlanMaker::or_within_an_eighth(HybridPlan plan) const {
+  if (!room_for_more_plans()) return plan;
+  const std::int64_t budget = models_.budget_bytes;
+  HybridPlan other = recompute_only(recompute_only_sequence(RegenerationRule::kWithinAnEighth));
+  UnavoidableFloor floor = plan.floor->bytes <= other.floor->bytes ? *plan.floor : *other.floor;
+  const bool fits = plan.peak_bytes <= budget;
+  const bool other_fits = other.peak_bytes <= budget;
+  const bool take_other = other_fits ? !fits || other.time_ms < plan.time_ms
+                                     : !fits && other.peak_bytes < plan.peak_bytes;
+  HybridPlan chosen = take_other ? std::move(other) : std::move(plan);
+  // DTR's walk evicts and regenerates op by op, so it can go below the
+  // decision sequences' floors where their greedy order gets stuck (a re-run
+  // that needs what an earlier decision dropped; docs/HYBRID_PLANNER.md, "No
+  // artificial floor"), and now and then it is quicker. One more plan, for
+  // the cost of one walk.
+  HybridPlan walk = dtr_recompute_only();
+  if (walk.peak_bytes < floor.bytes) floor = UnavoidableFloor{walk.peak_op, walk.peak_bytes};
+  if (better(walk, chosen, budget)) chosen = std::move(walk);
+  chosen.floor = floor;
+  return chosen;
+}
+
+HybridPlan PlanMaker::dtr_recompute_only() const {
+  DtrPlan walk = plan_dtr(models_.trace, models_.budget_bytes);
+  HybridPlan plan;
+  plan.label = "recompute-only, DTR's eviction walk";
+  plan.peak_bytes = walk.result.planned_peak_bytes;
+  plan.peak_op = walk.peak_op;
+  plan.floor = UnavoidableFloor{walk.peak_op, walk.result.planned_peak_bytes};
+  plan.recompute_count = walk.recompute_count;
+  plan.recompute_ms = walk.recompute_ms;
+  plan.actions = std::move(walk.result.schedule.actions);
+  plan.time_ms = estimated_time_ms(plan.actions, plan.recompute_ms);
+  if (walk.cut_op >= 0) plan.notes.push_back(std::move(walk.result.notes.back()));  // the cut (dtr_planner.h)
+  return plan;
+}
+
+std::optional<RecomputeSelection> PlanMaker::recompute_only_sequence_if_it_can_fit() const {
+  const std::int64_t budget = models_.budget_bytes;
+  const std::vector<std::int64_t>& resident = models_.peak.resident_bytes;
+  const auto ops = static_cast<std::size_t>(models_.trace.op_count());
+  std::vector<std::int64_t> reducible_delta(ops + 1, 0);
+  for (const RecomputeCandidate& c : models_.recompute.candidates) {
+    reducible_delta[static_cast<std::size_t>(c.interior_first())] += c.size_bytes;
+    reducible_delta[static_cast<std::size_t>(c.end_op)] -= c.size_bytes;
+  }
+  std::int64_t reducible = 0;
+  for (std::size_t op = 0; op < ops; ++op) {
+    reducible += reducible_delta[op];
+    if (resident[op] - reducible > budget) return std::nullopt;
+  }
+  RecomputeSelection sequence = recompute_only_sequence();
+  const std::int64_t lowest =
+      sequence.peak_after.empty() ? *std::max_element(resident.begin(), resident.end()) : sequence.peak_after.back();
+  if (lowest > budget) return std::nullopt;
+  return sequence;
+}
+
+double PlanMaker::compute_and_reruns_ms(const RecomputeSelection& sequence) const {
+  double ms = models_.trace.total_compute_ms();
+  for (const RecomputeDecision& d : sequence.decisions) {
+    ms += models_.recompute.candidates[static_cast<std::size_t>(d.candidate)].cost_ms;
+  }
+  return ms;
+}
+
+PeakPlannerOptions PlanMaker::around_recomputes() const {
+  PeakPlannerOptions options = peak_options_;
+  options.windows = CopyBackWindows::kBeforePlanning;
+  return options;
+}
+
+PeakPlannerOptions PlanMaker::hiding_first() const {
+  PeakPlannerOptions options = around_recomputes();
+  options.weights = kHidingFirstWeights;
+  options.ties = SelectionTies::kSmallestFirst;
+  return options;
+}
+
+PeakPlannerOptions PlanMaker::least_lateness(PeakPlannerOptions options) {
+  options.host_copies = HostCopySequencing::kLeastLateness;
+  return options;
+}
+
+void PlanMaker::more_offload_only_plans(std::vector<HybridPlan>& plans) const {
+  plans.push_back(offload_only(least_lateness(peak_options_), "offload-only, least-lateness copies to host"));
+  plans.push_back(offload_only(around_recomputes(), "offload-only, copy-back windows"));
+  plans.push_back(offload_only(hiding_first(), std::string(kHidingFirstLabel)));
+  PeakPlannerOptions two_pass = hiding_first();
+  two_pass.windows = CopyBackWindows::kAfterAFirstPass;
+  plans.push_back(offload_only(two_pass, std::string(kHidingFirstLabel) + ", copy-back windows of a first pass"));
+}
+
+}  // namespace hyperoffload::internal

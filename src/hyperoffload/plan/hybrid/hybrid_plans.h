@@ -1,0 +1,146 @@
+// Internal: the hybrid planner's plans (hybrid_planner.h) — what a plan of the
+// original trace carries for the choice between plans (HybridPlan), and how
+// each kind is made from the models (PlanMaker): offload-only (the peak
+// planner on the trace), offloads around a set of recompute decisions (the
+// peak planner on the augmented trace, mapped back) and recomputes without
+// offloads (the recompute-only plan).
+//
+// Thread-safety: PlanMaker's methods are const and may run concurrently; they
+// read the models only after HybridModels::wait_for_recompute_model, except
+// offload_only and estimated_time_ms, which never read the recompute model.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "hyperoffload/ir/schedule.h"
+#include "hyperoffload/plan/hybrid/hybrid_models.h"
+#include "hyperoffload/plan/peak/peak_run.h"
+#include "hyperoffload/plan/peak_planner.h"
+#include "hyperoffload/plan/planner.h"
+#include "hyperoffload/plan/recompute/recompute_selection.h"
+
+namespace hyperoffload::internal {
+
+// A plan for the original trace with what the choice between plans needs.
+struct HybridPlan {
+  std::string label;
+  bool recompute_only = false;  // the recompute-only plan
+  std::vector<Action> actions;
+  std::int64_t peak_bytes = 0;  // op-granular, over ops and recomputes (planner's model)
+  double time_ms = 0.0;         // compute + recomputes + estimated stall
+  OpIndex peak_op = -1;         // where peak_bytes is reached (an original op); without offloads only
+  // The lowest peak the way this plan was made reaches: a budget at or above
+  // it is met (the peak planner's floor on the trace it planned).
+  std::optional<UnavoidableFloor> floor;
+  std::int64_t recompute_count = 0;
+  double recompute_ms = 0.0;
+  std::vector<std::string> notes;
+  bool stopped = false;  // its making was stopped: no plan (the portfolio passes it over)
+  // The budget it was planned for, when that was a lower one (Note [Plans for
+  // lower budgets], lower_budgets.h).
+  std::int64_t planned_for_bytes = 0;
+  // Its recompute decisions were selected with the chain work budget spent
+  // (RecomputeSelection::cut, Note [Chain work]).
+  bool chain_work_cut = false;
+};
+
+class PlanMaker {
+ public:
+  // `peak_options` are the hybrid planner's (HybridPlannerOptions::peak): the
+  // offload-only plan's, and the base of the variants below.
+  PlanMaker(const HybridModels& models, const PeakPlannerOptions& peak_options)
+      : models_(models), peak_options_(peak_options) {}
+
+  // The step's time for a plan of the original trace: compute, the re-runs
+  // and the stall, played with the simulator's rules (the estimate is exact
+  // for valid, fault-free schedules, which every plan here is).
+  double estimated_time_ms(std::span<const Action> actions, double recompute_ms) const;
+
+  // The peak planner on the trace itself, on the models' accesses and peak
+  // model; its own stall estimate is the one estimated_time_ms would compute
+  // (same schedule, trace and device). A stopped run gives a plan marked
+  // `stopped`.
+  HybridPlan offload_only(const PeakPlannerOptions& options, std::string label, std::stop_token stop = {},
+                          PlacementThreads threads = PlacementThreads::kTwo) const;
+  // Offloads planned around the recomputes of `chosen`: the peak planner on
+  // the augmented trace, each of its schedules mapped back to the original
+  // trace and timed there (so it picks its prefetch order by the schedule
+  // that is used).
+  HybridPlan with_offloads(std::span<const RecomputeDecision> chosen, std::string label,
+                           const PeakPlannerOptions& options) const;
+  // Releases after the last access and the recomputes of `chosen`, no copies.
+  HybridPlan without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const;
+
+  // The recompute-only plan: the shortest prefix of `sequence` (the full
+  // decision sequence) whose peak over ops and recomputes fits the budget,
+  // found by trying the prefix at which the selection's profile fits and then
+  // longer ones (doubling the step). Its floor is the full sequence's peak.
+  HybridPlan recompute_only(const RecomputeSelection& sequence) const;
+  // Every recompute decision at any cost, down to nothing.
+  RecomputeSelection recompute_only_sequence(
+      RegenerationRule regeneration = RegenerationRule::kWhileThePeakAllows) const;
+  // The recompute-only planner's plan: recompute_only of the sequence and, on
+  // a trace small enough for four plans or more (ops + accesses <= 250,000),
+  // also of the sequence under RegenerationRule::kWithinAnEighth and DTR's
+  // eviction walk (dtr_recompute_only): each is greedy and each wins on some
+  // example traces (docs/HYBRID_PLANNER.md, "Recompute-only"). The best by
+  // better(); its floor is the lowest of the two sequences' floors and the
+  // walk's peak.
+  HybridPlan best_recompute_only() const;
+  // `plan` (a recompute-only plan of the default rule), or on such a small
+  // trace the best of it and the other two (as above). The hybrid planner's
+  // recompute-only plan goes through it too, so the hybrid plan is never
+  // slower than the recompute-only planner's.
+  HybridPlan or_within_an_eighth(HybridPlan plan) const;
+  // DTR's eviction walk at the budget (plan/dtr_planner.h) as a plan.
+  HybridPlan dtr_recompute_only() const;
+  // Whether the trace is small enough for four plans or more (ops + accesses
+  // <= 250,000): the extra recompute-only plans above are made only there.
+  bool room_for_more_plans() const;
+  // That sequence when the recompute-only plan can fit the budget. At real
+  // ops the augmented trace holds exactly the selection's profile (re-runs can
+  // only add), which never goes below the resident bytes less every candidate
+  // covering the op; so when that is above the budget somewhere, or the
+  // sequence's profile ends above it, the plan cannot fit and is not made.
+  std::optional<RecomputeSelection> recompute_only_sequence_if_it_can_fit() const;
+  // The compute plus the re-runs of every decision of `sequence`.
+  double compute_and_reruns_ms(const RecomputeSelection& sequence) const;
+
+  // The peak planner's options for offloads around recomputes: the given
+  // ones with the copy-back windows of the profile before planning (which
+  // suit offloads planned around recomputes better on the GPT presets).
+  PeakPlannerOptions around_recomputes() const;
+  // Those with weights that favour hiding over size (kHidingFirstWeights in
+  // hybrid_plans.cc), ties to the smallest.
+  PeakPlannerOptions hiding_first() const;
+  // `options` with the copies to host sequenced by least lateness.
+  static PeakPlannerOptions least_lateness(PeakPlannerOptions options);
+
+  // The other offload-only plans of a small trace, appended to `plans`: the
+  // given weights with the copies to host by least lateness and with the
+  // copy-back windows before planning, and the hiding-first weights with those
+  // windows and with the windows of a first selection pass (none is better on
+  // every trace).
+  void more_offload_only_plans(std::vector<HybridPlan>& plans) const;
+
+  const HybridModels& models() const { return models_; }
+  const PeakPlannerOptions& peak_options() const { return peak_options_; }
+
+ private:
+  const HybridModels& models_;
+  const PeakPlannerOptions& peak_options_;
+};
+
+// Whether a beats b: fitting the budget first, then the quicker, then the
+// lower peak; ties keep b (the one evaluated first).
+bool better(const HybridPlan& a, const HybridPlan& b, std::int64_t budget_bytes);
+
+// The number of copies (to host and back) among `actions`.
+std::int64_t count_copies(std::span<const Action> actions);
+
+}  // namespace hyperoffload::internal

@@ -1,0 +1,231 @@
+#include "hyperoffload/plan/recompute/augmented_trace.h"
+
+#include <algorithm>
+#include <map>
+
+#include "hyperoffload/plan/common/schedule_assembler.h"
+
+namespace hyperoffload::internal {
+namespace {
+
+// What one op re-run before the current op regenerates.
+struct Rerun {
+  std::vector<StorageIndex> persistent;  // outputs that live on as new instances
+  std::vector<StorageIndex> transient;   // outputs read only by the re-runs here
+};
+
+bool contains(const std::vector<StorageIndex>& list, StorageIndex s) {
+  return std::find(list.begin(), list.end(), s) != list.end();
+}
+
+// Indices of decisions grouped by an op (their gap's start, or their
+// regeneration point), as offsets into one flat list: a counting sort.
+struct OpBuckets {
+  std::vector<std::uint32_t> offsets;
+  std::vector<std::int32_t> items;
+  std::span<const std::int32_t> at(OpIndex op) const {
+    return std::span<const std::int32_t>(items).subspan(offsets[static_cast<std::size_t>(op)],
+                                                        offsets[static_cast<std::size_t>(op) + 1] -
+                                                            offsets[static_cast<std::size_t>(op)]);
+  }
+};
+
+template <typename OpOf>
+OpBuckets bucket(OpIndex op_count, std::size_t count, OpOf op_of) {
+  OpBuckets buckets;
+  buckets.offsets.assign(static_cast<std::size_t>(op_count) + 1, 0);
+  for (std::size_t d = 0; d < count; ++d) ++buckets.offsets[static_cast<std::size_t>(op_of(d)) + 1];
+  for (std::size_t i = 1; i < buckets.offsets.size(); ++i) buckets.offsets[i] += buckets.offsets[i - 1];
+  buckets.items.resize(count);
+  std::vector<std::uint32_t> cursor(buckets.offsets.begin(), buckets.offsets.end() - 1);
+  for (std::size_t d = 0; d < count; ++d) {
+    buckets.items[cursor[static_cast<std::size_t>(op_of(d))]++] = static_cast<std::int32_t>(d);
+  }
+  return buckets;
+}
+
+class Builder {
+ public:
+  Builder(const Trace& trace, const RecomputeModel& model, std::span<const RecomputeDecision> decisions)
+      : trace_(trace),
+        model_(model),
+        decisions_(decisions),
+        current_(static_cast<std::size_t>(trace.storage_count())),
+        dropped_(static_cast<std::size_t>(trace.storage_count()), false) {
+    for (std::size_t s = 0; s < current_.size(); ++s) current_[s] = static_cast<StorageId>(s);
+  }
+
+  AugmentedTrace run() && {
+    const OpBuckets ends =
+        bucket(trace_.op_count(), decisions_.size(), [&](std::size_t d) { return decisions_[d].regenerate_before; });
+    const OpBuckets starts =
+        bucket(trace_.op_count(), decisions_.size(), [&](std::size_t d) { return gap(d).start_op; });
+    builder_.reserve(static_cast<std::size_t>(trace_.op_count()) + 2 * decisions_.size(),
+                     static_cast<std::size_t>(trace_.storage_count()) + 2 * decisions_.size(),
+                     trace_.access_count() + 8 * decisions_.size());
+    builder_.set_d2h_bandwidth_gib_per_s(trace_.d2h_bandwidth_gib_per_s());
+    builder_.set_h2d_bandwidth_gib_per_s(trace_.h2d_bandwidth_gib_per_s());
+    builder_.set_memory_limit_bytes(trace_.memory_limit_bytes());
+    builder_.use_op_names(trace_.op_names());
+    out_.original_id.reserve(static_cast<std::size_t>(trace_.storage_count()) + decisions_.size());
+    for (StorageIndex s = 0; s < trace_.storage_count(); ++s) {
+      const StorageInfo& info = trace_.storage(s);
+      (void)builder_.add_storage(static_cast<StorageId>(s), info.size_bytes, info.retention);
+      out_.original_id.push_back(info.id);
+    }
+    for (OpIndex op = 0; op < trace_.op_count(); ++op) {
+      if (!ends.at(op).empty()) regenerate_before(op, ends.at(op));
+      (void)builder_.add_named_op(trace_.op_name_index(op), trace_.op_duration_ms(op));
+      for (const Access& access : trace_.accesses(op)) {
+        builder_.add_access(current_[static_cast<std::size_t>(access.storage)], access.kind);
+      }
+      out_.original_op.push_back(op);
+      out_.source_op.push_back(-1);
+      for (const std::int32_t d : starts.at(op)) dropped_[static_cast<std::size_t>(gap(d).storage)] = true;
+    }
+    // Cannot fail: ids are dense and every op and size comes from a valid trace.
+    out_.trace = value_or_throw(std::move(builder_).build());
+    return std::move(out_);
+  }
+
+ private:
+  const RecomputeCandidate& gap(std::size_t d) const {
+    return model_.candidates[static_cast<std::size_t>(decisions_[d].candidate)];
+  }
+
+  StorageId new_instance(StorageIndex s) {
+    const auto id = static_cast<StorageId>(out_.original_id.size());
+    (void)builder_.add_storage(id, trace_.storage(s).size_bytes, Retention::kReleasable);
+    out_.original_id.push_back(trace_.storage(s).id);
+    return id;
+  }
+
+  // An input u of a re-run before `op`: when it is dead there, regenerate it
+  // for the re-runs here (a chain). Whatever else a re-run reads is on the
+  // device there or regenerated before it for good (the selection makes the
+  // decisions agree, recompute_selection.h), so it is read where it is.
+  void require(StorageIndex u, OpIndex op, std::map<OpIndex, Rerun>& reruns) {
+    if (dropped_[static_cast<std::size_t>(u)] || !dead_before(trace_, model_, u, op)) return;
+    const OpIndex producer = model_.producer[static_cast<std::size_t>(u)];
+    if (producer < 0) return;  // cannot be: the chain was checked when the candidate was made
+    Rerun& rerun = reruns[producer];
+    if (!contains(rerun.transient, u)) rerun.transient.push_back(u);
+  }
+
+  void regenerate_before(OpIndex op, std::span<const std::int32_t> ending) {
+    std::map<OpIndex, Rerun> reruns;
+    for (const std::int32_t d : ending) {
+      reruns[gap(static_cast<std::size_t>(d)).source_op].persistent.push_back(gap(static_cast<std::size_t>(d)).storage);
+    }
+    // Expand from the latest producer down: inputs are created by earlier ops,
+    // so every producer added lies below the one being expanded, where the
+    // reverse walk reaches it next (inserting into a map moves no iterator):
+    // O(re-runs here × log) per point.
+    for (auto it = reruns.rbegin(); it != reruns.rend(); ++it) {
+      const OpIndex k = it->first;
+      for (const Access& access : trace_.accesses(k)) {
+        if (access.kind == AccessKind::kRead) require(access.storage, op, reruns);
+      }
+      // Outputs not already regenerated here: written into a short-lived
+      // instance when not on the device, read where they are otherwise.
+      Rerun& self = reruns[k];
+      for (const Access& access : trace_.accesses(k)) {
+        if (access.kind != AccessKind::kWrite || contains(self.persistent, access.storage)) continue;
+        if ((dropped_[static_cast<std::size_t>(access.storage)] || dead_before(trace_, model_, access.storage, op)) &&
+            !contains(self.transient, access.storage)) {
+          self.transient.push_back(access.storage);
+        }
+      }
+    }
+    std::map<StorageIndex, StorageId> transient_instance;
+    for (auto& [k, rerun] : reruns) {
+      (void)builder_.add_named_op(trace_.op_name_index(k), trace_.op_duration_ms(k));
+      // One instance per output however many writes of it the op lists: a
+      // second instance would leave the first unread, and the planner would
+      // release the storage right after regenerating it (found by
+      // fuzz/planners_fuzzer.cc).
+      std::map<StorageIndex, StorageId> written_here;
+      for (const Access& access : trace_.accesses(k)) {
+        const StorageIndex s = access.storage;
+        if (access.kind == AccessKind::kRead) {
+          const auto transient = transient_instance.find(s);
+          builder_.add_access(transient != transient_instance.end() ? transient->second : current_[static_cast<std::size_t>(s)],
+                              AccessKind::kRead);
+        } else if (const auto again = written_here.find(s); again != written_here.end()) {
+          builder_.add_access(again->second, AccessKind::kWrite);
+        } else if (contains(rerun.persistent, s)) {
+          const StorageId id = new_instance(s);
+          current_[static_cast<std::size_t>(s)] = id;
+          dropped_[static_cast<std::size_t>(s)] = false;
+          written_here.emplace(s, id);
+          builder_.add_access(id, AccessKind::kWrite);
+        } else if (contains(rerun.transient, s)) {
+          const StorageId id = new_instance(s);
+          transient_instance[s] = id;
+          written_here.emplace(s, id);
+          builder_.add_access(id, AccessKind::kWrite);
+        } else {
+          builder_.add_access(current_[static_cast<std::size_t>(s)], AccessKind::kRead);
+        }
+      }
+      out_.original_op.push_back(op);
+      out_.source_op.push_back(k);
+      ++out_.recompute_count;
+      out_.recompute_ms += trace_.op_duration_ms(k);
+    }
+  }
+
+  const Trace& trace_;
+  const RecomputeModel& model_;
+  std::span<const RecomputeDecision> decisions_;
+  TraceBuilder builder_;
+  AugmentedTrace out_;
+  std::vector<StorageId> current_;  // per original storage: the instance later accesses use
+  std::vector<bool> dropped_;       // per original storage: off the device, inside a decision's gap
+};
+
+}  // namespace
+
+AugmentedTrace build_augmented_trace(const Trace& trace, const RecomputeModel& model,
+                                     std::span<const RecomputeDecision> decisions) {
+  return Builder(trace, model, decisions).run();
+}
+
+std::vector<Action> map_back(const AugmentedTrace& augmented, std::span<const Action> actions) {
+  const ActionsByOp by_op(actions, augmented.trace.op_count());
+  std::vector<Action> out;
+  out.reserve(actions.size() + static_cast<std::size_t>(augmented.recompute_count));
+  auto emit = [&](std::span<const Action> list, OpIndex op, std::optional<Phase> phase) {
+    for (Action action : list) {
+      action.op = op;
+      if (phase) action.phase = *phase;
+      action.storage = augmented.original_id[static_cast<std::size_t>(action.storage)];
+      out.push_back(action);
+    }
+  };
+  for (OpIndex j = 0; j < augmented.trace.op_count(); ++j) {
+    const OpIndex op = augmented.original_op[static_cast<std::size_t>(j)];
+    const OpIndex source = augmented.source_op[static_cast<std::size_t>(j)];
+    if (source < 0) {
+      emit(by_op.pre(j), op, std::nullopt);
+      emit(by_op.post(j), op, std::nullopt);
+    } else {
+      emit(by_op.pre(j), op, Phase::kPre);
+      out.push_back(Action{op, Phase::kPre, ActionKind::kRecompute, 0, source});
+      emit(by_op.post(j), op, Phase::kPre);
+    }
+  }
+  return out;
+}
+
+std::vector<Action> end_of_life_releases(const Trace& trace, const StorageAccesses& accesses) {
+  ScheduleAssembler assembler(trace.op_count());
+  for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+    const StorageInfo& info = trace.storage(s);
+    if (!accesses.accessed(s) || info.retained() || info.size_bytes <= 0) continue;
+    assembler.add(accesses.last_op(s), Phase::kPost, ActionKind::kReleaseDevice, info.id);
+  }
+  return std::move(assembler).finish();
+}
+
+}  // namespace hyperoffload::internal

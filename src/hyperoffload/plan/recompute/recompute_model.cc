@@ -1,0 +1,131 @@
+#include "hyperoffload/plan/recompute/recompute_model.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "hyperoffload/plan/peak/peak_model.h"
+
+namespace hyperoffload::internal {
+namespace {
+
+constexpr OpIndex kNever = std::numeric_limits<OpIndex>::max();
+
+}  // namespace
+
+// One backward pass over the ops: next_write[x] is the first op after the
+// current one that writes x.
+std::vector<OpIndex> valid_until_per_op(const Trace& trace) {
+  std::vector<OpIndex> valid_until(static_cast<std::size_t>(trace.op_count()), -1);
+  std::vector<OpIndex> next_write(static_cast<std::size_t>(trace.storage_count()), kNever);
+  for (OpIndex op = trace.op_count() - 1; op >= 0; --op) {
+    const std::span<const Access> list = trace.accesses(op);
+    if (trace.op_recomputable(op)) {
+      OpIndex until = kNever;
+      for (const Access& access : list) until = std::min(until, next_write[static_cast<std::size_t>(access.storage)]);
+      valid_until[static_cast<std::size_t>(op)] = until;
+    }
+    for (const Access& access : list) {
+      if (access.kind == AccessKind::kWrite) next_write[static_cast<std::size_t>(access.storage)] = op;
+    }
+  }
+  return valid_until;
+}
+
+namespace {
+
+// The chain's compute time for a recompute of `source_op` before `op`, or a
+// negative value when no chain exists (stale, a dead input that cannot be
+// regenerated, longer than kMaxChainOps or costlier than the step) or the
+// model's chain work budget (`max_work`, Note [Chain work]) is spent and the
+// chain needs more than its producer.
+// Depth-first with an explicit stack (chains can be thousands of ops deep)
+// and each producer once: the augmented trace re-runs a producer once per
+// point however many re-runs read its outputs.
+// `pending` is scratch space, reused between calls (one allocation per
+// candidate was a tenth of the model on a 1M-op transformer).
+double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, OpIndex op, ChainMarks& marks,
+                  std::int64_t max_work, std::vector<OpIndex>& pending) {
+  const double limit_ms = trace.total_compute_ms();
+  marks.clear();
+  marks.visit(source_op);
+  pending.assign(1, source_op);
+  std::size_t visited = 1;
+  double cost = 0.0;
+  while (!pending.empty()) {
+    const OpIndex k = pending.back();
+    pending.pop_back();
+    if (model.valid_until[static_cast<std::size_t>(k)] < op) return -1.0;
+    cost += trace.op_duration_ms(k);
+    if (cost > limit_ms) return -1.0;
+    const std::span<const Access> list = trace.accesses(k);
+    model.chain_work += 1 + static_cast<std::int64_t>(list.size());
+    for (const Access& access : list) {
+      if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
+      const OpIndex producer = model.producer[static_cast<std::size_t>(access.storage)];
+      if (producer < 0) return -1.0;
+      if (!marks.visit(producer)) continue;
+      if (visited >= static_cast<std::size_t>(kMaxChainOps)) return -1.0;
+      if (model.chain_work > max_work) {
+        model.chain_work_cut = true;
+        return -1.0;
+      }
+      ++visited;
+      pending.push_back(producer);
+    }
+  }
+  return cost;
+}
+
+// Per access of a storage: the copy op of its version, by the peak model's
+// rule (peak_model.h, starts_version) — the op of the version's first access,
+// which is the only op that writes it. Into `copy_ops`, reused between
+// storages.
+void version_copy_ops(std::span<const StorageAccess> list, std::vector<OpIndex>& copy_ops) {
+  copy_ops.resize(list.size());
+  for (std::size_t j = 0; j < list.size(); ++j) {
+    copy_ops[j] = j == 0 || starts_version(list, j) ? list[j].op : copy_ops[j - 1];
+  }
+}
+
+}  // namespace
+
+bool dead_before(const Trace& trace, const RecomputeModel& model, StorageIndex s, OpIndex op) {
+  const StorageInfo& info = trace.storage(s);
+  return info.size_bytes > 0 && !info.retained() && model.last_op[static_cast<std::size_t>(s)] < op;
+}
+
+RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& accesses) {
+  RecomputeModel model;
+  const auto storages = static_cast<std::size_t>(trace.storage_count());
+  model.producer = recompute_producers(trace, accesses);
+  model.last_op.assign(storages, -1);
+  for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+    if (accesses.accessed(s)) model.last_op[static_cast<std::size_t>(s)] = accesses.last_op(s);
+  }
+  if (!trace.has_recomputable_ops()) return model;
+  model.valid_until = valid_until_per_op(trace);
+  ChainMarks marks(trace.op_count());
+  const std::int64_t max_work =
+      kChainWorkFactor * (static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count()));
+
+  std::vector<OpIndex> copy_ops;
+  std::vector<OpIndex> pending;
+  for (const StorageIndex s : accesses.by_first_appearance()) {
+    const OpIndex producer = model.producer[static_cast<std::size_t>(s)];
+    const StorageInfo& info = trace.storage(s);
+    if (producer < 0 || info.retained() || info.size_bytes <= 0) continue;
+    const std::span<const StorageAccess> list = accesses.of(s);
+    version_copy_ops(list, copy_ops);
+    for (std::size_t j = 0; j + 1 < list.size(); ++j) {
+      const OpIndex start = list[j].op;
+      const OpIndex end = list[j + 1].op;
+      if (end - start < 2) continue;
+      const double cost = chain_cost(trace, model, producer, end, marks, max_work, pending);
+      if (cost < 0.0) continue;
+      model.candidates.push_back({s, info.size_bytes, start, end, producer, cost, copy_ops[j]});
+    }
+  }
+  return model;
+}
+
+}  // namespace hyperoffload::internal

@@ -1,0 +1,295 @@
+#include "hyperoffload/plan/recompute/recompute_selection.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "hyperoffload/plan/common/covering_index.h"
+#include "hyperoffload/plan/common/profile_tree.h"
+#include "hyperoffload/plan/common/range_max_tree.h"
+
+namespace hyperoffload::internal {
+namespace {
+
+// Costs below this count as this (a free recompute still ranks by its size).
+constexpr double kMinCostMs = 1e-9;
+
+class Selector {
+ public:
+  Selector(const Trace& trace, std::span<const std::int64_t> resident_bytes, const RecomputeModel& model,
+           std::int64_t stop_bytes, RegenerationRule regeneration)
+      : trace_(trace),
+        model_(model),
+        stop_bytes_(stop_bytes),
+        regeneration_(regeneration),
+        profile_(resident_bytes, stop_bytes),
+        decisions_of_(static_cast<std::size_t>(trace.storage_count())),
+        locks_(static_cast<std::size_t>(trace.storage_count())),
+        marks_(trace.op_count()),
+        work_left_(kChainWorkFactor *
+                   (static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count()))) {}
+
+  RecomputeSelection run(double max_ratio, std::span<const std::int32_t> excluded) {
+    const std::vector<RecomputeCandidate>& candidates = model_.candidates;
+    std::vector<bool> eligible(candidates.size(), false);
+    for (std::size_t g = 0; g < candidates.size(); ++g) {
+      eligible[g] = cost_of(static_cast<std::int32_t>(g)) <= max_ratio * trace_.h2d_ms(candidates[g].size_bytes);
+    }
+    for (const std::int32_t g : excluded) eligible[static_cast<std::size_t>(g)] = false;
+    std::vector<OpInterval> intervals;
+    intervals.reserve(candidates.size());
+    for (const RecomputeCandidate& c : candidates) intervals.push_back({c.interior_first(), c.interior_last()});
+    CoveringIndex index(trace_.op_count(), intervals);
+    for (std::size_t g = 0; g < candidates.size(); ++g) {
+      if (eligible[g]) {
+        const auto entry = static_cast<std::int32_t>(g);
+        index.set(entry, IndexGroup::kSmall, static_cast<double>(candidates[g].size_bytes) / cost_of(entry));
+      }
+    }
+    while (profile_.max() > stop_bytes_) {
+      const auto peak_op = static_cast<OpIndex>(profile_.argmax());
+      const std::int64_t excess = profile_.max() - stop_bytes_;
+      const CoveringIndex::Best best = index.query_cached(peak_op);
+      // Candidates at least as large as the excess all remove it: they rank by
+      // 1 / cost in the large group (the excess only shrinks, so they stay).
+      if (best.small != CoveringIndex::kNoEntry &&
+          candidates[static_cast<std::size_t>(best.small)].size_bytes >= excess) {
+        index.set(best.small, IndexGroup::kLarge, 1.0 / cost_of(best.small));
+        continue;
+      }
+      std::int32_t pick = best.small;
+      if (best.large != CoveringIndex::kNoEntry) {
+        const double large_value = static_cast<double>(excess) / cost_of(best.large);
+        const double small_value = pick == CoveringIndex::kNoEntry ? -1.0 : index.key(pick);
+        if (large_value > small_value || (large_value == small_value && best.large < pick)) pick = best.large;
+      }
+      if (pick == CoveringIndex::kNoEntry) break;  // nothing covers the peak
+      index.set(pick, IndexGroup::kNone, 0.0);
+      try_take(pick, peak_op);
+    }
+    return std::move(result_);
+  }
+
+ private:
+  // What taking a candidate implies: where it is regenerated, which earlier
+  // decisions move, which storages get locked.
+  struct Effect {
+    OpIndex regenerate_before = 0;
+    std::vector<std::pair<std::size_t, OpIndex>> moves;  // (decision, new point)
+    std::vector<std::pair<StorageIndex, OpIndex>> locks;
+    std::size_t reruns = 0;  // producers re-run at the point (marked in marks_)
+  };
+
+  const RecomputeCandidate& candidate(std::int32_t g) const { return model_.candidates[static_cast<std::size_t>(g)]; }
+  double cost_of(std::int32_t g) const { return std::max(candidate(g).cost_ms, kMinCostMs); }
+
+  // The decision whose storage u is off the device before `op`: taken with a
+  // gap start < op < its regeneration point. -1 when none.
+  std::int32_t dropped_at(StorageIndex u, OpIndex op) const {
+    for (const std::size_t d : decisions_of_[static_cast<std::size_t>(u)]) {
+      const RecomputeDecision& decision = result_.decisions[d];
+      if (candidate(decision.candidate).start_op < op && op < decision.regenerate_before) {
+        return static_cast<std::int32_t>(d);
+      }
+    }
+    return -1;
+  }
+
+  // The re-run of `producer` before `op` and everything it needs there: dead
+  // inputs regenerated (a chain), dropped inputs moved here, the rest locked.
+  // Once the chain work budget is spent (Note [Chain work]) only the
+  // candidate's own producer is looked at: a chain that needs more fails.
+  bool plan_rerun(OpIndex producer, OpIndex op, Effect& effect) {
+    if (!marks_.visit(producer)) return true;
+    if (model_.valid_until[static_cast<std::size_t>(producer)] < op ||
+        effect.reruns >= static_cast<std::size_t>(kMaxChainOps)) {
+      return false;
+    }
+    if (effect.reruns > 0 && work_left_ < 0) {
+      result_.cut = true;
+      return false;
+    }
+    ++effect.reruns;
+    const std::span<const Access> list = trace_.accesses(producer);
+    work_left_ -= 1 + static_cast<std::int64_t>(list.size());
+    for (const Access& access : list) {
+      if (access.kind != AccessKind::kRead) continue;
+      const StorageIndex u = access.storage;
+      if (dead_before(trace_, model_, u, op)) {
+        const OpIndex inner = model_.producer[static_cast<std::size_t>(u)];
+        if (inner < 0 || !plan_rerun(inner, op, effect)) return false;
+        continue;
+      }
+      const std::int32_t dropped = dropped_at(u, op);
+      if (dropped < 0) {
+        effect.locks.push_back({u, op});
+        continue;
+      }
+      const auto d = static_cast<std::size_t>(dropped);
+      const bool moved = std::any_of(effect.moves.begin(), effect.moves.end(),
+                                     [&](const auto& move) { return move.first == d; });
+      if (moved) continue;
+      if (!may_move(d, op, effect)) return false;
+      effect.moves.push_back({d, op});
+      if (!plan_rerun(model_.producer[static_cast<std::size_t>(u)], op, effect)) return false;
+    }
+    return true;
+  }
+
+  // Whether decision d's regeneration may move to `op`: when it is at most an
+  // eighth of its gap early (may_regenerate_early), or when the ops it then
+  // holds the storage over stay below the current peak even with every move
+  // of the effect added there — a move never raises the peak, however far.
+  bool may_move(std::size_t d, OpIndex op, const Effect& effect) const {
+    const RecomputeCandidate& moved = candidate(result_.decisions[d].candidate);
+    if (may_regenerate_early(moved, op)) return true;
+    if (regeneration_ == RegenerationRule::kWithinAnEighth) return false;
+    std::int64_t added = moved.size_bytes;
+    for (const auto& [other, point] : effect.moves) added += candidate(result_.decisions[other].candidate).size_bytes;
+    const OpIndex until = result_.decisions[d].regenerate_before - 1;
+    return op <= until && profile_.max(static_cast<std::size_t>(op), static_cast<std::size_t>(until)) + added <
+                              profile_.max();
+  }
+
+  // Bytes the effect removes at `op` (negative when it adds).
+  std::int64_t gain_at(const RecomputeCandidate& c, const Effect& effect, OpIndex op) const {
+    std::int64_t gain = c.start_op < op && op < effect.regenerate_before ? c.size_bytes : 0;
+    for (const auto& [d, point] : effect.moves) {
+      const RecomputeDecision& decision = result_.decisions[d];
+      if (point <= op && op < decision.regenerate_before) gain -= candidate(decision.candidate).size_bytes;
+    }
+    return gain;
+  }
+
+  // Takes candidate g when the decisions agree (see the header) and it lowers
+  // op peak_op.
+  void try_take(std::int32_t g, OpIndex peak_op) {
+    const RecomputeCandidate& c = candidate(g);
+    Effect effect;
+    effect.regenerate_before = c.end_op;
+    const std::vector<OpIndex>& locks = locks_[static_cast<std::size_t>(c.storage)];
+    const auto lock = std::upper_bound(locks.begin(), locks.end(), c.start_op);
+    // Regenerated before the first lock instead, however early: it frees
+    // fewer ops, and the gain check below passes it over when that no longer
+    // includes the peak op.
+    if (lock != locks.end() && *lock < c.end_op) {
+      if (regeneration_ == RegenerationRule::kWithinAnEighth && !may_regenerate_early(c, *lock)) return;
+      effect.regenerate_before = *lock;
+    }
+    if (effect.regenerate_before - c.start_op < 2) return;  // frees no op
+    marks_.clear();
+    if (!plan_rerun(c.source_op, effect.regenerate_before, effect)) return;
+    if (gain_at(c, effect, peak_op) <= 0) return;
+
+    const std::size_t step = result_.decisions.size();
+    profile_.add(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(effect.regenerate_before) - 1,
+                 -c.size_bytes);
+    for (const auto& [d, point] : effect.moves) {
+      RecomputeDecision& decision = result_.decisions[d];
+      profile_.add(static_cast<std::size_t>(point), static_cast<std::size_t>(decision.regenerate_before) - 1,
+                   candidate(decision.candidate).size_bytes);
+      result_.moves.push_back({step, d, decision.regenerate_before});
+      decision.regenerate_before = point;
+    }
+    for (const auto& [u, point] : effect.locks) {
+      std::vector<OpIndex>& list = locks_[static_cast<std::size_t>(u)];
+      const auto at = std::lower_bound(list.begin(), list.end(), point);
+      if (at == list.end() || *at != point) list.insert(at, point);
+    }
+    decisions_of_[static_cast<std::size_t>(c.storage)].push_back(step);
+    result_.decisions.push_back({g, effect.regenerate_before});
+    result_.peak_after.push_back(profile_.max());
+  }
+
+  const Trace& trace_;
+  const RecomputeModel& model_;
+  std::int64_t stop_bytes_;
+  RegenerationRule regeneration_;
+  ProfileTree profile_;
+  std::vector<std::vector<std::size_t>> decisions_of_;  // per storage: its decisions
+  std::vector<std::vector<OpIndex>> locks_;             // per storage: sorted lock points
+  ChainMarks marks_;                                    // the producers of the re-run being planned
+  std::int64_t work_left_;                              // of the chain work budget (Note [Chain work])
+  RecomputeSelection result_;
+};
+
+}  // namespace
+
+std::vector<RecomputeDecision> RecomputeSelection::prefix(std::size_t length) const {
+  std::vector<RecomputeDecision> out(decisions.begin(), decisions.begin() + static_cast<std::ptrdiff_t>(length));
+  // Undo, latest first, the moves made after the length-th decision.
+  for (auto it = moves.rbegin(); it != moves.rend() && it->step >= length; ++it) {
+    if (it->decision < length) out[it->decision].regenerate_before = it->previous;
+  }
+  return out;
+}
+
+RecomputeSelection select_recomputes(const Trace& trace, std::span<const std::int64_t> resident_bytes,
+                                     const RecomputeModel& model, const RecomputeSelectionParams& params,
+                                     std::span<const std::int32_t> excluded) {
+  if (trace.op_count() == 0) return {};
+  return Selector(trace, resident_bytes, model, params.stop_bytes, params.regeneration).run(params.max_ratio, excluded);
+}
+
+std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const RecomputeModel& model, OpIndex peak_op,
+                                              double deadline_ms) {
+  std::vector<std::int32_t> order;
+  for (std::size_t g = 0; g < model.candidates.size(); ++g) {
+    const RecomputeCandidate& c = model.candidates[g];
+    if (c.interior_first() <= peak_op && peak_op <= c.interior_last() && c.size_bytes > 0) {
+      order.push_back(static_cast<std::int32_t>(g));
+    }
+  }
+  auto per_byte = [&](std::int32_t g) {
+    const RecomputeCandidate& c = model.candidates[static_cast<std::size_t>(g)];
+    return c.cost_ms / static_cast<double>(c.size_bytes);
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int32_t a, std::int32_t b) { return per_byte(a) > per_byte(b); });
+
+  // finish[x] = start[x] + the copy time of the taken copies ready at or after
+  // position x (ready at position copy_op + 1: when that op starts without
+  // stalls). The FIFO engine finishes the copies in ready order at the maximum
+  // of finish over the positions up to the last one holding a copy: a position
+  // without one is dominated by the next that has one.
+  //
+  // Times are integer ticks, so that taking a copy back restores finish
+  // exactly. A tick is 1 ns unless the step's compute and every candidate's
+  // copy together take more than 2^62 ns (146 years): the trace limits allow
+  // 1e15 ms of compute and as much again of copies (docs/FORMATS.md,
+  // "Limits"), which in ns overflow int64 (found by fuzz/planners_fuzzer.cc).
+  // Then a tick is that total / 2^62, and no finish, a start plus copies,
+  // exceeds 2^62 ticks.
+  const auto ops = static_cast<std::size_t>(trace.op_count());
+  double longest_ms = trace.total_compute_ms();
+  for (const std::int32_t g : order) longest_ms += trace.d2h_ms(model.candidates[static_cast<std::size_t>(g)].size_bytes);
+  constexpr double kMaxTicks = 0x1p62;
+  const double ticks_per_ms = longest_ms * 1e6 <= kMaxTicks ? 1e6 : kMaxTicks / longest_ms;
+  auto ticks = [&](double ms) { return static_cast<std::int64_t>(ms * ticks_per_ms); };
+  std::vector<std::int64_t> finish_ticks(ops + 1, 0);
+  double start_ms = 0.0;
+  for (std::size_t x = 0; x <= ops; ++x) {
+    finish_ticks[x] = ticks(start_ms);
+    if (x < ops) start_ms += trace.op_duration_ms(static_cast<OpIndex>(x));
+  }
+  RangeMaxTree finish(finish_ticks);
+  // A deadline beyond every finish takes every candidate.
+  const std::int64_t deadline_ticks =
+      deadline_ms * ticks_per_ms < kMaxTicks ? ticks(deadline_ms) : std::numeric_limits<std::int64_t>::max();
+  std::size_t last = 0;
+  std::vector<std::int32_t> reserved;
+  for (const std::int32_t g : order) {
+    const RecomputeCandidate& c = model.candidates[static_cast<std::size_t>(g)];
+    const auto ready = static_cast<std::size_t>(c.copy_op) + 1;
+    const std::int64_t copy_ticks = ticks(trace.d2h_ms(c.size_bytes));
+    finish.add(0, ready, copy_ticks);
+    if (finish.max(0, std::max(last, ready)) <= deadline_ticks) {
+      last = std::max(last, ready);
+      reserved.push_back(g);
+    } else {
+      finish.add(0, ready, -copy_ticks);
+    }
+  }
+  return reserved;
+}
+
+}  // namespace hyperoffload::internal
