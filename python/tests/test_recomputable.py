@@ -104,7 +104,7 @@ def test_a_batch_norm_re_run_regenerates_its_results_and_updates_its_running_sta
     # aten::native_batch_norm's schema declares no write, yet in training it
     # updates running_mean and running_var in place. Taken at its schema's
     # word, its re-runs updated them again: the recompute planner at 80% of
-    # this net's activation peak re-runs two of its four batch norms in
+    # this net's activation peak re-runs one or two of its four batch norms in
     # backward, and from the first replay on the running statistics had taken
     # one momentum update too many (state_dict no longer eager's; gradients
     # still equal). Now a training call is recorded without its running
@@ -134,7 +134,10 @@ def test_a_batch_norm_re_run_regenerates_its_results_and_updates_its_running_sta
             assert torch.equal(a.grad, b.grad), f"step {step}: gradient of parameter {i}"
     trace, schedule = session.trace(), session.schedule()
     recomputed = [trace["ops"][a["source_op"]]["name"] for a in schedule["actions"] if a["kind"] == "recompute"]
-    assert recomputed.count("aten::native_batch_norm") == 2
+    # The plan is chosen from measured op times: on a quiet machine it re-runs
+    # two batch norms, under load (a clean-clone make test on 2 cores) one.
+    # Either way a re-run took place, which is what the checks above cover.
+    assert recomputed.count("aten::native_batch_norm") >= 1
 
 
 def test_a_batch_norm_in_eval_mode_is_not_recomputable():

@@ -133,7 +133,8 @@ ReplayExecutor::ReplayExecutor(ResidencyManager& residency, std::shared_ptr<cons
       plan_(std::move(plan)),
       options_(options),
       start_time_(std::chrono::steady_clock::now()),
-      caller_of_(static_cast<std::size_t>(plan_->trace().storage_count()), kUnbound) {
+      caller_of_(static_cast<std::size_t>(plan_->trace().storage_count()), kUnbound),
+      matcher_(plan_->trace(), plan_->guide()) {
   // Note [Held bytes] in runtime/residency_manager.h: the step holds the
   // trace's budget in time, as the capped simulation of the plan does.
   residency_.set_held_budget(plan_->trace().memory_limit_bytes());
@@ -145,7 +146,6 @@ ReplayExecutor::ReplayExecutor(ResidencyManager& residency, std::shared_ptr<cons
     start_stats_ = residency_.stats();
   }
   residency_.set_record_copies(recording() ? RecordCopies::kYes : RecordCopies::kNo);
-  traced_of_.reserve(caller_of_.size());
   call_.residency_ = &residency_;
 }
 
@@ -166,10 +166,11 @@ std::string ReplayExecutor::op_label() const {
   return fmt::format("op {} ({})", op_, plan_->trace().op_name(op_));
 }
 
-Error ReplayExecutor::diverged(std::string what, Differs differs) const {
+Error ReplayExecutor::diverged(Mismatch mismatch) const {
+  if (mismatch.differs == Differs::kUntracked) return Error{ErrorCode::kInvalidArgument, std::move(mismatch.what)};
   // Advice that fits what differed (a shape change is not cured by skip_offload).
   const char* advice =
-      differs == Differs::kShapes
+      mismatch.differs == Differs::kShapes
           ? "the shapes differ from the traced step's: the session keeps a plan per step program "
             "(OffloadConfig(max_plans=...)) but a step can change plans only before it offloads or releases anything; "
             "bucket sequence lengths (a tokenizer's or DataCollatorWithPadding's pad_to_multiple_of) so fewer "
@@ -178,18 +179,16 @@ Error ReplayExecutor::diverged(std::string what, Differs differs) const {
             "(OffloadConfig(max_plans=...)) but a step can change plans only before it offloads or releases anything; "
             "raise max_plans if more programs occur than it holds, and wrap data-dependent control flow in "
             "skip_offload so it runs as one opaque op";
-  return Error{ErrorCode::kDiverged, fmt::format("the step diverged from the traced step at {}; {}", what, advice)};
+  return Error{ErrorCode::kDiverged,
+               fmt::format("the step diverged from the traced step at {}; {}", mismatch.what, advice)};
 }
 
 Result<StorageIndex> ReplayExecutor::traced_index(StorageId caller_id, std::string_view role) const {
-  auto it = traced_of_.find(caller_id);
-  if (it == traced_of_.end()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("{}: {} storage {} is not tracked in this step; pass only storages produced by "
-                                  "earlier ops of the step and not yet freed",
-                                  op_label(), role, caller_id));
-  }
-  return it->second;
+  if (std::optional<StorageIndex> traced = matcher_.traced(caller_id)) return *traced;
+  return make_error(ErrorCode::kInvalidArgument,
+                    fmt::format("{}: {} storage {} is not tracked in this step; pass only storages produced by "
+                                "earlier ops of the step and not yet freed",
+                                op_label(), role, caller_id));
 }
 
 void ReplayExecutor::sample_memory() {
@@ -205,8 +204,8 @@ Status ReplayExecutor::collect_spans(OpIndex op) {
   if (!recording()) return ok_status();
   // Spans name the caller's ids; the timeline speaks of the traced ones.
   for (TimedSpan& span : residency_.take_spans()) {
-    if (auto it = traced_of_.find(span.storage); it != traced_of_.end()) {
-      span.storage = plan_->trace().storage(it->second).id;
+    if (std::optional<StorageIndex> traced = matcher_.traced(span.storage)) {
+      span.storage = plan_->trace().storage(*traced).id;
     }
     copy_spans_.emplace_back(op, std::move(span));
   }
@@ -395,7 +394,7 @@ Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
   std::vector<StorageIndex> walk;
   std::vector<std::pair<StorageIndex, bool>> stack;
   for (StorageId id : dropped_storages()) {
-    const StorageIndex root = traced_of_.at(id);
+    const StorageIndex root = *matcher_.traced(id);
     if (state[static_cast<std::size_t>(root)] == 2) continue;
     walk.clear();
     stack.assign(1, {root, false});
@@ -496,29 +495,10 @@ Status ReplayExecutor::on_op_begin(std::string_view name, std::span<const Storag
                                    std::span<const StorageId> written) {
   HO_RETURN_IF_ERROR(internal::check_not_in_op(in_op_, name, [this] { return op_label(); }));
   HO_RETURN_IF_ERROR(internal::check_written(inputs, written, [this] { return op_label(); }));
-  const Trace& trace = plan_->trace();
-  if (op_ >= trace.op_count()) {
-    return std::unexpected(
-        diverged(fmt::format("op {} (\"{}\"): the traced step has only {} ops", op_, name, trace.op_count())));
-  }
-  if (name != trace.op_name(op_)) {
-    return std::unexpected(diverged(
-        fmt::format("op {}: the step runs \"{}\" where the traced step ran \"{}\"", op_, name, trace.op_name(op_))));
+  if (std::optional<Mismatch> mismatch = matcher_.check_begin(op_, name, inputs)) {
+    return std::unexpected(diverged(std::move(*mismatch)));
   }
   HO_RETURN_IF_ERROR(residency_.poll());
-  const std::span<const StorageIndex> expected = plan_->guide().inputs(op_);
-  if (inputs.size() != expected.size()) {
-    return std::unexpected(diverged(fmt::format("{}: it reads {} tracked storages; the traced op read {}", op_label(),
-                                                inputs.size(), expected.size())));
-  }
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    HO_ASSIGN_OR_RETURN(StorageIndex index, traced_index(inputs[i], "input"));
-    if (index != expected[i]) {
-      return std::unexpected(
-          diverged(fmt::format("{}: input {} is the storage traced as {}; the traced op read storage {} there",
-                               op_label(), i, trace.storage(index).id, trace.storage(expected[i]).id)));
-    }
-  }
   HO_RETURN_IF_ERROR(run_actions(plan_->pre(op_)));
   for (StorageId id : inputs) {
     const DeviceAccess access = contains(written, id) ? DeviceAccess::kReadWrite : DeviceAccess::kRead;
@@ -548,15 +528,13 @@ Result<void*> ReplayExecutor::allocate_output(StorageId id, std::int64_t size_by
     return make_error(ErrorCode::kFailedPrecondition,
                       fmt::format("allocate_output of storage {}: not inside an op", id));
   }
-  const bool bound_before = options_.continues && residency_.tracked(id) && !traced_of_.contains(id);
-  if (!bound_before && (traced_of_.contains(id) || residency_.tracked(id))) {
+  const bool bound_before = options_.continues && residency_.tracked(id) && !matcher_.bound(id);
+  if (!bound_before && (matcher_.bound(id) || residency_.tracked(id))) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("{}: output storage id {} is already in use in this step", op_label(), id));
   }
-  const std::size_t expected = plan_->guide().outputs(op_).size();
-  if (current_allocated_.size() >= expected) {
-    return std::unexpected(diverged(
-        fmt::format("{}: it allocates more than the {} outputs the traced op produced", op_label(), expected)));
+  if (std::optional<Mismatch> mismatch = matcher_.check_allocation(op_, current_allocated_.size())) {
+    return std::unexpected(diverged(std::move(*mismatch)));
   }
   // Continuing a step: the executor before this one bound it.
   Result<void*> ptr = bound_before ? residency_.device_ptr(id, DeviceAccess::kReadWrite) : residency_.bind(id, size_bytes);
@@ -574,27 +552,17 @@ Status ReplayExecutor::mark_recomputable(Recomputable /*how*/) {
 
 Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) {
   if (!in_op_) return make_error(ErrorCode::kFailedPrecondition, "on_op_end without on_op_begin");
-  const Trace& trace = plan_->trace();
   if (recording()) {
     HO_ASSIGN_OR_RETURN(op_spans_.back().end,
                         residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
   }
-  const std::span<const StorageIndex> expected = plan_->guide().outputs(op_);
-  if (outputs.size() != expected.size()) {
-    return std::unexpected(diverged(fmt::format("{}: it produced {} outputs; the traced op produced {}", op_label(),
-                                                outputs.size(), expected.size())));
+  if (std::optional<Mismatch> mismatch = matcher_.check_outputs(op_, outputs)) {
+    return std::unexpected(diverged(std::move(*mismatch)));
   }
+  const std::span<const StorageIndex> expected = plan_->guide().outputs(op_);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const OpOutput& output = outputs[i];
-    const StorageIndex traced = expected[i];
-    const std::int64_t traced_size = trace.storage(traced).size_bytes;
-    if (output.size_bytes != traced_size) {
-      return std::unexpected(
-          diverged(fmt::format("{}: output {} is {} bytes; the traced output (storage {}) was {}", op_label(), i,
-                               output.size_bytes, trace.storage(traced).id, traced_size),
-                   Differs::kShapes));
-    }
-    if (traced_of_.contains(output.id)) {
+    if (matcher_.bound(output.id)) {
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("{}: output storage id {} is already in use in this step", op_label(), output.id));
     }
@@ -602,25 +570,19 @@ Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
       HO_RETURN_IF_ERROR(
           internal::take_output(current_allocated_, residency_, output, [this] { return op_label(); }));
     }
-    caller_of_[static_cast<std::size_t>(traced)] = output.id;
-    traced_of_.emplace(output.id, traced);
+    caller_of_[static_cast<std::size_t>(expected[i])] = output.id;
   }
+  matcher_.bind_outputs(op_, outputs);
   HO_RETURN_IF_ERROR(current_allocated_.check_all_claimed([this] { return op_label(); }));
   residency_.cancel_reservation();  // what the outputs did not take (0-byte outputs take nothing)
-  const std::span<const StorageIndex> expected_mutated = plan_->guide().mutated(op_);
-  bool same = mutated.size() == expected_mutated.size();
-  for (std::size_t i = 0; i < mutated.size(); ++i) {
-    HO_ASSIGN_OR_RETURN(StorageIndex index, traced_index(mutated[i], "mutated"));
-    same = same && index == expected_mutated[i];
-    if (Status written = residency_.mark_written(mutated[i]); !written) {
+  for (StorageId id : mutated) {
+    if (Result<StorageIndex> index = traced_index(id, "mutated"); !index) return std::unexpected(std::move(index.error()));
+    if (Status written = residency_.mark_written(id); !written) {
       return std::unexpected(in_context(std::move(written.error()), op_label()));
     }
   }
-  if (!same) {
-    return std::unexpected(
-        diverged(fmt::format("{}: it wrote {} of its inputs in place; the traced op wrote {} "
-                             "(or different ones)",
-                             op_label(), mutated.size(), expected_mutated.size())));
+  if (std::optional<Mismatch> mismatch = matcher_.check_mutated(op_, mutated)) {
+    return std::unexpected(diverged(std::move(*mismatch)));
   }
   sample_memory();
   HO_RETURN_IF_ERROR(run_actions(plan_->post(op_)));
@@ -631,14 +593,13 @@ Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
 }
 
 Status ReplayExecutor::on_storage_freed(StorageId id) {
-  auto it = traced_of_.find(id);
-  if (it == traced_of_.end()) {
+  const std::optional<StorageIndex> unbound = matcher_.unbind(id);
+  if (!unbound) {
     return make_error(
         ErrorCode::kInvalidArgument,
         fmt::format("freeing storage {}: not tracked in this step (never produced, or already freed)", id));
   }
-  const StorageIndex traced = it->second;
-  traced_of_.erase(it);
+  const StorageIndex traced = *unbound;
   if (plan_->last_recompute_read(traced) >= actions_run_) {
     // A later recompute reads it: the runtime keeps it, under its own id so
     // the caller may use this one again.
@@ -669,7 +630,7 @@ Result<ReplayResult> ReplayExecutor::finish() {
   // the plan dropped stay dropped: a warmup continuing the step regenerates
   // them (Note [Leaving a plan] in exec/session.h), and so do the storages kept
   // for recomputes the step did not reach.
-  const bool ended_early = op_ != trace.op_count();
+  const std::optional<Mismatch> ended_early = matcher_.check_end(op_);
   internal::EndRestores restores;
   std::int64_t dropped = 0;
   // In traced order, so memory is laid out the same way every step.
@@ -693,10 +654,10 @@ Result<ReplayResult> ReplayExecutor::finish() {
   if (ended_early) {
     return std::unexpected(Error{
         ErrorCode::kDiverged,
-        fmt::format("the step diverged from the traced step: it ended after {} ops; the traced step has {} (op {} "
-                    "was \"{}\"); raise OffloadConfig(max_plans=...) if more programs occur than it holds, and wrap "
-                    "data-dependent control flow in skip_offload so it runs as one opaque op",
-                    op_, trace.op_count(), op_, trace.op_name(op_))});
+        fmt::format("the step diverged from the traced step: {}; raise OffloadConfig(max_plans=...) if more programs "
+                    "occur than it holds, and wrap data-dependent control flow in skip_offload so it runs as one "
+                    "opaque op",
+                    ended_early->what)});
   }
   if (dropped > 0) {
     return std::unexpected(Error{

@@ -59,6 +59,7 @@
 #include "hyperoffload/exec/recompute.h"
 #include "hyperoffload/exec/replay_guide.h"
 #include "hyperoffload/exec/step_stats.h"
+#include "hyperoffload/exec/trace_matcher.h"
 #include "hyperoffload/ir/schedule.h"
 #include "hyperoffload/ir/timeline.h"
 #include "hyperoffload/ir/trace.h"
@@ -230,8 +231,9 @@ class ReplayExecutor final : public StepHooks {
   static bool held(StorageId id) { return id <= -3; }
 
   std::string op_label() const;
-  enum class Differs : std::uint8_t { kOps, kShapes };
-  Error diverged(std::string what, Differs differs = Differs::kOps) const;
+  // kDiverged with advice that fits what differed; kInvalidArgument for a
+  // storage the step does not hold.
+  Error diverged(Mismatch mismatch) const;
   Result<StorageIndex> traced_index(StorageId caller_id, std::string_view role) const;
   Status run_actions(std::span<const Action> actions);
   Status run_recompute(const Action& action);
@@ -254,7 +256,7 @@ class ReplayExecutor final : public StepHooks {
   std::chrono::steady_clock::time_point start_time_;
 
   std::vector<StorageId> caller_of_;                       // by traced index: caller id, kUnbound or kFreed
-  std::unordered_map<StorageId, StorageIndex> traced_of_;  // caller id → traced index (live storages)
+  TraceMatcher matcher_;  // binds caller ids to traced indices (live storages)
 
   OpIndex op_ = 0;
   bool in_op_ = false;

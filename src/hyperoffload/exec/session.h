@@ -42,7 +42,7 @@
 //  - When the step differs from that plan (an op's name, inputs, output count
 //    or sizes, in-place writes, the op count) before such an action, the
 //    session looks for another cached plan whose traced step begins with the
-//    ops seen so far (StepLog, matches_prefix) and that needs no recorded call
+//    ops seen so far (StepLog, TraceMatcher) and that needs no recorded call
 //    the framework was not asked for (while the step can still switch, the
 //    framework is asked to record the call of every op any cached plan
 //    re-runs: wants_current_call); found, the step switches to it (a hit).

@@ -1,7 +1,6 @@
 #include "hyperoffload/exec/step_log.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 namespace hyperoffload {
 
@@ -69,80 +68,6 @@ Status StepLog::replay_into(StepHooks& hooks, std::size_t count) const {
     }
   }
   return ok_status();
-}
-
-bool matches_prefix(const ReplayPlan& plan, const StepLog& log, bool complete) {
-  const Trace& trace = plan.trace();
-  const ReplayGuide& guide = plan.guide();
-  std::unordered_map<StorageId, StorageIndex> traced_of;
-  OpIndex op = 0;
-  bool in_op = false;
-  std::size_t allocated = 0;
-  auto traced = [&](StorageId id) -> StorageIndex {
-    auto it = traced_of.find(id);
-    return it == traced_of.end() ? -1 : it->second;
-  };
-  for (const StepEvent& event : log.events()) {
-    switch (event.kind) {
-      case StepEvent::Kind::kOpBegin: {
-        if (op >= trace.op_count() || event.name != trace.op_name(op)) return false;
-        const std::span<const StorageIndex> expected = guide.inputs(op);
-        if (event.ids.size() != expected.size()) return false;
-        for (std::size_t i = 0; i < expected.size(); ++i) {
-          if (traced(event.ids[i]) != expected[i]) return false;
-        }
-        in_op = true;
-        allocated = 0;
-        break;
-      }
-      case StepEvent::Kind::kAllocate:
-        if (!in_op || ++allocated > guide.outputs(op).size()) return false;
-        break;
-      case StepEvent::Kind::kRecomputable:
-        break;
-      case StepEvent::Kind::kOpEnd: {
-        if (!in_op) return false;
-        const std::span<const StorageIndex> expected = guide.outputs(op);
-        if (event.outputs.size() != expected.size()) return false;
-        for (std::size_t i = 0; i < expected.size(); ++i) {
-          if (event.outputs[i].size_bytes != trace.storage(expected[i]).size_bytes) return false;
-          traced_of[event.outputs[i].id] = expected[i];
-        }
-        const std::span<const StorageIndex> mutated = guide.mutated(op);
-        if (event.ids.size() != mutated.size()) return false;
-        for (std::size_t i = 0; i < mutated.size(); ++i) {
-          if (traced(event.ids[i]) != mutated[i]) return false;
-        }
-        in_op = false;
-        ++op;
-        break;
-      }
-      case StepEvent::Kind::kFreed:
-        traced_of.erase(event.id);
-        break;
-    }
-  }
-  return !complete || (!in_op && op == trace.op_count());
-}
-
-bool same_program(const ReplayPlan& a, const ReplayPlan& b) {
-  const Trace& ta = a.trace();
-  const Trace& tb = b.trace();
-  if (ta.op_count() != tb.op_count() || ta.storage_count() != tb.storage_count()) return false;
-  for (StorageIndex s = 0; s < ta.storage_count(); ++s) {
-    if (ta.storage(s).size_bytes != tb.storage(s).size_bytes) return false;
-  }
-  auto same = [](std::span<const StorageIndex> x, std::span<const StorageIndex> y) {
-    return std::equal(x.begin(), x.end(), y.begin(), y.end());
-  };
-  for (OpIndex op = 0; op < ta.op_count(); ++op) {
-    if (ta.op_name(op) != tb.op_name(op)) return false;
-    if (!same(a.guide().inputs(op), b.guide().inputs(op)) || !same(a.guide().outputs(op), b.guide().outputs(op)) ||
-        !same(a.guide().mutated(op), b.guide().mutated(op))) {
-      return false;
-    }
-  }
-  return true;
 }
 
 }  // namespace hyperoffload

@@ -3,11 +3,8 @@
 // hand the step to another executor — a replay of another cached plan whose
 // trace matches them, or a warmup — by re-feeding them (exec/session.h, Note
 // [Plan per step program]).
-//
-// matches_prefix() is the matching rule, applied without running anything:
-// every op logged so far has the traced op's name, reads the storages the
-// traced op read (by their place in the step), produces as many outputs of the
-// same sizes and writes the same inputs in place.
+// Whether a log matches a cached plan is TraceMatcher's rule
+// (exec/trace_matcher.h, matches_prefix).
 #pragma once
 
 #include <algorithm>
@@ -56,13 +53,5 @@ class StepLog {
  private:
   std::vector<StepEvent> events_;
 };
-
-// Whether the logged step so far is a prefix of `plan`'s traced step (see
-// above); with `complete`, also that the traced step has no more ops.
-bool matches_prefix(const ReplayPlan& plan, const StepLog& log, bool complete = false);
-
-// Whether two plans were traced from the same step program: same ops, names,
-// storage sizes and accesses.
-bool same_program(const ReplayPlan& a, const ReplayPlan& b);
 
 }  // namespace hyperoffload
