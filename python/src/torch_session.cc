@@ -207,7 +207,7 @@ TorchStatus TorchSession::report_op_begin(std::string_view name, std::span<c10::
   op_recomputable_ = collective_op_ ? Recomputable::kNo : recomputable;
   op_inputs_.assign(inputs.begin(), inputs.end());
   if (session_ == nullptr) {
-    early_ops_.emplace_back(name);  // nothing is tracked before the device is known
+    early_ops_.op_begin(name, {}, {});  // nothing is tracked before the device is known
     return {};
   }
   if (TorchStatus tagged = send_program_tag(); !tagged || mode_ != StepMode::kTracking) return tagged;
@@ -307,6 +307,7 @@ TorchStatus TorchSession::end_op(std::span<const c10::Storage> outputs) {
     return impl->nbytes() > 0 && impl->data_ptr().get() != nullptr && !impl->device().is_meta();
   };
   if (session_ == nullptr && collective_op_) {
+    early_ops_.op_end({}, {});
     in_op_ = false;  // nothing is tracked yet, and a collective's results never are
     return {};
   }
@@ -321,6 +322,7 @@ TorchStatus TorchSession::end_op(std::span<const c10::Storage> outputs) {
       }
     }
     if (first == nullptr) {
+      early_ops_.op_end({}, {});
       in_op_ = false;
       return {};
     }
@@ -333,16 +335,11 @@ TorchStatus TorchSession::end_op(std::span<const c10::Storage> outputs) {
       return started;
     }
     if (TorchStatus tagged = send_program_tag(); !tagged) return tagged;
-    // The ops so far touched no tracked storage; the last one is this op.
-    const std::string current = std::move(early_ops_.back());
-    early_ops_.pop_back();
-    for (const std::string& early : early_ops_) {
-      Status status = session_->on_op_begin(early, {}, {});
-      if (status) status = session_->on_op_end({}, {});
-      if (!status) return hook_failed(status.error());
-    }
+    // The ops so far touched no tracked storage; the log ends with this op
+    // begun.
+    Status fed = early_ops_.replay_into(*session_, early_ops_.events().size());
     early_ops_.clear();
-    if (Status begun = session_->on_op_begin(current, {}, {}); !begun) return hook_failed(begun.error());
+    if (!fed) return hook_failed(fed.error());
     if (TorchStatus marked = mark_if_recomputable(); !marked) return marked;
     written_ids_.clear();
   }

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "hyperoffload/exec/session.h"
+#include "hyperoffload/exec/step_log.h"
 #include "hyperoffload/runtime/backend.h"
 #include "storage_registry.h"
 
@@ -223,9 +224,10 @@ class TorchSession {
   // The current op is a collective (Note [Collective buffers] in torch_session.cc).
   bool collective_op_ = false;
   Recomputable op_recomputable_ = Recomputable::kNo;  // the current op's
-  // Ops of this step run before the device was known: their names, reported
-  // to the runtime once it is (none of them touched a tracked storage).
-  std::vector<std::string> early_ops_;
+  // Ops of this step run before the device was known (none of them touched a
+  // tracked storage; the last may still be running), re-fed to the runtime
+  // once it is, as every step is re-fed: through the step log.
+  StepLog early_ops_;
   std::vector<c10::StorageImpl*> op_inputs_;  // all argument storages of the current op
   std::vector<StorageId> input_ids_;
   std::vector<StorageId> written_ids_;

@@ -566,3 +566,21 @@ def test_steps_do_not_nest_and_an_empty_step_is_fine():
         y = x @ w1
     assert torch.equal(y, x @ w1)
     assert session.stats()["kind"] == "warmup"
+
+
+def test_ops_before_the_first_tracked_output_are_traced_in_order_with_the_step():
+    # The device is that of the first storage a step produces; the ops run
+    # before it (here two views of the batch, whose outputs share the batch's
+    # storage) are held in the binding's step log and re-fed to the runtime
+    # once it exists. So the first session's trace starts with them, each an
+    # op with no accesses, followed by the mul that produced the first tracked
+    # storage: view, t, mul, in that order, as eager ran them.
+    x = torch.randn(8, 4)
+    session = ho.OffloadSession(ho.OffloadConfig())
+    with session:
+        y = x.view(32).view(4, 8).t()
+        z = y * 2
+    ops = session.trace()["ops"]
+    assert [op["name"] for op in ops[:4]] == ["aten::view", "aten::view", "aten::t", "aten::mul.Tensor"]
+    assert [op["accesses"] for op in ops[:3]] == [[], [], []]
+    assert torch.equal(z, x.view(32).view(4, 8).t() * 2)
