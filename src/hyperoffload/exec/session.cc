@@ -153,7 +153,7 @@ Status Session::on_op_begin(std::string_view name, std::span<const StorageId> in
   // Nothing reads what a left plan dropped and could not regenerate (Note
   // [Leaving a plan]); the first check runs before any switch can fill it.
   auto begin = [&]() -> Status {
-    HO_RETURN_IF_ERROR(check_readable(inputs, fmt::format("op \"{}\"", name)));
+    if (!unregenerable_.empty()) HO_RETURN_IF_ERROR(check_readable(inputs, fmt::format("op \"{}\"", name)));
     return active()->on_op_begin(name, inputs, written);
   };
   Status status = begin();

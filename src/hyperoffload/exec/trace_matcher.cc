@@ -122,7 +122,7 @@ bool matches_prefix(const ReplayPlan& plan, const StepLog& log, bool complete) {
   for (const StepEvent& event : log.events()) {
     switch (event.kind) {
       case StepEvent::Kind::kOpBegin:
-        if (in_op || matcher.check_begin(op, event.name, event.ids)) return false;
+        if (in_op || matcher.check_begin(op, log.name(event), log.ids(event))) return false;
         in_op = true;
         allocated = 0;
         break;
@@ -132,8 +132,10 @@ bool matches_prefix(const ReplayPlan& plan, const StepLog& log, bool complete) {
       case StepEvent::Kind::kRecomputable:
         break;
       case StepEvent::Kind::kOpEnd:
-        if (!in_op || matcher.check_outputs(op, event.outputs) || matcher.check_mutated(op, event.ids)) return false;
-        matcher.bind_outputs(op, event.outputs);
+        if (!in_op || matcher.check_outputs(op, log.outputs(event)) || matcher.check_mutated(op, log.ids(event))) {
+          return false;
+        }
+        matcher.bind_outputs(op, log.outputs(event));
         in_op = false;
         ++op;
         break;
