@@ -19,6 +19,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -172,6 +173,12 @@ Recomputable recomputable_call(const OpInfo& info, bool training) {
   return info.training_argument < 0 || training ? info.recomputable : Recomputable::kNo;
 }
 
+// The arguments a recorded call passes as None on a re-run: a training batch
+// norm's running statistics (Note [Batch norm re-runs]); none otherwise.
+std::span<const std::size_t> left_out(const OpInfo& info, bool training) {
+  return training ? std::span<const std::size_t>(info.running_stats) : std::span<const std::size_t>{};
+}
+
 OpInfo op_info_of(const c10::OperatorHandle& op) {
   const c10::FunctionSchema& schema = op.schema();
   OpInfo info;
@@ -256,7 +263,7 @@ class BoxedCall final : public OpCall {
   // `left_out`: argument positions passed as None on a re-run (a training
   // batch norm's running statistics: Note [Batch norm re-runs]).
   BoxedCall(const c10::OperatorHandle& op, c10::DispatchKeySet keys, c10::ArrayRef<c10::IValue> arguments,
-            std::size_t returns, std::string name, Recomputable how, const std::vector<std::size_t>& left_out)
+            std::size_t returns, std::string name, Recomputable how, std::span<const std::size_t> left_out)
       : op_(op), keys_(keys), arguments_(arguments.begin(), arguments.end()), returns_(returns),
         name_(std::move(name)) {
     for (std::size_t position : left_out) arguments_[position] = c10::IValue();
@@ -312,7 +319,7 @@ class PyCall final : public OpCall {
   // Precondition: as BoxedCall's.
   // `left_out`: as BoxedCall's, by position or by name.
   PyCall(py::handle func, py::handle args, py::handle kwargs, const OpInfo& info, Recomputable how,
-         const std::vector<std::size_t>& left_out)
+         std::span<const std::size_t> left_out)
       : func_(py::reinterpret_borrow<py::object>(func)),
         args_(py::reinterpret_borrow<py::object>(args)),
         kwargs_(py::reinterpret_borrow<py::object>(kwargs)),
@@ -366,7 +373,7 @@ class PyCall final : public OpCall {
   // The recorded arguments with those at `positions` (by position, or by
   // name among the op's written arguments) replaced by None (Note [Batch
   // norm re-runs]).
-  void leave_out(const OpInfo& info, const std::vector<std::size_t>& positions) {
+  void leave_out(const OpInfo& info, std::span<const std::size_t> positions) {
     py::tuple args(PyTuple_GET_SIZE(args_.ptr()));
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args_.ptr()); ++i) {
       const bool out = std::find(positions.begin(), positions.end(), static_cast<std::size_t>(i)) != positions.end();
@@ -523,7 +530,7 @@ class Runtime final : public OpHandler {
     }
     if (session_->wants_call()) {
       session_->record_call(std::make_unique<BoxedCall>(op, keys, args, info.returns, info.name, how,
-                                                        training ? info.running_stats : std::vector<std::size_t>{}));
+                                                        left_out(info, training)));
     }
     try {
       run_below(op, keys, stack);
@@ -552,10 +559,12 @@ class Runtime final : public OpHandler {
   }
 
   void begin(const OpInfo& info, py::handle args, py::handle kwargs) {
-    begin_call(info, args, kwargs, py_training(info, args, kwargs));
+    const bool training = py_training(info, args, kwargs);
+    begin_call(info, args, kwargs, recomputable_call(info, training));
   }
 
-  void begin_call(const OpInfo& info, py::handle args, py::handle kwargs, bool training) {
+  // `how`: recomputable_call(info, training), computed once by the caller.
+  void begin_call(const OpInfo& info, py::handle args, py::handle kwargs, Recomputable how) {
     if (!session_->intercepts()) return;
     inputs_.clear();
     written_.clear();
@@ -582,7 +591,7 @@ class Runtime final : public OpHandler {
         }
       }
     }
-    check(session_->begin_op(info.name, inputs_, written_, recomputable_call(info, training)));
+    check(session_->begin_op(info.name, inputs_, written_, how));
   }
 
   void end(py::handle out) {
@@ -616,11 +625,11 @@ class Runtime final : public OpHandler {
     const OpInfo& info = op_info(func);
     const py::handle kwarg_handle = kwarg_dict != nullptr ? py::handle(kwarg_dict) : py::handle(Py_None);
     const bool training = py_training(info, py::handle(arg_tuple), kwarg_handle);
-    begin_call(info, py::handle(arg_tuple), kwarg_handle, training);
+    const Recomputable how = recomputable_call(info, training);
+    begin_call(info, py::handle(arg_tuple), kwarg_handle, how);
     if (session_->wants_call()) {
-      session_->record_call(std::make_unique<PyCall>(func, py::handle(arg_tuple), kwarg_handle, info,
-                                                     recomputable_call(info, training),
-                                                     training ? info.running_stats : std::vector<std::size_t>{}));
+      session_->record_call(std::make_unique<PyCall>(func, py::handle(arg_tuple), kwarg_handle, info, how,
+                                                     left_out(info, training)));
     }
     PyObject* out = PyObject_Call(func.ptr(), arg_tuple, kwarg_dict);
     if (out == nullptr) {
