@@ -34,8 +34,10 @@ from dtr_models import DTR_CASES
 # plan is that walk (1.0x); unet and inception at 30% are below the true limit
 # (nothing fits); unet at 50% and inception at 50% and 70% are within
 # 0.8x-1.0x.
+# (The U-Net at 70% left the list when the reference walk became DTR's
+# h_DTR^eq: its 7.5% is within 1% of recompute-only's 7.4%.)
 MEETS_0_8 = {("dtr_resnet32", 50), ("dtr_resnet32", 70), ("dtr_densenet", 50), ("dtr_densenet", 70),
-             ("dtr_transformer", 50), ("dtr_transformer", 70), ("dtr_unet", 70)}
+             ("dtr_transformer", 50), ("dtr_transformer", 70)}
 # Dropout draws random numbers: its mask op is recomputable by RNG replay.
 RNG_REPLAY_OPS = {"dtr_resnet32": 0, "dtr_densenet": 0, "dtr_unet": 0, "dtr_inception": 1,
                   "dtr_transformer": 6 * 4 + 1}

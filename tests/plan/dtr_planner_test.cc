@@ -76,6 +76,46 @@ TEST(DtrPlanner, EvictsTheStorageWithTheLowestCostPerByteAndStaleness) {
   EXPECT_EQ(plan.initial_peak_bytes, 3 * kMiB);
 }
 
+TEST(DtrPlanner, PricesTheWholeEvictedNeighbourhoodAsDtrsEquivalenceClasses) {
+  //   op0 load W9 | op1 a R9 W1 (rec, 1 ms) | op2 b R1 W2 (rec, 1 ms: s2 is s1's child)
+  //   op3 d R9 W4 (rec, 1.5 ms) | op4 touch R1 R4 (1 ms) | op5 e W5 (0.5 ms) | op6 f W6 (0.5 ms)
+  //   op7 use R5 R6 | op8 use R1 R2 R4                          s1, s2, s4, s5, s6: 1 MiB
+  // Budget 3 MiB. Before op 5, s1, s2 and s4 hold 3 MiB and s5 needs 1 more:
+  // s2 was last used 2.5 ms ago (ops 3 and 4), s1 and s4 just now, so s2
+  // goes under either pricing (its producer's input s1 is on the device:
+  // cost 1 ms both ways). Before op 6, s1, s4 and s5 hold 3 MiB; s5 cannot be
+  // regenerated, s1 and s4 were both last used at the end of op 4 (0.5 ms):
+  //  - local costs: h(s1) = 1 ms / 0.5, h(s4) = 1.5 ms / 0.5: s1 goes;
+  //  - equivalence classes (DTR's h_DTR^eq, the reference): evicting s1 also
+  //    makes its evicted child s2 dearer to regenerate, so s1 costs 1 + 1 ms
+  //    (s2's class) against s4's 1.5: s4 goes.
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, kMiB)
+                          .storage(4, kMiB)
+                          .storage(5, kMiB)
+                          .storage(6, kMiB)
+                          .storage(9, 0)
+                          .op("load", "W9", 0.0)
+                          .op("a", "R9 W1", 1.0, kRec)
+                          .op("b", "R1 W2", 1.0, kRec)
+                          .op("d", "R9 W4", 1.5, kRec)
+                          .op("touch", "R1 R4", 1.0)
+                          .op("e", "W5", 0.5)
+                          .op("f", "W6", 0.5)
+                          .op("use", "R5 R6")
+                          .op("use", "R1 R2 R4")
+                          .build();
+  const std::vector<Action> classes = planned_by_dtr(trace, 3 * kMiB).schedule.actions;
+  const std::vector<Action> local = plan_dtr(trace, 3 * kMiB, {.heuristic = DtrHeuristic::kLocal}).result.schedule.actions;
+  ASSERT_GE(classes.size(), 2u);
+  ASSERT_GE(local.size(), 2u);
+  EXPECT_EQ(std::vector<Action>(classes.begin(), classes.begin() + 2),
+            actions("pre 5 release_device 2; pre 6 release_device 4"));
+  EXPECT_EQ(std::vector<Action>(local.begin(), local.begin() + 2),
+            actions("pre 5 release_device 2; pre 6 release_device 1"));
+}
+
 TEST(DtrPlanner, RematerializesADeadChainRecursivelyAndDropsItAfter) {
   //   op0 load W9 | op1 a R9 W1 (rec) | op2 b R1 W2 (rec) | op3 c R2 W3 (rec)
   //   op4 big W4 | op5 use R3         s1..s3: 1 MiB, s4: 3 MiB, budget 3 MiB
@@ -189,12 +229,15 @@ TEST(DtrPlanner, StopsEvictingOnceItsReRunsPassTheWorkBound) {
   EXPECT_THAT(early.result.notes.back(), HasSubstr("cut before op 4"));
 
   // Eviction work instead, bound 0: the eviction before op 3 looks at s1 and
-  // s2 (2 + their producers' 2 accesses each = 6, over 0); before op 4 the
-  // re-run of s1 needs room and finds the walk cut: the early schedule again.
+  // s2 (2 + their producers' 2 accesses each = 6) and prices their
+  // equivalence classes through the ops that read them (op 4's 1 access for
+  // s1, op 5's 2 for s2: 9), then s1 joins its class (op 4's access again:
+  // 10, over 0); before op 4 the re-run of s1 needs room and finds the walk
+  // cut: the early schedule again.
   const DtrPlan scanned = plan_dtr(trace, 2 * kMiB, {.max_scan_work = 0});
   EXPECT_EQ(scanned.cut_op, 4);
   EXPECT_EQ(scanned.result.schedule.actions, early.result.schedule.actions);
-  EXPECT_THAT(scanned.result.notes.back(), HasSubstr("evictions had done 6 of work"));
+  EXPECT_THAT(scanned.result.notes.back(), HasSubstr("evictions had done 10 of work"));
 }
 
 TEST(DtrPlanner, KeepsWhatItRegeneratesForAChainOnceCut) {

@@ -29,6 +29,7 @@ class DtrWalk {
         budget_bytes_(budget_bytes),
         max_rerun_work_(options.max_rerun_work.value_or(kDtrRerunWorkFactor * work_of(trace))),
         max_scan_work_(options.max_scan_work.value_or(kDtrScanWorkFactor * work_of(trace))),
+        heuristic_(options.heuristic),
         producer_(recompute_producers(trace, accesses_)),
         valid_until_(internal::valid_until_per_op(trace)),
         storages_(static_cast<std::size_t>(trace.storage_count())),
@@ -37,6 +38,12 @@ class DtrWalk {
         pool_position_(storages_, -1),
         last_use_ms_(storages_, 0.0) {
     regenerable_through_ = regenerable_through();
+    if (heuristic_ == DtrHeuristic::kEquivalenceClasses) {
+      evicted_.assign(storages_, false);
+      class_parent_.resize(storages_);
+      for (std::size_t i = 0; i < storages_; ++i) class_parent_[i] = static_cast<StorageIndex>(i);
+      class_ms_.assign(storages_, 0.0);
+    }
   }
 
   DtrPlan run() && {
@@ -113,6 +120,12 @@ class DtrWalk {
   }
 
   void make_resident(StorageIndex s) {
+    if (heuristic_ == DtrHeuristic::kEquivalenceClasses && evicted_[at(s)]) {
+      // Back on the device: its class no longer pays for it (classes are not
+      // split, as in DTR's union-find approximation).
+      evicted_[at(s)] = false;
+      class_ms_[static_cast<std::size_t>(find(s))] -= trace_.op_duration_ms(producer_[at(s)]);
+    }
     resident_[at(s)] = true;
     resident_bytes_ += size_of(s);
     last_use_ms_[at(s)] = now_ms_;
@@ -142,8 +155,9 @@ class DtrWalk {
     leave_pool(s);
   }
 
-  // DTR's cost: the producer's run plus the runs that would regenerate its
-  // inputs missing now (the first level of the evicted neighbourhood).
+  // DtrHeuristic::kLocal's cost: the producer's run plus the runs that would
+  // regenerate its inputs missing now (the first level of the evicted
+  // neighbourhood).
   double cost_ms(StorageIndex s) const {
     const OpIndex p = producer_[at(s)];
     double cost = trace_.op_duration_ms(p);
@@ -174,7 +188,8 @@ class DtrWalk {
         if (!evictable(s, t)) continue;
         scan_work_ += static_cast<std::int64_t>(trace_.accesses(producer_[at(s)]).size());
         const double staleness = std::max(now_ms_ - last_use_ms_[at(s)], kMinStalenessMs);
-        const double h = cost_ms(s) / (static_cast<double>(size_of(s)) * staleness);
+        const double cost = heuristic_ == DtrHeuristic::kEquivalenceClasses ? class_cost_ms(s) : cost_ms(s);
+        const double h = cost / (static_cast<double>(size_of(s)) * staleness);
         if (best < 0 || h < best_h || (h == best_h && s < best)) {
           best = s;
           best_h = h;
@@ -182,8 +197,66 @@ class DtrWalk {
       }
       if (best < 0) return;
       release(best, t, Phase::kPre);
+      if (heuristic_ == DtrHeuristic::kEquivalenceClasses) join_class(best);
       ++evictions_;
     }
+  }
+
+  // DtrHeuristic::kEquivalenceClasses (dtr_planner.h): the union-find of the
+  // evicted storages' classes; a class root's class_ms_ is the producers'
+  // runs of its evicted members.
+  StorageIndex find(StorageIndex s) {
+    std::size_t i = at(s);
+    while (class_parent_[i] != static_cast<StorageIndex>(i)) {
+      class_parent_[i] = class_parent_[static_cast<std::size_t>(class_parent_[i])];  // path halving
+      i = static_cast<std::size_t>(class_parent_[i]);
+    }
+    return static_cast<StorageIndex>(i);
+  }
+
+  // Calls `visit` with each evicted neighbour of s: the inputs of its producer
+  // and the outputs of the ops that read it.
+  template <class Visit>
+  void evicted_neighbours(StorageIndex s, Visit visit) {
+    for (const Access& access : trace_.accesses(producer_[at(s)])) {
+      if (access.kind == AccessKind::kRead && evicted_[at(access.storage)]) visit(access.storage);
+    }
+    for (const StorageAccess& use : accesses_.of(s)) {
+      if (use.kind != AccessKind::kRead) continue;
+      for (const Access& access : trace_.accesses(use.op)) {
+        ++scan_work_;
+        if (access.kind == AccessKind::kWrite && producer_[at(access.storage)] == use.op &&
+            evicted_[at(access.storage)]) {
+          visit(access.storage);
+        }
+      }
+    }
+  }
+
+  double class_cost_ms(StorageIndex s) {
+    double cost = trace_.op_duration_ms(producer_[at(s)]);
+    roots_.clear();
+    evicted_neighbours(s, [&](StorageIndex n) {
+      const StorageIndex root = find(n);
+      if (std::find(roots_.begin(), roots_.end(), root) != roots_.end()) return;
+      roots_.push_back(root);
+      cost += class_ms_[static_cast<std::size_t>(root)];
+    });
+    return cost;
+  }
+
+  void join_class(StorageIndex s) {
+    // Evicted again after a regeneration, s rejoins the class it never left.
+    evicted_[at(s)] = true;
+    class_ms_[static_cast<std::size_t>(find(s))] += trace_.op_duration_ms(producer_[at(s)]);
+    evicted_neighbours(s, [&](StorageIndex n) {
+      StorageIndex a = find(s);
+      StorageIndex b = find(n);
+      if (a == b) return;
+      if (b < a) std::swap(a, b);  // the lower index roots the union: deterministic
+      class_parent_[static_cast<std::size_t>(b)] = a;
+      class_ms_[static_cast<std::size_t>(a)] += class_ms_[static_cast<std::size_t>(b)];
+    });
   }
 
   void pin(StorageIndex s) { ++pins_[at(s)]; }
@@ -305,6 +378,11 @@ class DtrWalk {
   const std::int64_t budget_bytes_;
   const std::int64_t max_rerun_work_;
   const std::int64_t max_scan_work_;
+  const DtrHeuristic heuristic_;
+  std::vector<bool> evicted_;               // kEquivalenceClasses: off the device by an eviction
+  std::vector<StorageIndex> class_parent_;  // kEquivalenceClasses: the union-find
+  std::vector<double> class_ms_;            // kEquivalenceClasses: per class root, its members' runs
+  std::vector<StorageIndex> roots_;         // scratch of class_cost_ms
   const std::vector<OpIndex> producer_;
   const std::vector<OpIndex> valid_until_;
   std::vector<OpIndex> regenerable_through_;

@@ -12,7 +12,8 @@
 //    cost: the producer's duration plus the durations of the producers of its
 //    inputs that are not on the device now (the first level of DTR's evicted
 //    neighbourhood, e*); staleness: compute time since the storage was last
-//    accessed or regenerated. Storages the current op or re-run needs, and the
+//    accessed or regenerated. (That is DtrHeuristic::kLocal; the reference
+//    prices the whole evicted neighbourhood, kEquivalenceClasses.) Storages the current op or re-run needs, and the
 //    inputs a pending re-run has already gathered, are locked.
 // After op t every storage whose last access it was is released, as are the
 // storages regenerated only for a chain (dead at t) once t's re-runs are done.
@@ -42,7 +43,8 @@
 //  - re-run work: 1 + the op's accesses per re-run, at most
 //    kDtrRerunWorkFactor × W;
 //  - eviction work: per eviction, 1 per storage looked at plus its
-//    producer's accesses when it is priced, at most kDtrScanWorkFactor × W
+//    producer's accesses when it is priced (with equivalence classes, also
+//    the accesses of the ops that read it), at most kDtrScanWorkFactor × W
 //    (the corpus and example traces need at most 108 × W when the walk is
 //    not cut).
 // When either passes its bound (DtrOptions overrides them) the walk is cut:
@@ -85,7 +87,25 @@ struct DtrPlan {
 inline constexpr std::int64_t kDtrRerunWorkFactor = 4;
 inline constexpr std::int64_t kDtrScanWorkFactor = 256;
 
+// How the walk prices a storage it may evict: h = cost / (size × staleness),
+// staleness the compute time since the storage was last accessed or
+// regenerated (DTR's, online), and the cost
+//  - kEquivalenceClasses (DTR's h_DTR^eq, the paper's heuristic and the
+//    reference DtrPlanner walks): the producer's run plus the runs of the
+//    whole evicted neighbourhood. Evicted storages that neighbour each other
+//    (one's producer reads the other) form classes, kept in a union-find as
+//    DTR does (never split: a member regenerated leaves its run out of the
+//    class's cost); evicting a storage makes every class next to it (its
+//    producer's evicted inputs, the evicted outputs of the ops that read it)
+//    more expensive, so each counts once.
+//  - kLocal: the first level of that neighbourhood only: the producer's run
+//    plus the producers' runs of its evicted inputs. Cheaper and sometimes
+//    better (the DenseNet of the DTR families at 30–70%); the recompute-only
+//    plans weigh both walks (plan/hybrid/hybrid_plans.h).
+enum class DtrHeuristic : std::uint8_t { kEquivalenceClasses, kLocal };
+
 struct DtrOptions {
+  DtrHeuristic heuristic = DtrHeuristic::kEquivalenceClasses;
   // Re-run work before the cut; nullopt: kDtrRerunWorkFactor × (ops + accesses).
   std::optional<std::int64_t> max_rerun_work;
   // Eviction work before the cut; nullopt: kDtrScanWorkFactor × (ops + accesses).

@@ -173,9 +173,17 @@ HybridPlan PlanMaker::or_within_an_eighth(HybridPlan plan) const {
 }
 
 HybridPlan PlanMaker::dtr_recompute_only() const {
-  DtrPlan walk = plan_dtr(models_.trace, models_.budget_bytes);
+  HybridPlan classes = dtr_walk(DtrHeuristic::kEquivalenceClasses);
+  HybridPlan local = dtr_walk(DtrHeuristic::kLocal);
+  return better(local, classes, models_.budget_bytes) ? std::move(local) : std::move(classes);
+}
+
+HybridPlan PlanMaker::dtr_walk(DtrHeuristic heuristic) const {
+  DtrPlan walk = plan_dtr(models_.trace, models_.budget_bytes, DtrOptions{.heuristic = heuristic});
   HybridPlan plan;
-  plan.label = "recompute-only, DTR's eviction walk";
+  plan.label = heuristic == DtrHeuristic::kEquivalenceClasses
+                   ? "recompute-only, DTR's eviction walk"
+                   : "recompute-only, DTR's eviction walk with local costs";
   plan.peak_bytes = walk.result.planned_peak_bytes;
   plan.peak_op = walk.peak_op;
   plan.floor = UnavoidableFloor{walk.peak_op, walk.result.planned_peak_bytes};

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "hyperoffload/ir/schedule.h"
+#include "hyperoffload/plan/dtr_planner.h"
 #include "hyperoffload/plan/hybrid/hybrid_models.h"
 #include "hyperoffload/plan/peak/peak_run.h"
 #include "hyperoffload/plan/peak_planner.h"
@@ -97,8 +98,13 @@ class PlanMaker {
   // recompute-only plan goes through it too, so the hybrid plan is never
   // slower than the recompute-only planner's.
   HybridPlan or_within_an_eighth(HybridPlan plan) const;
-  // DTR's eviction walk at the budget (plan/dtr_planner.h) as a plan.
+  // DTR's eviction walk at the budget (plan/dtr_planner.h) as a plan: the
+  // better of the walk with DTR's costs (equivalence classes: the `dtr`
+  // planner's, so the recompute-only plans are never slower than it) and with
+  // local costs (DtrHeuristic), which wins on some traces.
   HybridPlan dtr_recompute_only() const;
+  // One walk with `heuristic`.
+  HybridPlan dtr_walk(DtrHeuristic heuristic) const;
   // Whether the trace is small enough for four plans or more (ops + accesses
   // <= 250,000): the extra recompute-only plans above are made only there.
   bool room_for_more_plans() const;
