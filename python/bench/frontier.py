@@ -2,7 +2,7 @@
 
     PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python python/bench/frontier.py \\
         [--models gpt2,llama,bert,vit] [--points 1,2,3] [--rounds 7] [--seed 0]
-        [--quick] [--json PATH] [--plot PATH.svg]
+        [--quick] [--offload] [--json PATH] [--plot PATH.svg]
 
 Users who run out of memory write one line,
 `model.activation_checkpointing_enable(every_n_layers=N)`; each N is a point
@@ -23,9 +23,12 @@ step, the CPU, one intra-op thread) and each N this measures:
                 takes twice the eager step (the ratio of the A100 link in the
                 built-in demo), so offloading costs stall as on a GPU;
 
-and eager, the model as written (the point at 100% of the memory). With a
-CUDA device, `offload=True` would be a fourth variant per point; this machine
-has none, and the script says so.
+and eager, the model as written (the point at 100% of the memory). With
+--offload (a CUDA device needed) everything runs on the GPU, hybrid on the
+real link, and `activation_checkpointing_enable(every_n_layers=N,
+offload=True)` is one more variant per point ("checkpoint N offload": its
+saved activations in pinned host memory), timed on the same rounds; without
+it the script runs on the CPU and says that offload=True was not measured.
 
 Every session is checked against the two rules that decide whether its number
 counts: each measured step holds at most its budget (peak_held_bytes), and a
@@ -55,6 +58,7 @@ import os
 import random
 import statistics
 import sys
+import time
 import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -62,14 +66,39 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
 
 import torchvision_models  # noqa: E402,F401  (before transformers, which imports torchvision)
 import transformers  # noqa: E402
 
 import hyperoffload as ho  # noqa: E402
-from checkpoint_wallclock import measured_peak, step  # noqa: E402
+
+DEVICE = torch.device("cpu")  # main() sets cuda with --offload
+
+
+def step(loss_fn, modules, session=None) -> float:
+    """One training step in ms (gradients set to None first), the device synchronized around it."""
+    for module in modules:
+        for p in module.parameters():
+            p.grad = None
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    if session is None:
+        loss_fn().backward()
+    else:
+        with session:
+            loss_fn().backward()
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3
+
+
+def measured_peak(loss_fn, modules) -> int:
+    """Held activation peak of one step, measured by a session with no budget (the tracker)."""
+    tracker = ho.OffloadSession()
+    step(loss_fn, modules, tracker)
+    return tracker.stats()["peak_held_bytes"]
 
 transformers.logging.set_verbosity_error()
 
@@ -120,19 +149,19 @@ def build(name, s):
             hidden_dropout_prob=s["dropout"], attention_probs_dropout_prob=s["dropout"]))
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False
-    model.train()
+    model.to(DEVICE).train()
     if name == "vit":
-        pixels = torch.randn(s["batch"], 3, s["image"], s["image"])
-        labels = torch.randint(0, s["classes"], (s["batch"],))
+        pixels = torch.randn(s["batch"], 3, s["image"], s["image"]).to(DEVICE)
+        labels = torch.randint(0, s["classes"], (s["batch"],)).to(DEVICE)
         return model, lambda m: m(pixel_values=pixels, labels=labels).loss
-    tokens = torch.randint(0, s["vocab"], (s["batch"], s["seq"]))
+    tokens = torch.randint(0, s["vocab"], (s["batch"], s["seq"])).to(DEVICE)
     return model, lambda m: m(input_ids=tokens, labels=tokens).loss  # the causal models shift the labels
 
 
-def checkpointed(model, every_n_layers):
+def checkpointed(model, every_n_layers, offload=False):
     """A copy of the model with `transformers`' checkpointing of every N-th layer."""
     copied = copy.deepcopy(model)
-    copied.activation_checkpointing_enable(every_n_layers=every_n_layers)
+    copied.activation_checkpointing_enable(every_n_layers=every_n_layers, offload=offload)
     copied.train()
     return copied
 
@@ -158,14 +187,14 @@ def bit_identical(a, b):
 # ---- One model ----------------------------------------------------------------------------
 
 
-def run_model(name, shape, points, rounds, log):
+def run_model(name, shape, points, rounds, log, offload=False):
     model, loss_of = build(name, shape)
     result = {"model": name, "description": DESCRIPTIONS[name], "shape": shape, "rounds": rounds, "points": []}
     eager_call = lambda: loss_of(model)  # noqa: E731
     eager_peak = measured_peak(eager_call, [model])
     eager_ms = statistics.median(step(eager_call, [model]) for _ in range(3))
-    # The emulated link: the whole eager activation peak one way in twice the eager step.
-    link_gib_per_s = eager_peak / (2 * eager_ms / 1e3) / 2**30
+    # The emulated link (CPU only): the whole eager activation peak one way in twice the eager step.
+    link_gib_per_s = eager_peak / (2 * eager_ms / 1e3) / 2**30 if DEVICE.type == "cpu" else None
     result.update(eager_peak_held_bytes=eager_peak, link_gib_per_s=link_gib_per_s)
     reference = gradients_after_one_step(model, loss_of)
 
@@ -177,9 +206,14 @@ def run_model(name, shape, points, rounds, log):
         point = {"every_n_layers": n, "budget_bytes": budget, "fraction_of_eager": budget / eager_peak}
         result["points"].append(point)
         variants[f"checkpoint {n}"] = (call, [ckpt], None, None)
+        if offload:
+            moved = checkpointed(model, n, offload=True)
+            moved_call = (lambda m: lambda: loss_of(m))(moved)
+            point["offload_budget_bytes"] = measured_peak(moved_call, [moved])
+            variants[f"checkpoint {n} offload"] = (moved_call, [moved], None, None)
         for planner in ("recompute", "hybrid"):
             config = dict(max_resident_activation_bytes=budget, planner=planner)
-            if planner == "hybrid":
+            if planner == "hybrid" and link_gib_per_s is not None:
                 config.update(copy_bandwidth_gib_per_s=link_gib_per_s, emulate_copy_bandwidth=True)
             session = ho.OffloadSession(ho.OffloadConfig(**config))
             info = point.setdefault(planner, {})
@@ -224,6 +258,8 @@ def run_model(name, shape, points, rounds, log):
     for point in result["points"]:
         n = point["every_n_layers"]
         point["checkpoint"] = summary(times[f"checkpoint {n}"])
+        if offload:
+            point["checkpoint_offload"] = summary(times[f"checkpoint {n} offload"])
         best = None
         for planner in ("recompute", "hybrid"):
             info = point[planner]
@@ -266,7 +302,8 @@ def report(results, log):
     for r in results:
         log(f"\n{r['model']}: {r['description']} {r['shape']}; {r['rounds']} interleaved rounds, 1 thread; "
             f"eager {r['eager']['median_ms']:.1f} ms ({r['eager']['min_ms']:.1f}-{r['eager']['max_ms']:.1f}), "
-            f"activations {mib(r['eager_peak_held_bytes'])} MiB; hybrid's link {r['link_gib_per_s']:.3f} GiB/s")
+            f"activations {mib(r['eager_peak_held_bytes'])} MiB; hybrid's link "
+            + ("the device's" if r["link_gib_per_s"] is None else f"{r['link_gib_per_s']:.3f} GiB/s (emulated)"))
         log("| every_n_layers | memory MiB (of eager) | checkpoint ms, median (min-max) | recompute ms, vs checkpoint "
             "| hybrid ms, vs checkpoint | better of ours / checkpoint |")
         log("|---|---|---|---|---|---|")
@@ -276,8 +313,13 @@ def report(results, log):
             log(f"| {p['every_n_layers']} | {mib(p['budget_bytes'])} ({100 * p['fraction_of_eager']:.0f}%) "
                 f"| {c['median_ms']:.1f} ({c['min_ms']:.1f}-{c['max_ms']:.1f}) | {cell(p['recompute'])} "
                 f"| {cell(p['hybrid'])} | {best} |")
-    if not torch.cuda.is_available():
-        log("\n(no CUDA device: activation_checkpointing_enable(offload=True) not measured)")
+            if "checkpoint_offload" in p:
+                o = p["checkpoint_offload"]
+                log(f"|   offload=True | {mib(p['offload_budget_bytes'])} | {o['median_ms']:.1f} "
+                    f"({o['min_ms']:.1f}-{o['max_ms']:.1f}) | | | |")
+    if DEVICE.type == "cpu":
+        log("\n(on the CPU: activation_checkpointing_enable(offload=True) not measured; --offload on a CUDA device "
+            "measures it)")
 
 
 def plot(results, path):
@@ -333,6 +375,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0, help="seed of the round order")
     parser.add_argument("--quick", action="store_true", help="tiny models, 2 rounds")
+    parser.add_argument("--offload", action="store_true",
+                        help="on a CUDA device: everything on the GPU, and checkpointing with offload=True too")
     parser.add_argument("--json", help="write the results as JSON to this path")
     parser.add_argument("--plot", help="write the frontiers as SVG to this path")
     args = parser.parse_args(argv)
@@ -349,6 +393,12 @@ def main(argv=None):
     rounds = 2 if args.quick else args.rounds
     if rounds < 1:
         parser.error("--rounds must be at least 1")
+    global DEVICE
+    if args.offload:
+        if not torch.cuda.is_available():
+            print("frontier.py: --offload needs a CUDA device; none is available", file=sys.stderr)
+            raise SystemExit(2)
+        DEVICE = torch.device("cuda")
     torch.set_num_threads(1)
     random.seed(args.seed)
     shapes = QUICK if args.quick else FULL
@@ -359,10 +409,10 @@ def main(argv=None):
     results = []
     for name in names:
         log(f"{name} ...")
-        results.append(run_model(name, shapes[name], points, rounds, log))
+        results.append(run_model(name, shapes[name], points, rounds, log, offload=args.offload))
     report(results, log)
     document = {"torch": torch.__version__, "transformers": transformers.__version__, "threads": 1,
-                "quick": args.quick, "cuda": torch.cuda.is_available(), "results": results}
+                "quick": args.quick, "device": DEVICE.type, "results": results}
     if args.json:
         tmp = f"{args.json}.tmp"
         with open(tmp, "w") as f:

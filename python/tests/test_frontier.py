@@ -20,6 +20,19 @@ def load_bench():
     return module
 
 
+def test_offload_without_a_cuda_device_is_refused_before_anything_runs(capsys):
+    bench = load_bench()
+    if bench.torch.cuda.is_available():
+        return  # scripts/gpu-check.sh runs --offload there
+    try:
+        bench.main(["--quick", "--offload"])
+    except SystemExit as exit:
+        assert exit.code == 2
+    else:
+        raise AssertionError("--offload ran without a CUDA device")
+    assert "--offload needs a CUDA device" in capsys.readouterr().err
+
+
 def test_quick_race_is_well_formed_bit_identical_and_within_budget(tmp_path, capsys):
     bench = load_bench()
     path, svg = tmp_path / "frontier.json", tmp_path / "frontier.svg"
@@ -27,6 +40,7 @@ def test_quick_race_is_well_formed_bit_identical_and_within_budget(tmp_path, cap
     out = capsys.readouterr().out
     assert json.loads(path.read_text()) == json.loads(json.dumps(document))
     assert svg.read_text().startswith("<svg") and svg.read_text().count("<polyline") >= 4
+    assert document["device"] == "cpu" and "offload=True not measured" in capsys.readouterr().out + out
     assert [r["model"] for r in document["results"]] == ["gpt2", "llama", "bert", "vit"]
     for r in document["results"]:
         assert r["rounds"] == 2 and r["shape"] == bench.QUICK[r["model"]]
