@@ -54,7 +54,6 @@ import os
 import random
 import statistics
 import sys
-import time
 import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -64,12 +63,14 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
 
 import torchvision_models  # noqa: E402,F401  (before transformers, which imports torchvision)
 import transformers  # noqa: E402
 
 import hyperoffload as ho  # noqa: E402
+from bench_steps import measured_peak, step  # noqa: E402,F401  (python/bench/bench_steps.py)
 from models import GptDecoder  # noqa: E402  (python/tests/models.py)
 
 transformers.logging.set_verbosity_error()
@@ -160,27 +161,6 @@ DESCRIPTIONS = {
 
 
 # ---- Steps ---------------------------------------------------------------------------------
-
-
-def step(loss_fn, modules, session=None) -> float:
-    """One training step in ms (gradients set to None first, so each step makes them anew)."""
-    for module in modules:
-        for p in module.parameters():
-            p.grad = None
-    start = time.perf_counter()
-    if session is None:
-        loss_fn().backward()
-    else:
-        with session:
-            loss_fn().backward()
-    return (time.perf_counter() - start) * 1e3
-
-
-def measured_peak(loss_fn, modules) -> int:
-    """Held activation peak of one step, measured by a session with no budget (the tracker)."""
-    tracker = ho.OffloadSession()
-    step(loss_fn, modules, tracker)
-    return tracker.stats()["peak_held_bytes"]
 
 
 MATMULS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm")
