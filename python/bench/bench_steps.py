@@ -1,4 +1,4 @@
-"""One timed training step and the activation peak a session measures: shared by the step-time benchmarks.
+"""One timed training step, the activation peak a session measures, atomic result files: for the step-time benchmarks.
 
 Used by checkpoint_wallclock.py and frontier.py (run from python/bench/, which is
 on sys.path when either runs as a script or is loaded by a test).
@@ -6,6 +6,7 @@ on sys.path when either runs as a script or is loaded by a test).
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -41,3 +42,11 @@ def measured_peak(loss_fn, modules) -> int:
     tracker = ho.OffloadSession()
     step(loss_fn, modules, tracker)
     return tracker.stats()["peak_held_bytes"]
+
+
+def write_atomically(path, text: str) -> None:
+    """Writes `text` to `path` through a temporary file and a rename: an error never leaves a partial file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -70,7 +70,7 @@ import torchvision_models  # noqa: E402,F401  (before transformers, which import
 import transformers  # noqa: E402
 
 import hyperoffload as ho  # noqa: E402
-from bench_steps import measured_peak, step  # noqa: E402,F401  (python/bench/bench_steps.py)
+from bench_steps import measured_peak, step, write_atomically  # noqa: E402,F401  (python/bench/bench_steps.py)
 from models import GptDecoder  # noqa: E402  (python/tests/models.py)
 
 transformers.logging.set_verbosity_error()
@@ -433,8 +433,7 @@ def main(argv=None):
     document = {"torch": torch.__version__, "transformers": transformers.__version__, "threads": 1,
                 "quick": args.quick, "results": results}
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(document, f, indent=1)
+        write_atomically(args.json, json.dumps(document, indent=1))
     return document
 
 

@@ -72,7 +72,7 @@ import torchvision_models  # noqa: E402,F401  (before transformers, which import
 import transformers  # noqa: E402
 
 import hyperoffload as ho  # noqa: E402
-from bench_steps import measured_peak, step  # noqa: E402  (python/bench/bench_steps.py)
+from bench_steps import measured_peak, step, write_atomically  # noqa: E402  (python/bench/bench_steps.py)
 
 DEVICE = torch.device("cpu")  # main() sets cuda with --offload
 
@@ -338,10 +338,7 @@ def plot(results, path):
               ).format(height + 14, height + 30)
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * max(1, len(results))}" height="{height + 40}">'
            + "".join(panels) + legend + "</svg>\n")
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(svg)
-    os.replace(tmp, path)
+    write_atomically(path, svg)
 
 
 def main(argv=None):
@@ -390,10 +387,7 @@ def main(argv=None):
     document = {"torch": torch.__version__, "transformers": transformers.__version__, "threads": 1,
                 "quick": args.quick, "device": DEVICE.type, "results": results}
     if args.json:
-        tmp = f"{args.json}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(document, f, indent=1)
-        os.replace(tmp, args.json)
+        write_atomically(args.json, json.dumps(document, indent=1))
     if args.plot:
         plot(results, args.plot)
     return document

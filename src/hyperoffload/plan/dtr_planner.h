@@ -9,12 +9,13 @@
 //  - whenever an allocation (an op's or a re-run's new outputs) would take
 //    the resident bytes over the budget, the resident storage with the lowest
 //    h = cost / (size × staleness) is evicted (`release_device`) until it fits.
-//    cost: the producer's duration plus the durations of the producers of its
-//    inputs that are not on the device now (the first level of DTR's evicted
-//    neighbourhood, e*); staleness: compute time since the storage was last
-//    accessed or regenerated. (That is DtrHeuristic::kLocal; the reference
-//    prices the whole evicted neighbourhood, kEquivalenceClasses.) Storages the current op or re-run needs, and the
-//    inputs a pending re-run has already gathered, are locked.
+//    cost: the producer's duration plus the cost of its evicted
+//    neighbourhood (DtrHeuristic: by default DTR's h_DTR^eq, the whole
+//    neighbourhood in equivalence classes; or its first level, the producers
+//    of its inputs not on the device now); staleness: compute time since the
+//    storage was last accessed or regenerated. Storages the current op or
+//    re-run needs, and the inputs a pending re-run has already gathered, are
+//    locked.
 // After op t every storage whose last access it was is released, as are the
 // storages regenerated only for a chain (dead at t) once t's re-runs are done.
 //
@@ -45,8 +46,8 @@
 //  - eviction work: per eviction, 1 per storage looked at plus its
 //    producer's accesses when it is priced (with equivalence classes, also
 //    the accesses of the ops that read it), at most kDtrScanWorkFactor × W
-//    (the corpus and example traces need at most 108 × W when the walk is
-//    not cut).
+//    (the corpus and example traces needed at most 108 × W with local costs
+//    when the walk is not cut; not remeasured with equivalence classes).
 // When either passes its bound (DtrOptions overrides them) the walk is cut:
 // from then on it evicts nothing and keeps what it regenerates for a chain,
 // so each storage is regenerated at most twice more (once before its last
