@@ -119,6 +119,21 @@ bool returns_uninitialised_memory(const std::string& name) {
   return names.contains(name);
 }
 
+// Whether an in-place op may be re-run after the op that made what it
+// rewrites (Note [In-place units] in ir/trace.h): it writes the data of one
+// tensor argument (add_, relu_, masked_fill_, an out= argument), not its
+// metadata (`inplace_view`: t_, unsqueeze_, as_strided_), and draws no random
+// numbers (bernoulli_ is left to the RNG replay of out-of-place ops). The
+// warmup keeps the mark only where the op rewrote one storage that it read
+// and whose version a recomputable op made (exec/warmup_executor.cc).
+Recomputable in_place_follower(const c10::OperatorHandle& op, const OpInfo& info) {
+  if (info.written.size() != 1 || op.hasTag(at::Tag::inplace_view) || op.hasTag(at::Tag::nondeterministic_seeded)) {
+    return Recomputable::kNo;
+  }
+  const c10::Argument& written = op.schema().arguments()[info.written.front().first];
+  return written.type()->kind() == c10::TypeKind::TensorType ? Recomputable::kYes : Recomputable::kNo;
+}
+
 // Whether re-running the op on the same inputs regenerates its results bit for
 // bit, from its schema and tags: an aten op (another namespace may have side
 // effects its schema does not show) that writes no argument and is not
@@ -127,19 +142,19 @@ bool returns_uninitialised_memory(const std::string& name) {
 // fresh tensor (a result aliasing no argument). One that draws random numbers
 // (`nondeterministic_seeded`: native_dropout, bernoulli, rand_like, randn) does
 // so when re-run with its generator's state: kWithRngReplay (Note [RNG
-// replay]). In-place ones (bernoulli_, the CPU dropout's mask) write an
-// argument and are not recomputable. The warmup keeps the mark only where the
+// replay]). In-place ones are recomputable as followers (in_place_follower);
+// random in-place ones (bernoulli_, the CPU dropout's mask) are not. The warmup keeps the mark only where the
 // op produced a tracked storage and wrote no input (exec/hooks.h,
 // mark_recomputable).
 Recomputable recomputable_op(const c10::OperatorHandle& op, const OpInfo& info) {
   const c10::FunctionSchema& schema = op.schema();
   // hyperoffload::dropout_noise: the CPU dropout's mask (Note [Dropout on the CPU] in dropout.cc).
   const bool ours = schema.name() == "hyperoffload::dropout_noise";
-  if (!info.written.empty() || schema.is_mutable() || !(schema.name().starts_with("aten::") || ours) ||
-      returns_uninitialised_memory(schema.name())) {
+  if (!(schema.name().starts_with("aten::") || ours) || returns_uninitialised_memory(schema.name()) ||
+      op.hasTag(at::Tag::nondeterministic_bitwise)) {
     return Recomputable::kNo;
   }
-  if (op.hasTag(at::Tag::nondeterministic_bitwise)) return Recomputable::kNo;
+  if (!info.written.empty() || schema.is_mutable()) return in_place_follower(op, info);
   const Recomputable how =
       op.hasTag(at::Tag::nondeterministic_seeded) ? Recomputable::kWithRngReplay : Recomputable::kYes;
   for (const c10::Argument& result : schema.returns()) {
@@ -242,9 +257,11 @@ struct ArgumentVersions {
   void add(const at::Tensor& tensor) {
     if (tensor.defined() && !tensor.is_inference()) tensors.emplace_back(tensor, tensor._version());
   }
-  std::string changed(std::string_view op) const {
+  // `exempt`: storages whose tensors may have moved (OpCall::changed_argument).
+  std::string changed(std::string_view op, const StorageFilter& exempt) const {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const auto& [tensor, version] = tensors[i];
+      if (exempt && tensor.has_storage() && exempt(tensor.storage().unsafeGetStorageImpl())) continue;
       if (tensor._version() != version) {
         return fmt::format("tensor argument {} of {} was written in place (version {} → {})", i, op, version,
                            tensor._version());
@@ -300,7 +317,9 @@ class BoxedCall final : public OpCall {
   void argument_storages(std::vector<c10::StorageImpl*>& out) const override {
     python::collect_storages(c10::ArrayRef<c10::IValue>(arguments_), out);
   }
-  std::string changed_argument() const override { return versions_.changed(name_); }
+  std::string changed_argument(const StorageFilter& exempt) const override {
+    return versions_.changed(name_, exempt);
+  }
 
  private:
   c10::OperatorHandle op_;
@@ -367,7 +386,9 @@ class PyCall final : public OpCall {
     py::gil_scoped_acquire gil;
     for_each_argument([&out](PyObject* object) { collect_py_storages(object, out); });
   }
-  std::string changed_argument() const override { return versions_.changed(name_); }
+  std::string changed_argument(const StorageFilter& exempt) const override {
+    return versions_.changed(name_, exempt);
+  }
 
  private:
   // The recorded arguments with those at `positions` (by position, or by

@@ -240,32 +240,50 @@ bool TorchSession::wants_call() const {
 void TorchSession::record_call(std::unique_ptr<OpCall> call) { calls_[session_->current_op()] = std::move(call); }
 
 Status TorchSession::recompute(RecomputeCall& call) {
-  auto found = calls_.find(call.source_op());
-  if (found == calls_.end()) {
-    // A step that ended early let go of its calls (finish_runtime_step): a
-    // regeneration then cannot run (Note [Leaving a plan]).
-    return make_error(ErrorCode::kDiverged,
-                      fmt::format("op {} ({}): the framework holds no call of it", call.source_op(), call.op_name()));
+  // The recorded call of each op to re-run (Note [In-place units] in
+  // ir/trace.h: the unit's head, then its in-place followers).
+  std::vector<OpCall*> recorded;
+  for (const OpIndex op : call.ops()) {
+    auto found = calls_.find(op);
+    if (found == calls_.end()) {
+      // A step that ended early let go of its calls (finish_runtime_step): a
+      // regeneration then cannot run (Note [Leaving a plan]).
+      return make_error(ErrorCode::kDiverged,
+                        fmt::format("op {} ({}): the framework holds no call of it", op, call.op_name()));
+    }
+    recorded.push_back(found->second.get());
   }
-  OpCall& recorded = *found->second;
-  if (std::string changed = recorded.changed_argument(); !changed.empty()) {
-    return make_error(ErrorCode::kDiverged,
-                      fmt::format("{} since the op ran, so re-running it would compute something else; keep "
-                                  "in-place updates of what the step's ops read (parameters, the batch) out of "
-                                  "the step, or use a planner that does not recompute",
-                                  changed));
+  // The head's arguments are checked as they are; a follower's are checked
+  // but for what the head's re-run makes again (the storage it rewrites).
+  const StorageFilter made_again = [&](const c10::StorageImpl* impl) {
+    const std::optional<StorageId> id = registry_->find(impl);
+    if (!id) return false;
+    for (std::size_t j = 0; j < call.output_count(); ++j) {
+      if (call.output_needed(j) && call.output_id(j) == *id) return true;
+    }
+    return false;
+  };
+  for (std::size_t m = 0; m < recorded.size(); ++m) {
+    if (std::string changed = recorded[m]->changed_argument(m == 0 ? StorageFilter() : made_again);
+        !changed.empty()) {
+      return make_error(ErrorCode::kDiverged,
+                        fmt::format("{} since the op ran, so re-running it would compute something else; keep "
+                                    "in-place updates of what the step's ops read (parameters, the batch) out of "
+                                    "the step, or use a planner that does not recompute",
+                                    changed));
+    }
   }
   std::vector<c10::Storage> results;
   try {
     if (fail_recompute_in_ > 0 && --fail_recompute_in_ == 0) throw std::runtime_error("injected recompute failure");
-    results = recorded.run();
+    results = recorded.front()->run();
   } catch (const std::exception& error) {
     return make_error(ErrorCode::kInternal, fmt::format("re-running the op raised: {}", error.what()));
   }
   // The op's tracked outputs are its fresh results, in order, once each (as
   // end_op adopts them).
   call_arguments_.clear();
-  recorded.argument_storages(call_arguments_);
+  recorded.front()->argument_storages(call_arguments_);
   std::vector<const c10::StorageImpl*> fresh;
   std::size_t j = 0;
   for (const c10::Storage& storage : results) {
@@ -285,7 +303,20 @@ Status TorchSession::recompute(RecomputeCall& call) {
     return make_error(ErrorCode::kDiverged, fmt::format("re-running the op gave {} new tensors; it first gave {}", j,
                                                         call.output_count()));
   }
-  if (call.last_of_step()) calls_.erase(found);
+  // The followers rewrite, in place, what the head's re-run just installed
+  // (their recorded arguments hold the tracked tensors).
+  for (std::size_t m = 1; m < recorded.size(); ++m) {
+    try {
+      results = recorded[m]->run();
+    } catch (const std::exception& error) {
+      return make_error(ErrorCode::kInternal, fmt::format("re-running the in-place op {} raised: {}", call.ops()[m],
+                                                          error.what()));
+    }
+    results.clear();
+  }
+  for (std::size_t m = 0; m < recorded.size(); ++m) {
+    if (call.last_of_step(m)) calls_.erase(call.ops()[m]);
+  }
   return ok_status();
 }
 

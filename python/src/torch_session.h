@@ -80,6 +80,9 @@ template <class T>
 using TorchResult = std::expected<T, TorchError>;
 using TorchStatus = TorchResult<void>;
 
+// Whether a storage is one of a set (OpCall::changed_argument).
+using StorageFilter = std::function<bool(const c10::StorageImpl*)>;
+
 // A recorded op call that can run again (Note [Recompute in PyTorch]).
 class OpCall {
  public:
@@ -90,8 +93,11 @@ class OpCall {
   // The storages of its tensor arguments (results sharing one are not fresh).
   virtual void argument_storages(std::vector<c10::StorageImpl*>& out) const = 0;
   // Empty, or which tensor argument was written in place since the call was
-  // recorded (its version counter moved): re-running would compute something else.
-  virtual std::string changed_argument() const = 0;
+  // recorded (its version counter moved): re-running would compute something
+  // else. Tensors of a storage `exempt` holds are not checked (an in-place
+  // follower's rewritten storage, which its unit's head makes again: Note
+  // [In-place units] in ir/trace.h); null checks every one.
+  virtual std::string changed_argument(const StorageFilter& exempt) const = 0;
 };
 
 

@@ -4,7 +4,9 @@ An op is recomputable when re-running it on the same inputs regenerates its
 results bit for bit (module.cc, recomputable_op): an aten op with no argument
 written in place, no `nondeterministic_bitwise` tag, and a fresh tensor result;
 the warmup keeps the mark only where the op produced a tracked storage and wrote
-no input. One tagged `nondeterministic_seeded` (native_dropout, bernoulli,
+no input. An in-place op that rewrites one argument's data is marked too, and
+kept as an in-place follower where it rewrote what a recomputable op made
+(test_in_place_units.py). One tagged `nondeterministic_seeded` (native_dropout, bernoulli,
 rand_like; the CPU dropout's mask, hyperoffload::dropout_noise) is also marked
 `rng_replay` (trace format v3): it is re-run with its generator's state.
 """
@@ -41,7 +43,7 @@ def test_a_step_marks_matmuls_norms_and_dropout_recomputable_but_not_in_place_op
         # Written by hand: empty_like (uninitialised memory), bernoulli_ (in
         # place) and div_ (in place) are not recomputable.
         h = h * torch.empty_like(h).bernoulli_(0.5).div_(0.5)
-        h.relu_()                                            # aten::relu_: in place
+        h.relu_()                                            # aten::relu_: in place, after mul (recomputable): a follower
         v = h.t()                                            # aten::t: a view, produces no storage
         loss = (v @ v.t()).sum()
         loss.backward()
@@ -57,19 +59,29 @@ def test_a_step_marks_matmuls_norms_and_dropout_recomputable_but_not_in_place_op
     assert marks["aten::bernoulli_.float"] == {False}
     assert set().union(*(m for n, m in marks.items() if n.startswith("aten::div_"))) == {False}
     assert marks["aten::mul.Tensor"] == {True}
-    assert marks["aten::relu_"] == {False}
+    assert marks["aten::relu_"] == {True}
     assert marks["aten::t"] == {False}
-    # Every marked op writes only storages it creates and reads none of them
-    # (what the trace format checks; the C++ reader would reject the trace
-    # otherwise, and session.trace() came through it).
-    first_access = {}
+    assert_marks_are_what_the_trace_format_allows(trace)
+
+
+def assert_marks_are_what_the_trace_format_allows(trace):
+    """Every marked op writes only storages it creates and reads none of them, or is an in-place follower:
+    it reads and writes one storage, all it writes, whose last writer is marked (Note [In-place units]).
+    The C++ reader checks the same and session.trace() came through it: this says the warmup never
+    produced a mark it had to drop."""
+    first_access, last_writer = {}, {}
     for index, op in enumerate(trace["ops"]):
         for access in op["accesses"]:
             first_access.setdefault(access["storage"], index)
+        written = {a["storage"] for a in op["accesses"] if a["kind"] == "write"}
+        read = {a["storage"] for a in op["accesses"] if a["kind"] == "read"}
         if op.get("recomputable"):
-            written = [a["storage"] for a in op["accesses"] if a["kind"] == "write"]
-            read = {a["storage"] for a in op["accesses"] if a["kind"] == "read"}
-            assert written and all(first_access[s] == index for s in written) and not read & set(written)
+            creates = written and all(first_access[s] == index for s in written) and not read & written
+            follows = (len(written) == 1 and written <= read
+                       and trace["ops"][last_writer[next(iter(written))]].get("recomputable", False))
+            assert creates or follows, (index, op["name"])
+        for s in written:
+            last_writer[s] = index
 
 
 def test_the_gpt_models_trace_marks_most_of_its_compute_recomputable_and_its_dropouts_with_rng_replay():
@@ -82,7 +94,9 @@ def test_the_gpt_models_trace_marks_most_of_its_compute_recomputable_and_its_dro
     marked = [op for op in ops if op.get("recomputable")]
     assert marked, "no op of a transformer step is recomputable"
     base_names = {op["name"].split(".")[0] for op in marked}
-    assert not any(name.endswith("_") or "bernoulli" in name or "empty" in name for name in base_names), base_names
+    # In-place ops are marked only as followers of a recomputable op.
+    assert not any("bernoulli" in name or "empty" in name for name in base_names), base_names
+    assert_marks_are_what_the_trace_format_allows(session.trace())
     # Ops marked rng_replay are those that may draw random numbers: dropout's
     # mask, attention with a dropout_p argument.
     replayed = {op["name"] for op in marked if op.get("rng_replay")}

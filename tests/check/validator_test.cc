@@ -293,6 +293,69 @@ TEST(ValidatorRecompute, ReportsAnInputWrittenSinceTheOpReadIt) {
             "before op 2 wrote it again, so re-running op 1 would not reproduce its outputs");
 }
 
+// An in-place unit (Note [In-place units] in ir/trace.h): op 1 (bn) makes
+// storage 1 from storage 9; op 2 (relu_) rewrites it in place (version 2);
+// op 3 reads it, op 4 only storage 9, op 5 reads storage 1 again.
+//   sizes: s9 10 (retained), s1 100
+Trace unit_trace() {
+  return TraceDsl()
+      .storage(1, 100)
+      .storage(9, 10, Retention::kRetained)
+      .op("load", "W9")
+      .op("bn", "R9 W1", 1.0, Recomputable::kYes)
+      .op("relu_", "R1 W1", 0.5, Recomputable::kYes)
+      .op("conv", "R1")
+      .op("mid", "R9")
+      .op("use", "R1")
+      .build();
+}
+
+TEST(ValidatorRecompute, AFollowersRecomputeReRunsItsUnitAndRegeneratesTheVersionItMade) {
+  // Released after op 3 and regenerated before op 5 by re-running bn then
+  // relu_: storage 1 comes back at version 2, which op 5 reads.
+  //   op 0: 10, ops 1-3: 110, post 3 release -> 10, op 4: 10,
+  //   pre 5 recompute op 2 -> 110 (input s9, output s1), op 5: 110.
+  const ValidationReport report = validate_schedule(
+      unit_trace(), schedule_of("post 3 release_device 1; pre 5 recompute 2"), ValidatorOptions{KeepProfile::kYes});
+  ASSERT_TRUE(report.valid()) << report.problems.front();
+  EXPECT_THAT(report.resident_bytes, ElementsAre(10, 110, 110, 110, 10, 110));
+  EXPECT_EQ(report.recompute_count, 1);
+  EXPECT_EQ(report.regenerated_bytes, 100);
+}
+
+TEST(ValidatorRecompute, ARecomputeOfAUnitsHeadAloneAfterItsFollowerIsStale) {
+  // bn alone would bring back version 1, which relu_ overwrote.
+  const ValidationReport report =
+      validate_schedule(unit_trace(), schedule_of("post 3 release_device 1; pre 5 recompute 1"));
+  ASSERT_EQ(report.problem_count, 2u);
+  EXPECT_EQ(report.problems[0],
+            "actions[1] (op 5 pre recompute op 1): output storage 1 (ops[1].accesses[1]) is stale: op 2 wrote it "
+            "after op 1, so a recompute would bring back an older version");
+  EXPECT_THAT(report.problems[1], HasSubstr("op 5 read of storage 1: data lost"));
+}
+
+TEST(ValidatorRecompute, AUnitsInputsAreWhatItsMembersReadAndNamedByTheMemberThatReadsThem) {
+  // add_ (op 3) rewrites storage 1 reading storage 2, which the plan offloads
+  // and does not bring back: the unit's input is missing, named as add_'s.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 50)
+                          .storage(9, 10, Retention::kRetained)
+                          .op("load", "W9 W2")
+                          .op("bn", "R9 W1", 1.0, Recomputable::kYes)
+                          .op("relu_", "R1 W1", 0.5, Recomputable::kYes)
+                          .op("add_", "R1 R2 W1", 0.5, Recomputable::kYes)
+                          .op("mid", "R9")
+                          .op("use", "R1 R2")
+                          .build();
+  const ValidationReport report = validate_schedule(
+      trace, schedule_of("post 3 copy_d2h 2; post 3 release_device 2; post 3 release_device 1; pre 5 recompute 3"));
+  ASSERT_EQ(report.problem_count, 1u);
+  EXPECT_EQ(report.problems[0],
+            "actions[3] (op 5 pre recompute op 3): input storage 2 (ops[3].accesses[1]) is not resident (released "
+            "after op 3); copy_h2d or recompute it before the recompute");
+}
+
 TEST(ValidatorRecompute, ReportsAnOutputWrittenSinceTheOpProducedIt) {
   // Op 2 updates storage 2 in place after op 1 created it: the storage is at
   // version 2, and a recompute of op 1 would bring back version 1. Resident or

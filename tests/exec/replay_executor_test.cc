@@ -320,7 +320,7 @@ struct DriverRecompute {
       std::memset(ptr, driver_byte(id), static_cast<std::size_t>(call.output_size_bytes(j)));
       needed += fmt::format("{}{}", needed.empty() ? "" : ",", id);
     }
-    log.push_back(fmt::format("{}:{}{}", k, needed, call.last_of_step() ? " last" : ""));
+    log.push_back(fmt::format("{}:{}{}", k, needed, call.last_of_step(0) ? " last" : ""));
     return ok_status();
   }
 };

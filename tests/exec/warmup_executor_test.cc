@@ -74,8 +74,10 @@ TEST(WarmupExecutor, RecordsAccessesSizesAndRetention) {
 }
 
 // The framework marks ops deterministic; the trace keeps the mark only where
-// the op also produced a storage and wrote no input (ir/trace.h, Recomputable).
-TEST(WarmupExecutor, RecordsAMarkedOpAsRecomputableOnlyWhenItProducedAndWroteNoInput) {
+// the op produced a storage and wrote no input, or rewrote in place one input
+// whose version a marked op made (an in-place follower: ir/trace.h,
+// Recomputable and Note [In-place units]).
+TEST(WarmupExecutor, RecordsAMarkedOpAsRecomputableWhenItProducedOrRewroteWhatAMarkedOpMade) {
   HostRuntime rt;
   auto warmup = start(rt, std::nullopt);
   auto marked_op = [&](const std::string& name, std::vector<StorageId> inputs, std::vector<OpOutput> outputs,
@@ -86,21 +88,28 @@ TEST(WarmupExecutor, RecordsAMarkedOpAsRecomputableOnlyWhenItProducedAndWroteNoI
     return warmup->on_op_end(outputs, written);
   };
   ASSERT_TRUE(marked_op("embed", {}, {{1, 64}}, {}));      // 0: produces storage 1
-  ASSERT_TRUE(marked_op("relu_", {1}, {}, {1}));           // 1: writes its input in place
+  ASSERT_TRUE(marked_op("relu_", {1}, {}, {1}));           // 1: rewrites what op 0 made: a follower
   ASSERT_TRUE(marked_op("sum", {1}, {}, {}));              // 2: produces nothing
   ASSERT_TRUE(marked_op("mm", {1}, {{2, 32}, {3, 16}}, {}));  // 3: two new storages
   StepDriver step(*warmup);
   ASSERT_TRUE(step.op("dropout", {2}, {{4, 32}}));         // 4: not marked (seeded randomness)
+  ASSERT_TRUE(marked_op("mul_", {4}, {}, {4}));            // 5: rewrites what unmarked op 4 made
+  ASSERT_TRUE(marked_op("add_", {1, 3}, {}, {1, 3}));      // 6: rewrites two storages
+  ASSERT_TRUE(marked_op("relu_", {1}, {}, {1}));           // 7: rewrites what unmarked op 6 made
   EXPECT_FALSE(warmup->mark_recomputable());               // outside an op
   Result<WarmupResult> result = warmup->finish();
   ASSERT_TRUE(result.has_value()) << result.error().message;
   const Trace& trace = result->trace;
-  ASSERT_EQ(trace.op_count(), 5);
+  ASSERT_EQ(trace.op_count(), 8);
   EXPECT_TRUE(trace.op_recomputable(0));
-  EXPECT_FALSE(trace.op_recomputable(1));
+  EXPECT_TRUE(trace.op_recomputable(1));
+  EXPECT_EQ(trace.op_unit_previous(1), 0);
   EXPECT_FALSE(trace.op_recomputable(2));
   EXPECT_TRUE(trace.op_recomputable(3));
   EXPECT_FALSE(trace.op_recomputable(4));
+  EXPECT_FALSE(trace.op_recomputable(5));
+  EXPECT_FALSE(trace.op_recomputable(6));
+  EXPECT_FALSE(trace.op_recomputable(7));
   warmup.reset();
   rt.expect_nothing_held();
 }

@@ -171,20 +171,46 @@ TEST(TraceJson, RejectsANonBooleanRecomputable) {
 }
 
 TEST(TraceJson, RejectsRecomputableOpsThatCannotBeReRunFromTheirInputs) {
-  // In place: reads and writes the same storage (here its first access).
+  // In place on what no op of the step wrote (here its first access).
   EXPECT_EQ(parse_error(v2_with_ops(
                 R"([{"recomputable": true, "accesses": [{"storage": 1, "kind": "read"}, {"storage": 1, "kind": "write"}]}])")),
-            "ops[0].recomputable: the op reads and writes storage 1 (accesses[1]); an in-place op cannot be "
-            "recomputed");
+            "ops[0].recomputable: the op reads and writes storage 1 (accesses[1]), which no op of the step wrote "
+            "before; an in-place op is recomputable only on what a recomputable op made");
+  // In place on what an op that is not recomputable made.
+  EXPECT_EQ(parse_error(v2_with_ops(R"([{"accesses": [{"storage": 1, "kind": "write"}]},
+      {"recomputable": true, "accesses": [{"storage": 1, "kind": "read"}, {"storage": 1, "kind": "write"}]}])")),
+            "ops[1].recomputable: the op reads and writes storage 1 (accesses[1]), whose current version ops[0] "
+            "made, which is not recomputable; an in-place op is recomputable only on what a recomputable op made");
+  // In place and creating another storage as well.
+  EXPECT_EQ(parse_error(v2_with_ops(R"([{"recomputable": true, "accesses": [{"storage": 1, "kind": "write"}]},
+      {"recomputable": true, "accesses": [{"storage": 1, "kind": "read"}, {"storage": 1, "kind": "write"},
+                                          {"storage": 2, "kind": "write"}]}])")),
+            "ops[1].recomputable: the op reads and writes storage 1 (accesses[1]) and writes another storage; an "
+            "in-place op is recomputable only when that one storage is all it writes");
   // Writes a storage an earlier op created.
   EXPECT_EQ(parse_error(v2_with_ops(R"([{"accesses": [{"storage": 1, "kind": "write"}]},
       {"recomputable": true, "accesses": [{"storage": 1, "kind": "write"}]}])")),
-            "ops[1].recomputable: the op writes storage 1 (accesses[0]), which ops[0] created; an op that writes a "
-            "storage it did not create cannot be recomputed");
+            "ops[1].recomputable: the op writes storage 1 (accesses[0]), which ops[0] created, without reading it; "
+            "an op that overwrites a storage it did not create cannot be recomputed");
   // Writes nothing.
   EXPECT_EQ(parse_error(v2_with_ops(R"([{"accesses": [{"storage": 1, "kind": "write"}]},
       {"recomputable": true, "accesses": [{"storage": 1, "kind": "read"}]}])")),
             "ops[1].recomputable: the op writes no storage, so there is nothing to recompute");
+}
+
+TEST(TraceJson, ReadsInPlaceFollowersAndTheirUnits) {
+  // op 0 makes 1; op 1 rewrites it in place reading 2 (add_); op 2 rewrites it
+  // again (relu_): a unit of three, op 2's previous member op 1, op 1's op 0.
+  Result<Trace> trace = parse_trace_json(v2_with_ops(R"([
+      {"recomputable": true, "accesses": [{"storage": 1, "kind": "write"}]},
+      {"recomputable": true, "accesses": [{"storage": 1, "kind": "read"}, {"storage": 2, "kind": "read"},
+                                          {"storage": 1, "kind": "write"}]},
+      {"recomputable": true, "accesses": [{"storage": 1, "kind": "read"}, {"storage": 1, "kind": "write"}]}])"));
+  ASSERT_TRUE(trace) << trace.error().message;
+  EXPECT_TRUE(trace->has_in_place_units());
+  EXPECT_EQ(trace->op_unit_previous(0), -1);
+  EXPECT_EQ(trace->op_unit_previous(1), 0);
+  EXPECT_EQ(trace->op_unit_previous(2), 1);
 }
 
 // ---- Version 3: ops[].rng_replay ------------------------------------------------------

@@ -12,7 +12,11 @@
 //     the plan released it and the recompute must regenerate it;
 //  3. the framework re-runs op k on the compute stream and hands over every
 //     needed output, either written into runtime memory (allocate_output) or
-//     in its own buffer (adopt_output); outputs not needed are simply dropped;
+//     in its own buffer (adopt_output); outputs not needed are simply dropped.
+//     When op k rewrites in place what an earlier op made (a unit: Note
+//     [In-place units] in ir/trace.h), the call lists the ops to re-run
+//     (ops()): the unit's head, whose outputs are handed over, then the
+//     in-place ops in order, which write the handed-over output again;
 //  4. the executor checks that every needed output was regenerated and
 //     applies the plan's next actions (typically releasing what the plan does
 //     not keep).
@@ -43,17 +47,18 @@ namespace hyperoffload {
 
 class RecomputeCall {
  public:
-  // The traced op being re-run, and its name.
+  // The traced op the recompute action names, and its name.
   OpIndex source_op() const { return source_op_; }
   std::string_view op_name() const { return op_name_; }
-  // The op's tracked inputs in its traced argument order (repeats as traced):
+  // The tracked inputs of ops() in their traced argument order, op by op
+  // (repeats as traced; a follower's read of what ops()[0] makes is no input):
   // runtime ids (the caller's, or an internal negative id for a storage the
   // caller freed that the runtime keeps for this recompute) and device
   // pointers, valid for the call.
   std::span<const StorageId> input_ids() const { return input_ids_; }
   std::span<void* const> input_ptrs() const { return input_ptrs_; }
 
-  // The op's tracked outputs, in traced order.
+  // The tracked outputs of ops()[0], in traced order.
   std::size_t output_count() const { return outputs_.size(); }
   // Runtime id of output j; -1 when it no longer exists (the caller freed it
   // and nothing later reads it).
@@ -68,9 +73,15 @@ class RecomputeCall {
   // compute stream, to the runtime (released through `release`, as for an
   // adopted op output). At most once per output.
   Status adopt_output(std::size_t j, void* device_ptr, ReleaseCallback release);
-  // No later recompute of this op in this step: a framework keeping what it
-  // needs to re-run the op can let go of it after this call.
-  bool last_of_step() const { return last_of_step_; }
+  // The ops to re-run, in order (Note [In-place units] in ir/trace.h):
+  // ops()[0] makes the outputs above (it is source_op() for an op that is no
+  // follower, else the head of its unit); after it come the in-place ops that
+  // rewrite one of those outputs, up to source_op(). They are listed only when
+  // that output is needed: on a resident one they would write it again.
+  std::span<const OpIndex> ops() const { return ops_; }
+  // No later recompute re-runs ops()[m] in this step: a framework keeping
+  // what it needs to re-run the op can let go of it after this call.
+  bool last_of_step(std::size_t m) const { return last_of_step_[m]; }
 
  private:
   friend class ReplayExecutor;
@@ -85,7 +96,8 @@ class RecomputeCall {
   ResidencyManager* residency_ = nullptr;
   OpIndex source_op_ = 0;
   std::string_view op_name_;
-  bool last_of_step_ = false;
+  std::vector<OpIndex> ops_;
+  std::vector<bool> last_of_step_;  // per ops_ entry
   std::vector<StorageId> input_ids_;
   std::vector<void*> input_ptrs_;
   std::vector<Output> outputs_;

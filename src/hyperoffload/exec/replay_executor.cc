@@ -42,15 +42,26 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
     }
   }
   std::int64_t recomputes = 0;
+  std::unordered_map<OpIndex, Unit> units;
   for (const ResolvedAction& action : resolved) {
     action_storage.push_back(action.storage);
     if (action.action.kind != ActionKind::kRecompute) continue;
     ++recomputes;
     const auto position = static_cast<std::int64_t>(action.index);
-    last_recompute_of[static_cast<std::size_t>(action.action.source_op)] = position;
-    for (StorageIndex input : guide.inputs(action.action.source_op)) {
-      last_recompute_read[static_cast<std::size_t>(input)] = position;
+    const OpIndex source = action.action.source_op;
+    auto [it, added] = units.try_emplace(source);
+    Unit& unit = it->second;
+    if (added) {
+      unit_members(trace, source, unit.members);
+      const std::span<const Access> head = trace.accesses(unit.members.front());
+      for (std::size_t m = 0; m < unit.members.size(); ++m) {
+        for (StorageIndex input : guide.inputs(unit.members[m])) {
+          if (unit_access_counts(m == 0, head, Access{input, AccessKind::kRead})) unit.inputs.push_back(input);
+        }
+      }
     }
+    for (const OpIndex member : unit.members) last_recompute_of[static_cast<std::size_t>(member)] = position;
+    for (StorageIndex input : unit.inputs) last_recompute_read[static_cast<std::size_t>(input)] = position;
   }
   if (recomputes > 0) {
     // The runtime re-runs the op on whatever its inputs hold: a schedule that
@@ -71,6 +82,7 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
   plan->last_recompute_read_ = std::move(last_recompute_read);
   plan->output_bytes_ = std::move(output_bytes);
   plan->producer_ = std::move(producer);
+  plan->units_ = std::move(units);
   return std::shared_ptr<const ReplayPlan>(std::move(plan));
 }
 
@@ -257,8 +269,7 @@ Status ReplayExecutor::run_recompute(const Action& action) {
   const Trace& trace = plan_->trace();
   const auto position = static_cast<std::int64_t>(plan_->position_of(action));
   auto context = [&] { return fmt::format("{}: {} ({})", op_label(), describe(action), trace.op_name(source)); };
-  const ReplayGuide& guide = plan_->guide();
-  for (StorageIndex input : guide.inputs(source)) {
+  for (StorageIndex input : plan_->unit_inputs(source)) {
     const StorageId id = caller_of_[static_cast<std::size_t>(input)];
     // The validator guarantees residency for a step that matches the trace;
     // a storage freed while a recompute still reads it is held (on_storage_freed).
@@ -268,11 +279,9 @@ Status ReplayExecutor::run_recompute(const Action& action) {
                                     trace.storage(input).id));
     }
   }
-  // A call of an op sourced outside the step is kept to the step's end.
-  const bool last = plan_->last_recompute_of(source) == position && !plan_->sourced_outside(source);
-  HO_RETURN_IF_ERROR(rerun(source, last, context, nullptr));
+  HO_RETURN_IF_ERROR(rerun(source, position, context, nullptr));
   // Held inputs no later recompute reads are gone for good.
-  for (StorageIndex input : guide.inputs(source)) {
+  for (StorageIndex input : plan_->unit_inputs(source)) {
     StorageId& id = caller_of_[static_cast<std::size_t>(input)];
     if (held(id) && plan_->last_recompute_read(input) <= position) {
       HO_RETURN_IF_ERROR(residency_.forget(id));
@@ -283,18 +292,31 @@ Status ReplayExecutor::run_recompute(const Action& action) {
   return ok_status();
 }
 
-Status ReplayExecutor::rerun(OpIndex source, bool last_of_step, const std::function<std::string()>& context,
+Status ReplayExecutor::rerun(OpIndex source, std::int64_t position, const std::function<std::string()>& context,
                              std::vector<StorageId>* regenerated) {
   const ReplayGuide& guide = plan_->guide();
   const Trace& trace = plan_->trace();
+  const OpIndex self[1] = {source};
+  // A plan's recompute re-runs its source's unit; a regeneration for a step
+  // leaving its plan re-runs a producer alone.
+  const std::span<const OpIndex> unit = position >= 0 ? plan_->unit(source) : std::span<const OpIndex>(self);
+  const std::span<const StorageIndex> inputs = position >= 0 ? plan_->unit_inputs(source) : guide.inputs(source);
+  const OpIndex head = unit.front();
+  // The storage the unit's followers rewrite, and how often (0 without any).
+  StorageIndex rewritten = -1;
+  if (unit.size() > 1) {
+    for (const Access& access : trace.accesses(unit[1])) {
+      if (access.kind == AccessKind::kWrite) rewritten = access.storage;
+    }
+  }
+  const auto follower_writes = static_cast<std::int32_t>(unit.size() - 1);
   RecomputeCall& call = call_;
   call.source_op_ = source;
   call.op_name_ = trace.op_name(source);
-  call.last_of_step_ = last_of_step;
   call.input_ids_.clear();
   call.input_ptrs_.clear();
   call.outputs_.clear();
-  for (StorageIndex input : guide.inputs(source)) {
+  for (StorageIndex input : inputs) {
     const StorageId id = caller_of_[static_cast<std::size_t>(input)];
     Result<void*> ptr = residency_.device_ptr(id, DeviceAccess::kRead);
     if (!ptr) return std::unexpected(in_context(std::move(ptr.error()), context()));
@@ -302,18 +324,30 @@ Status ReplayExecutor::rerun(OpIndex source, bool last_of_step, const std::funct
     call.input_ptrs_.push_back(*ptr);
   }
   std::int64_t needed_bytes = 0;
-  for (StorageIndex output : guide.outputs(source)) {
+  bool rewritten_needed = false;
+  for (StorageIndex output : guide.outputs(head)) {
     const StorageId id = caller_of_[static_cast<std::size_t>(output)];
     RecomputeCall::Output out;
     out.size_bytes = trace.storage(output).size_bytes;
     if (id != kUnbound && id != kFreed && residency_.tracked(id)) {
       out.id = id;
-      // A storage written in place since holds another version than the op
-      // makes (the validator keeps a plan's recomputes from such storages).
-      out.needed = !residency_.resident(id) && residency_.writes_since_produced(id) == 0;
+      // A storage written in place since, other than by the unit's followers,
+      // holds another version than the unit makes (the validator keeps a
+      // plan's recomputes from such storages).
+      out.needed = !residency_.resident(id) &&
+                   residency_.writes_since_produced(id) == (output == rewritten ? follower_writes : 0);
       if (out.needed) needed_bytes += out.size_bytes;
+      if (out.needed && output == rewritten) rewritten_needed = true;
     }
     call.outputs_.push_back(out);
+  }
+  // The followers run only on a regenerated storage (RecomputeCall::ops).
+  call.ops_.assign(unit.begin(), rewritten_needed ? unit.end() : unit.begin() + 1);
+  call.last_of_step_.clear();
+  for (const OpIndex op : call.ops_) {
+    // A call of an op sourced outside the step is kept to the step's end.
+    call.last_of_step_.push_back(position >= 0 && plan_->last_recompute_of(op) == position &&
+                                 !plan_->sourced_outside(op));
   }
   // Its regenerated outputs are allocated when it is issued: room first
   // (Note [Held bytes]), as the capped simulation has it.
@@ -331,7 +365,7 @@ Status ReplayExecutor::rerun(OpIndex source, bool last_of_step, const std::funct
     if (!call.outputs_[j].regenerated) {
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("{}: the recompute did not regenerate output {} (storage traced as {})", context(),
-                                    j, trace.storage(guide.outputs(source)[j]).id));
+                                    j, trace.storage(guide.outputs(head)[j]).id));
     }
     if (regenerated != nullptr) regenerated->push_back(call.outputs_[j].id);
   }
@@ -475,7 +509,7 @@ Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
     }
     HO_RETURN_IF_ERROR(make_room(bytes, keep));
     auto context = [&] { return fmt::format("regenerating {}", storage_label(t)); };
-    if (Status ran = rerun(producer, /*last_of_step=*/false, context, &made_resident); !ran) {
+    if (Status ran = rerun(producer, /*position=*/-1, context, &made_resident); !ran) {
       if (ran.error().code != ErrorCode::kDiverged) return std::unexpected(std::move(ran.error()));
       // The framework refused the re-run (an argument written in place since,
       // no call held): what is still dropped stays so, refused for that reason.

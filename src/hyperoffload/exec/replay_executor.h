@@ -99,6 +99,13 @@ class ReplayPlan {
   std::int64_t last_recompute_read(StorageIndex s) const {
     return last_recompute_read_[static_cast<std::size_t>(s)];
   }
+  // The unit a recompute of `op` re-runs, head first (Note [In-place units]
+  // in ir/trace.h): {op} for an op that is no follower. Precondition: a
+  // recompute action names `op` as its source.
+  std::span<const OpIndex> unit(OpIndex op) const { return units_.at(op).members; }
+  // The tracked inputs of that unit: the members' guide inputs, op by op,
+  // less a follower's reads of what the head makes. Same precondition.
+  std::span<const StorageIndex> unit_inputs(OpIndex op) const { return units_.at(op).inputs; }
   // Bytes of the storages `op` produces (its outputs in the guide).
   std::int64_t output_bytes(OpIndex op) const { return output_bytes_[static_cast<std::size_t>(op)]; }
   // The op that produced storage `s` (its first writer).
@@ -125,6 +132,12 @@ class ReplayPlan {
   std::vector<std::int64_t> last_recompute_read_;  // by storage
   std::vector<std::int64_t> output_bytes_;         // by op
   std::vector<OpIndex> producer_;                  // by storage
+  // Per recompute source: its unit and the unit's inputs.
+  struct Unit {
+    std::vector<OpIndex> members;
+    std::vector<StorageIndex> inputs;
+  };
+  std::unordered_map<OpIndex, Unit> units_;
 };
 
 struct ReplayOptions {
@@ -237,10 +250,13 @@ class ReplayExecutor final : public StepHooks {
   Result<StorageIndex> traced_index(StorageId caller_id, std::string_view role) const;
   Status run_actions(std::span<const Action> actions);
   Status run_recompute(const Action& action);
-  // Re-runs traced op `source` through the RecomputeFn, regenerating each of
-  // its outputs that is tracked, released and unwritten since; appends those
-  // to `regenerated` when given. Its tracked inputs must be resident.
-  Status rerun(OpIndex source, bool last_of_step, const std::function<std::string()>& context,
+  // Re-runs traced op `source` through the RecomputeFn: the unit of the
+  // plan's recompute action at schedule position `position`, or the op alone
+  // for position -1 (a regeneration). Regenerates each output of the unit's
+  // head that is tracked, released and unwritten since but by the unit;
+  // appends those to `regenerated` when given. Its tracked inputs must be
+  // resident.
+  Status rerun(OpIndex source, std::int64_t position, const std::function<std::string()>& context,
                std::vector<StorageId>* regenerated);
   // Empty, or why traced storage `t` (dropped) cannot be regenerated now.
   std::string why_not_regenerable(StorageIndex t) const;

@@ -256,8 +256,19 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
   }
   op.access_end = static_cast<std::uint32_t>(accesses_.size());
   // What the trace can check of a recomputable op (ir/trace.h): it writes only
-  // storages it creates, so an op that wrote an input is not one.
-  op.recomputable = !outputs.empty() && mutated.empty() ? current_marked_recomputable_ : Recomputable::kNo;
+  // storages it creates, or it is an in-place follower: it creates nothing and
+  // rewrites one input, whose version a recomputable op made.
+  const bool creates = !outputs.empty() && mutated.empty();
+  const bool follows = outputs.empty() && !mutated.empty() &&
+                       std::all_of(mutated.begin(), mutated.end(), [&](StorageId id) { return id == mutated.front(); }) &&
+                       std::any_of(accesses_.begin() + op.access_begin, accesses_.end(), [&](const auto& access) {
+                         return access.first == mutated.front() && access.second == AccessKind::kRead;
+                       }) &&
+                       storages_.at(mutated.front()).version_recomputable;
+  op.recomputable = creates || follows ? current_marked_recomputable_ : Recomputable::kNo;
+  const bool recomputable = op.recomputable != Recomputable::kNo;
+  for (const OpOutput& output : outputs) storages_.at(output.id).version_recomputable = recomputable;
+  for (StorageId id : mutated) storages_.at(id).version_recomputable = recomputable && follows;
   in_op_ = false;
   current_used_.clear();
   return ok_status();

@@ -155,6 +155,9 @@ class WarmupExecutor final : public StepHooks {
     OpIndex produced_by = 0;
     bool alive = true;
     bool evictable = false;  // in eviction_order_
+    // A recomputable op made its current version: an in-place op rewriting
+    // it may be a follower (Note [In-place units] in ir/trace.h).
+    bool version_recomputable = false;
   };
   using EvictionKey = std::tuple<OpIndex, std::int64_t, StorageId>;  // (producer, -size, id)
 

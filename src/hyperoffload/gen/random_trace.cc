@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -20,7 +21,9 @@ struct PendingAccess {
 // Marks recomputable_fraction of the eligible ops: those that write, and
 // write only storages whose first access is that write (each storage's first
 // access is its creating write, pushed before its later accesses, so a later
-// access in the same op means an in-place update). Uses its own random stream,
+// access in the same op means an in-place update), and as many of the
+// in-place followers (ops that read and write one storage, all they write,
+// whose version a marked op made). Uses its own random stream,
 // so the trace's accesses and durations do not depend on the fraction.
 std::vector<Recomputable> mark_recomputable(const RandomTraceOptions& options, std::span<const PendingAccess> by_op,
                                             std::span<const std::size_t> offsets, StorageIndex storages) {
@@ -29,19 +32,45 @@ std::vector<Recomputable> mark_recomputable(const RandomTraceOptions& options, s
   if (!(options.recomputable_fraction > 0.0)) return marks;
   std::mt19937_64 rng(options.seed ^ 0x9e3779b97f4a7c15ULL);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
+  // In-place followers (Note [In-place units] in ir/trace.h) from a second
+  // stream, so the other marks stay as they were.
+  std::mt19937_64 follower_rng(options.seed ^ 0x5851f42d4c957f2dULL);
   std::vector<bool> seen(static_cast<std::size_t>(storages), false);
+  std::vector<bool> version_marked(static_cast<std::size_t>(storages), false);  // its last writer is marked
   for (std::size_t op = 0; op < ops; ++op) {
     bool writes = false;
     bool eligible = true;
+    // A follower: reads and writes one storage, which a marked op wrote last,
+    // and writes nothing else.
+    std::optional<std::size_t> rewritten;
+    bool follower = true;
     for (std::size_t i = offsets[op]; i < offsets[op + 1]; ++i) {
       const auto s = static_cast<std::size_t>(by_op[i].storage);
       if (by_op[i].kind == AccessKind::kWrite) {
         writes = true;
         if (seen[s]) eligible = false;  // a later version, or the write of an in-place pair
+        if (rewritten && *rewritten != s) follower = false;
+        rewritten = s;
       }
       seen[s] = true;
     }
-    if (writes && eligible && unit(rng) < options.recomputable_fraction) marks[op] = Recomputable::kYes;
+    if (rewritten) {
+      bool reads = false;
+      for (std::size_t i = offsets[op]; i < offsets[op + 1]; ++i) {
+        reads = reads || (by_op[i].kind == AccessKind::kRead && static_cast<std::size_t>(by_op[i].storage) == *rewritten);
+      }
+      follower = follower && reads && version_marked[*rewritten];
+    }
+    if (writes && eligible && unit(rng) < options.recomputable_fraction) {
+      marks[op] = Recomputable::kYes;
+    } else if (writes && follower && unit(follower_rng) < options.recomputable_fraction) {
+      marks[op] = Recomputable::kYes;
+    }
+    for (std::size_t i = offsets[op]; i < offsets[op + 1]; ++i) {
+      if (by_op[i].kind == AccessKind::kWrite) {
+        version_marked[static_cast<std::size_t>(by_op[i].storage)] = marks[op] != Recomputable::kNo;
+      }
+    }
   }
   return marks;
 }

@@ -8,8 +8,9 @@
 // recomputable_fraction > 0, that share of the ops that may be recomputed —
 // those writing at least one storage and only storages they create (their
 // first access), without reading them — is marked recomputable (trace format
-// v2); the marks come from their own random stream, so the accesses do not
-// depend on the fraction. Generation is O(ops + storages + accesses) and
+// v2), and that share of the in-place followers (Note [In-place units] in
+// ir/trace.h); the marks come from their own random streams, so the accesses
+// do not depend on the fraction. Generation is O(ops + storages + accesses) and
 // deterministic for a seed.
 #pragma once
 

@@ -164,49 +164,82 @@ void TraceBuilder::reserve(std::size_t ops, std::size_t storages, std::size_t ac
 }
 
 // What a recomputable op must look like from the trace alone: it writes at
-// least one storage, and each storage it writes is created by that write (the
-// storage's first access in the step) and is not also read by the op (an
-// in-place update cannot be re-run from its inputs). O(ops + accesses).
-Status TraceBuilder::check_recomputable_ops() const {
+// least one storage, and either each storage it writes is created by that
+// write (the storage's first access in the step) and not also read by the op,
+// or it is an in-place follower: it reads and writes exactly one storage, whose
+// current version a recomputable op made (Note [In-place units] in trace.h).
+// Records each follower's previous unit member. O(ops + accesses).
+Status TraceBuilder::check_recomputable_ops() {
   const auto storages = static_cast<std::size_t>(trace_.storage_count());
   std::vector<OpIndex> first_access(storages, -1);
-  std::vector<OpIndex> read_by(storages, -1);  // last op that read the storage
+  std::vector<OpIndex> read_by(storages, -1);      // last op that read the storage
+  std::vector<OpIndex> last_writer(storages, -1);  // op that made its current version
   for (OpIndex op = 0; op < trace_.op_count(); ++op) {
     const std::span<const Access> accesses = trace_.accesses(op);
     if (trace_.op_recomputable(op)) {
       for (const Access& access : accesses) {
         if (access.kind == AccessKind::kRead) read_by[static_cast<std::size_t>(access.storage)] = op;
       }
-      bool writes = false;
+      std::optional<std::size_t> created;   // an access writing a storage the op creates
+      std::optional<std::size_t> in_place;  // an access writing a storage the op also reads
+      bool two_in_place = false;
       for (std::size_t a = 0; a < accesses.size(); ++a) {
         if (accesses[a].kind != AccessKind::kWrite) continue;
-        writes = true;
         const auto s = static_cast<std::size_t>(accesses[a].storage);
         const StorageId id = trace_.storages_[s].id;
+        if (read_by[s] == op) {
+          if (in_place && accesses[*in_place].storage != accesses[a].storage) two_in_place = true;
+          if (!in_place) in_place = a;
+          continue;
+        }
         if (first_access[s] >= 0 && first_access[s] != op) {
           return make_error(ErrorCode::kInvalidInput,
                             fmt::format("ops[{}].recomputable: the op writes storage {} (accesses[{}]), which "
-                                        "ops[{}] created; an op that writes a storage it did not create cannot "
-                                        "be recomputed",
+                                        "ops[{}] created, without reading it; an op that overwrites a storage it "
+                                        "did not create cannot be recomputed",
                                         op, id, a, first_access[s]));
         }
-        if (read_by[s] == op) {
-          return make_error(ErrorCode::kInvalidInput,
-                            fmt::format("ops[{}].recomputable: the op reads and writes storage {} (accesses[{}]); "
-                                        "an in-place op cannot be recomputed",
-                                        op, id, a));
-        }
+        if (!created) created = a;
       }
-      if (!writes) {
+      if (!created && !in_place) {
         return make_error(ErrorCode::kInvalidInput,
                           fmt::format("ops[{}].recomputable: the op writes no storage, so there is nothing to "
                                       "recompute",
                                       op));
       }
+      if (in_place) {
+        const std::size_t a = *in_place;
+        const auto s = static_cast<std::size_t>(accesses[a].storage);
+        const StorageId id = trace_.storages_[s].id;
+        if (created || two_in_place) {
+          return make_error(ErrorCode::kInvalidInput,
+                            fmt::format("ops[{}].recomputable: the op reads and writes storage {} (accesses[{}]) "
+                                        "and writes another storage; an in-place op is recomputable only when "
+                                        "that one storage is all it writes",
+                                        op, id, a));
+        }
+        const OpIndex previous = last_writer[s];
+        if (previous < 0 || !trace_.op_recomputable(previous)) {
+          return make_error(ErrorCode::kInvalidInput,
+                            previous < 0
+                                ? fmt::format("ops[{}].recomputable: the op reads and writes storage {} "
+                                              "(accesses[{}]), which no op of the step wrote before; an in-place "
+                                              "op is recomputable only on what a recomputable op made",
+                                              op, id, a)
+                                : fmt::format("ops[{}].recomputable: the op reads and writes storage {} "
+                                              "(accesses[{}]), whose current version ops[{}] made, which is not "
+                                              "recomputable; an in-place op is recomputable only on what a "
+                                              "recomputable op made",
+                                              op, id, a, previous));
+        }
+        if (trace_.unit_previous_.empty()) trace_.unit_previous_.assign(static_cast<std::size_t>(trace_.op_count()), -1);
+        trace_.unit_previous_[static_cast<std::size_t>(op)] = previous;
+      }
     }
     for (const Access& access : accesses) {
-      OpIndex& first = first_access[static_cast<std::size_t>(access.storage)];
-      if (first < 0) first = op;
+      const auto s = static_cast<std::size_t>(access.storage);
+      if (first_access[s] < 0) first_access[s] = op;
+      if (access.kind == AccessKind::kWrite) last_writer[s] = op;
     }
   }
   return ok_status();

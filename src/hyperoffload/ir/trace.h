@@ -35,12 +35,26 @@ const char* to_string(AccessKind kind);  // "read" / "write"
 enum class Retention : std::uint8_t { kReleasable, kRetained };
 
 // Whether re-running an op with the same inputs regenerates exactly what it
-// wrote (trace format v2, `ops[].recomputable`): it writes only storages it
-// creates (no in-place write), is deterministic (no seeded randomness such as
-// dropout) and reads only what its accesses list. Only such an op may be the
-// source of a recompute action (ir/schedule.h). The builder checks what it can
-// see: a recomputable op writes at least one storage, and every storage it
-// writes is first accessed by that write and not also read by the op.
+// wrote (trace format v2, `ops[].recomputable`): it is deterministic (no seeded
+// randomness such as dropout), reads only what its accesses list, and either
+// writes only storages it creates or is an in-place follower (Note [In-place
+// units]). Only such an op may be the source of a recompute action
+// (ir/schedule.h). The builder checks what it can see: a recomputable op
+// writes at least one storage, and either every storage it writes is first
+// accessed by that write and not also read by the op, or it is a follower.
+//
+// Note [In-place units]
+// An in-place op (relu_, add_, masked_fill_ on what an op just made) cannot be
+// re-run from its inputs: it read the version it overwrote. But the op that
+// made that version can be re-run, and the in-place op after it: together they
+// are regenerable as one unit. A recomputable op that reads and writes exactly
+// one storage S (and writes nothing else), whose current version a
+// recomputable op P made, is a *follower*; P is its previous unit member. The
+// unit of op k is k, its previous member, that one's, ... back to the *head*,
+// the op that created S (each member but the head rewrites S in place). A
+// recompute of k re-runs the whole unit in order: it reads what the members
+// read except S's versions inside the unit, and regenerates S at the version
+// k made plus the head's other outputs (model/residency_rules.h).
 // kWithRngReplay: the op draws random numbers (PyTorch's nondeterministic_seeded
 // ops: dropout, bernoulli_, rand*), so it regenerates its bytes only when re-run
 // with its generator's state as it first ran (trace format v3,
@@ -80,6 +94,13 @@ class Trace {
   // Whether re-running the op needs its generator's state replayed (kWithRngReplay).
   bool op_rng_replay(OpIndex op) const { return ops_[op].recomputable == Recomputable::kWithRngReplay; }
   Recomputable op_recomputability(OpIndex op) const { return ops_[op].recomputable; }
+  // A follower's previous unit member (Note [In-place units]); -1 for every
+  // other op. O(1).
+  OpIndex op_unit_previous(OpIndex op) const {
+    return unit_previous_.empty() ? -1 : unit_previous_[static_cast<std::size_t>(op)];
+  }
+  // Whether any op is a follower (a unit of more than one op exists).
+  bool has_in_place_units() const { return !unit_previous_.empty(); }
   // Whether any op needs RNG replay (such a trace is written as version 3).
   bool has_rng_replay_ops() const { return rng_replay_count_ > 0; }
   // Whether any op is recomputable (a v1 trace has none).
@@ -145,6 +166,7 @@ class Trace {
 
   std::vector<OpRecord> ops_;
   std::vector<Access> accesses_;
+  std::vector<OpIndex> unit_previous_;  // per op when any follower exists, else empty
   std::vector<std::string> names_;
   std::vector<StorageInfo> storages_;
   StorageIdMap id_map_;
@@ -219,7 +241,9 @@ class TraceBuilder {
   Result<Trace> build() &&;
 
  private:
-  Status check_recomputable_ops() const;
+  // Checks the recomputable marks and records the followers' previous
+  // members (Note [In-place units]).
+  Status check_recomputable_ops();
 
   Trace trace_;
   std::vector<StorageId> pending_ids_;  // external id per access, resolved in build()

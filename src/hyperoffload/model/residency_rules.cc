@@ -9,21 +9,20 @@ namespace hyperoffload {
 void recompute_accesses(const Trace& trace, const AccessVersions& versions, OpIndex source, RecomputeAccesses& out) {
   out.inputs.clear();
   out.outputs.clear();
-  const std::span<const Access> accesses = trace.accesses(source);
-  const std::size_t offset = trace.access_offset(source);
-  // An op has few accesses: distinct storages by a linear scan.
+  unit_members(trace, source, out.members);
+  // A unit has few accesses: distinct storages by a linear scan.
   auto find = [](std::vector<RecomputeAccess>& list, StorageIndex s) {
     return std::find_if(list.begin(), list.end(), [s](const RecomputeAccess& a) { return a.storage == s; });
   };
-  for (std::size_t a = 0; a < accesses.size(); ++a) {
-    const RecomputeAccess entry{accesses[a].storage, versions.at(offset + a), a};
-    std::vector<RecomputeAccess>& list = accesses[a].kind == AccessKind::kWrite ? out.outputs : out.inputs;
+  for_each_unit_access(trace, out.members, [&](OpIndex member, std::size_t a, const Access& access) {
+    const RecomputeAccess entry{access.storage, versions.at(trace.access_offset(member) + a), member, a};
+    std::vector<RecomputeAccess>& list = access.kind == AccessKind::kWrite ? out.outputs : out.inputs;
     if (auto it = find(list, entry.storage); it != list.end()) {
-      if (accesses[a].kind == AccessKind::kWrite) *it = entry;  // a later write made a later version
+      if (access.kind == AccessKind::kWrite) *it = entry;  // a later write made a later version
     } else {
       list.push_back(entry);
     }
-  }
+  });
 }
 
 namespace {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "hyperoffload/ir/recompute_unit.h"
 #include "hyperoffload/ir/schedule.h"
 #include "hyperoffload/ir/trace.h"
 
@@ -119,21 +120,24 @@ class AccessVersions {
 };
 
 // One storage a recompute of op k reads (an input) or regenerates (an output),
-// with the version op k read or produced.
+// with the version its unit's member read or produced (Note [In-place units]
+// in ir/trace.h: for an op that is no follower, the unit is op k alone).
 struct RecomputeAccess {
   StorageIndex storage = 0;
   std::int32_t version = 0;
-  std::size_t access = 0;  // index in trace.accesses(k), for messages
+  OpIndex op = 0;          // the unit member whose access it is
+  std::size_t access = 0;  // index in trace.accesses(op), for messages
 };
 
 struct RecomputeAccesses {
-  std::vector<RecomputeAccess> inputs;   // distinct storages op k reads
-  std::vector<RecomputeAccess> outputs;  // distinct storages op k writes (each at its last write)
+  std::vector<RecomputeAccess> inputs;   // distinct storages the unit reads (ir/recompute_unit.h)
+  std::vector<RecomputeAccess> outputs;  // distinct storages it writes (each at its last write)
+  std::vector<OpIndex> members;          // the unit, head first (scratch)
 };
 
-// Fills `out` (reused to avoid allocation) with op `source`'s inputs and
-// outputs. Precondition: op `source` has run and its accesses were recorded
-// in `versions`.
+// Fills `out` (reused to avoid allocation) with the inputs and outputs of a
+// re-run of op `source`'s unit. Precondition: the unit's members have run and
+// their accesses were recorded in `versions`.
 void recompute_accesses(const Trace& trace, const AccessVersions& versions, OpIndex source, RecomputeAccesses& out);
 
 enum class RecomputeInput : std::uint8_t {

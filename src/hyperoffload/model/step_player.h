@@ -189,7 +189,8 @@ class StepPlayer : public WalkObserver<StepPlayer<Recorder>, StorageTiming> {
   // Note [Recompute timing]: a recompute of op k is issued by the host like
   // any action of its phase. Its regenerated outputs are allocated when it is
   // issued (with a cap the host waits for room, as for a prefetch). It runs
-  // on the compute stream for op k's duration once the stream is free and
+  // on the compute stream for its unit's duration (op k's, for an op that is
+  // no follower: ir/recompute_unit.h) once the stream is free and
   // every in-flight H2D of its inputs has completed; the wait is stall, its
   // run time is recompute time. The actions after it are issued at once, but
   // a release of one of its inputs or outputs frees memory, and a copy to
@@ -201,7 +202,7 @@ class StepPlayer : public WalkObserver<StepPlayer<Recorder>, StorageTiming> {
     const OpIndex source = action.source_op;
     const double ready_ms = clock_.stream_free_ms();
     const StepClock::Recompute run =
-        clock_.recompute(accesses, host_ms_, regenerated_bytes, inputs_ready_ms_, trace_.op_duration_ms(source));
+        clock_.recompute(accesses, host_ms_, regenerated_bytes, inputs_ready_ms_, unit_duration_ms(trace_, accesses.members));
     inputs_ready_ms_ = 0.0;
     recorder_.memory(MemoryStream::kCompute, run.host_ms, regenerated_bytes);
     // The stream's wait, split as for an op: for the host (memory), then for

@@ -98,13 +98,13 @@ class ValidationObserver : public WalkObserver<ValidationObserver, Explain> {
       case RecomputeInput::kMissing:
         problem(fmt::format("{}: input storage {} (ops[{}].accesses[{}]) is not resident (released after op {}); "
                             "copy_h2d or recompute it before the recompute",
-                            where(resolved), trace_.storage(input.storage).id, source, input.access,
+                            where(resolved), trace_.storage(input.storage).id, input.op, input.access,
                             state.data.released_after_op));
         break;
       case RecomputeInput::kStale:
         problem(fmt::format("{}: input storage {} (ops[{}].accesses[{}]) is stale: op {} read it before op {} "
                             "wrote it again, so re-running op {} would not reproduce its outputs",
-                            where(resolved), trace_.storage(input.storage).id, source, input.access, source,
+                            where(resolved), trace_.storage(input.storage).id, input.op, input.access, input.op,
                             state.data.last_write_op, source));
         break;
     }
@@ -112,11 +112,10 @@ class ValidationObserver : public WalkObserver<ValidationObserver, Explain> {
   void recompute_output(const ResolvedAction& resolved, const RecomputeAccess& output, Storage state,
                         RecomputeOutput outcome) {
     if (outcome != RecomputeOutput::kStale) return;
-    const OpIndex source = resolved.action.source_op;
     problem(fmt::format("{}: output storage {} (ops[{}].accesses[{}]) is stale: op {} wrote it after op {}, "
                         "so a recompute would bring back an older version",
-                        where(resolved), trace_.storage(output.storage).id, source, output.access,
-                        state.data.last_write_op, source));
+                        where(resolved), trace_.storage(output.storage).id, output.op, output.access,
+                        state.data.last_write_op, output.op));
   }
   void recompute(const ResolvedAction& resolved, const RecomputeAccesses&, std::int64_t regenerated_bytes) {
     ++report_.recompute_count;

@@ -104,12 +104,23 @@ class Builder {
   // for the re-runs here (a chain). Whatever else a re-run reads is on the
   // device there or regenerated before it for good (the selection makes the
   // decisions agree, recompute_selection.h), so it is read where it is.
+  // A producer that heads the unit of a follower re-run here regenerates u
+  // within that unit: re-run alone it would write the storage its followers
+  // rewrote back to an older version (Note [In-place units] in ir/trace.h).
   void require(StorageIndex u, OpIndex op, std::map<OpIndex, Rerun>& reruns) {
     if (dropped_[static_cast<std::size_t>(u)] || !dead_before(trace_, model_, u, op)) return;
-    const OpIndex producer = model_.producer[static_cast<std::size_t>(u)];
+    OpIndex producer = model_.producer[static_cast<std::size_t>(u)];
     if (producer < 0) return;  // cannot be: the chain was checked when the candidate was made
+    for (const auto& [k, rerun] : reruns) {
+      if (k > producer && trace_.op_unit_previous(k) >= 0 && unit_head(k) == producer) producer = k;
+    }
     Rerun& rerun = reruns[producer];
     if (!contains(rerun.transient, u)) rerun.transient.push_back(u);
+  }
+
+  OpIndex unit_head(OpIndex k) const {
+    while (trace_.op_unit_previous(k) >= 0) k = trace_.op_unit_previous(k);
+    return k;
   }
 
   void regenerate_before(OpIndex op, std::span<const std::int32_t> ending) {
@@ -123,13 +134,13 @@ class Builder {
     // O(re-runs here × log) per point.
     for (auto it = reruns.rbegin(); it != reruns.rend(); ++it) {
       const OpIndex k = it->first;
-      for (const Access& access : trace_.accesses(k)) {
+      for (const Access& access : rerun_accesses(trace_, k, scratch_)) {
         if (access.kind == AccessKind::kRead) require(access.storage, op, reruns);
       }
       // Outputs not already regenerated here: written into a short-lived
       // instance when not on the device, read where they are otherwise.
       Rerun& self = reruns[k];
-      for (const Access& access : trace_.accesses(k)) {
+      for (const Access& access : rerun_accesses(trace_, k, scratch_)) {
         if (access.kind != AccessKind::kWrite || contains(self.persistent, access.storage)) continue;
         if ((dropped_[static_cast<std::size_t>(access.storage)] || dead_before(trace_, model_, access.storage, op)) &&
             !contains(self.transient, access.storage)) {
@@ -139,13 +150,14 @@ class Builder {
     }
     std::map<StorageIndex, StorageId> transient_instance;
     for (auto& [k, rerun] : reruns) {
-      (void)builder_.add_named_op(trace_.op_name_index(k), trace_.op_duration_ms(k));
+      // A follower's re-run is its unit's, as one op (rerun_accesses).
+      (void)builder_.add_named_op(trace_.op_name_index(k), rerun_duration_ms(trace_, k));
       // One instance per output however many writes of it the op lists: a
       // second instance would leave the first unread, and the planner would
       // release the storage right after regenerating it (found by
       // fuzz/planners_fuzzer.cc).
       std::map<StorageIndex, StorageId> written_here;
-      for (const Access& access : trace_.accesses(k)) {
+      for (const Access& access : rerun_accesses(trace_, k, scratch_)) {
         const StorageIndex s = access.storage;
         if (access.kind == AccessKind::kRead) {
           const auto transient = transient_instance.find(s);
@@ -171,7 +183,7 @@ class Builder {
       out_.original_op.push_back(op);
       out_.source_op.push_back(k);
       ++out_.recompute_count;
-      out_.recompute_ms += trace_.op_duration_ms(k);
+      out_.recompute_ms += rerun_duration_ms(trace_, k);
     }
   }
 
@@ -182,6 +194,7 @@ class Builder {
   AugmentedTrace out_;
   std::vector<StorageId> current_;  // per original storage: the instance later accesses use
   std::vector<bool> dropped_;       // per original storage: off the device, inside a decision's gap
+  RerunScratch scratch_;            // a follower's unit accesses
 };
 
 }  // namespace

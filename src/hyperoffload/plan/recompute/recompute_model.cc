@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "hyperoffload/ir/recompute_unit.h"
 #include "hyperoffload/plan/peak/peak_model.h"
 
 namespace hyperoffload::internal {
@@ -13,22 +14,92 @@ constexpr OpIndex kNever = std::numeric_limits<OpIndex>::max();
 }  // namespace
 
 // One backward pass over the ops: next_write[x] is the first op after the
-// current one that writes x.
+// current one that writes x. A follower's unit must find what every member
+// read and wrote as that member saw it, except for the storage S the unit
+// rewrites, whose later writes up to the follower are the unit's own. So per
+// op the pass keeps the two earliest next writes over distinct storages (the
+// bound without any one storage is then O(1)), and a forward pass folds, for
+// each follower, its previous members' bounds without S (a head may start
+// several units, one per storage it makes: each excludes only its own).
 std::vector<OpIndex> valid_until_per_op(const Trace& trace) {
   std::vector<OpIndex> valid_until(static_cast<std::size_t>(trace.op_count()), -1);
   std::vector<OpIndex> next_write(static_cast<std::size_t>(trace.storage_count()), kNever);
+  struct Earliest {
+    OpIndex first = kNever;
+    StorageIndex first_storage = -1;
+    OpIndex second = kNever;  // over storages other than first_storage
+    OpIndex without(StorageIndex s) const { return s == first_storage ? second : first; }
+  };
+  std::vector<Earliest> earliest;
+  if (trace.has_in_place_units()) earliest.resize(static_cast<std::size_t>(trace.op_count()));
   for (OpIndex op = trace.op_count() - 1; op >= 0; --op) {
     const std::span<const Access> list = trace.accesses(op);
     if (trace.op_recomputable(op)) {
       OpIndex until = kNever;
-      for (const Access& access : list) until = std::min(until, next_write[static_cast<std::size_t>(access.storage)]);
+      Earliest e;
+      for (const Access& access : list) {
+        const OpIndex next = next_write[static_cast<std::size_t>(access.storage)];
+        until = std::min(until, next);
+        if (access.storage == e.first_storage) continue;
+        if (next < e.first) {
+          e.second = e.first;
+          e.first = next;
+          e.first_storage = access.storage;
+        } else {
+          e.second = std::min(e.second, next);
+        }
+      }
       valid_until[static_cast<std::size_t>(op)] = until;
+      if (!earliest.empty()) earliest[static_cast<std::size_t>(op)] = e;
     }
     for (const Access& access : list) {
       if (access.kind == AccessKind::kWrite) next_write[static_cast<std::size_t>(access.storage)] = op;
     }
   }
+  if (earliest.empty()) return valid_until;
+  // members[f]: the bound of f's previous members without S. Members come
+  // before their followers, so one forward pass sees each previous first.
+  std::vector<OpIndex> members(static_cast<std::size_t>(trace.op_count()), kNever);
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    const OpIndex previous = trace.op_unit_previous(op);
+    if (previous < 0) continue;
+    StorageIndex rewritten = -1;
+    for (const Access& access : trace.accesses(op)) {
+      if (access.kind == AccessKind::kWrite) rewritten = access.storage;
+    }
+    OpIndex bound = earliest[static_cast<std::size_t>(previous)].without(rewritten);
+    if (trace.op_unit_previous(previous) >= 0) bound = std::min(bound, members[static_cast<std::size_t>(previous)]);
+    members[static_cast<std::size_t>(op)] = bound;
+    valid_until[static_cast<std::size_t>(op)] = std::min(valid_until[static_cast<std::size_t>(op)], bound);
+  }
   return valid_until;
+}
+
+std::span<const Access> rerun_accesses(const Trace& trace, OpIndex k, RerunScratch& scratch) {
+  if (trace.op_unit_previous(k) < 0) return trace.accesses(k);
+  unit_members(trace, k, scratch.members);
+  scratch.accesses.clear();
+  for_each_unit_access(trace, scratch.members,
+                       [&](OpIndex, std::size_t, const Access& access) { scratch.accesses.push_back(access); });
+  return scratch.accesses;
+}
+
+double rerun_duration_ms(const Trace& trace, OpIndex k) {
+  double ms = trace.op_duration_ms(k);
+  for (OpIndex member = trace.op_unit_previous(k); member >= 0; member = trace.op_unit_previous(member)) {
+    ms += trace.op_duration_ms(member);
+  }
+  return ms;
+}
+
+OpIndex rerun_source(const Trace& trace, OpIndex version_writer, OpIndex producer) {
+  if (version_writer < 0 || trace.op_unit_previous(version_writer) < 0) return producer;
+  int members = 1;
+  for (OpIndex member = trace.op_unit_previous(version_writer); member >= 0;
+       member = trace.op_unit_previous(member)) {
+    if (++members > kMaxUnitOps) return -1;
+  }
+  return version_writer;
 }
 
 namespace {
@@ -44,10 +115,10 @@ namespace {
 // `pending` is scratch space, reused between calls (one allocation per
 // candidate was a tenth of the model on a 1M-op transformer).
 double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, OpIndex op, ChainMarks& marks,
-                  std::int64_t max_work, std::vector<OpIndex>& pending) {
+                  std::int64_t max_work, std::vector<OpIndex>& pending, RerunScratch& scratch) {
   const double limit_ms = trace.total_compute_ms();
   marks.clear();
-  marks.visit(source_op);
+  for (OpIndex member = source_op; member >= 0; member = trace.op_unit_previous(member)) marks.visit(member);
   pending.assign(1, source_op);
   std::size_t visited = 1;
   double cost = 0.0;
@@ -55,9 +126,11 @@ double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, 
     const OpIndex k = pending.back();
     pending.pop_back();
     if (model.valid_until[static_cast<std::size_t>(k)] < op) return -1.0;
-    cost += trace.op_duration_ms(k);
+    cost += rerun_duration_ms(trace, k);
     if (cost > limit_ms) return -1.0;
-    const std::span<const Access> list = trace.accesses(k);
+    // Only the source can be a follower (a dead input's producer created it),
+    // so the scratch list is not overwritten while it is read.
+    const std::span<const Access> list = rerun_accesses(trace, k, scratch);
     model.chain_work += 1 + static_cast<std::int64_t>(list.size());
     for (const Access& access : list) {
       if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
@@ -110,6 +183,7 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
 
   std::vector<OpIndex> copy_ops;
   std::vector<OpIndex> pending;
+  RerunScratch scratch;
   for (const StorageIndex s : accesses.by_first_appearance()) {
     const OpIndex producer = model.producer[static_cast<std::size_t>(s)];
     const StorageInfo& info = trace.storage(s);
@@ -120,9 +194,13 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
       const OpIndex start = list[j].op;
       const OpIndex end = list[j + 1].op;
       if (end - start < 2) continue;
-      const double cost = chain_cost(trace, model, producer, end, marks, max_work, pending);
+      // The version in the gap: its producer's, or an in-place follower's
+      // (then its unit re-runs).
+      const OpIndex source = rerun_source(trace, copy_ops[j], producer);
+      if (source < 0) continue;
+      const double cost = chain_cost(trace, model, source, end, marks, max_work, pending, scratch);
       if (cost < 0.0) continue;
-      model.candidates.push_back({s, info.size_bytes, start, end, producer, cost, copy_ops[j]});
+      model.candidates.push_back({s, info.size_bytes, start, end, source, cost, copy_ops[j]});
     }
   }
   return model;

@@ -5,7 +5,10 @@
 // Vocabulary:
 //   producer      the recomputable op that created a storage (its first access
 //                 is that op's write; the trace builder guarantees a
-//                 recomputable op writes only storages it creates).
+//                 recomputable op writes only storages it creates, or is an
+//                 in-place follower: Note [In-place units] in ir/trace.h).
+//   source        what a candidate re-runs: the producer, or, for a version an
+//                 in-place follower made, that follower (its whole unit).
 //   valid until   a recompute of op k may stand before op b only while every
 //                 storage k reads or writes still holds the version k saw: b is
 //                 at most the first op after k that writes one of them
@@ -98,7 +101,7 @@ struct RecomputeCandidate {
   std::int64_t size_bytes = 0;
   OpIndex start_op = 0;   // access before the gap: dropped after it
   OpIndex end_op = 0;     // access after the gap: regenerated before it
-  OpIndex source_op = 0;  // the storage's producer
+  OpIndex source_op = 0;  // what re-runs: the storage's producer, or the follower that made the version
   double cost_ms = 0.0;   // compute time of the chain
   // The op after which an offload of this gap could copy it to host: the op
   // that wrote its version (peak_model.h, starts_version), or the storage's
@@ -131,8 +134,32 @@ inline bool may_regenerate_early(const RecomputeCandidate& candidate, OpIndex op
 }
 
 // Per op: valid_until (above) for a recomputable op, -1 for the others; an op
-// valid through the end of the step gets the largest OpIndex. O(ops + accesses).
+// valid through the end of the step gets the largest OpIndex. For an in-place
+// follower it bounds a re-run of its whole unit (Note [In-place units] in
+// ir/trace.h): every member's accesses, but the rewritten storage only after
+// the follower itself. O(ops + accesses).
 std::vector<OpIndex> valid_until_per_op(const Trace& trace);
+
+// The most ops of a unit the planners re-run (a longer one is no candidate):
+// a re-run's accesses are its members', and this keeps them O(d) per re-run.
+inline constexpr int kMaxUnitOps = 16;
+
+// Scratch space for rerun_accesses.
+struct RerunScratch {
+  std::vector<OpIndex> members;
+  std::vector<Access> accesses;
+};
+
+// What a re-run of op k reads and writes, as one op (ir/recompute_unit.h):
+// trace.accesses(k) for an op that is no follower, else its unit's, in
+// `scratch` (valid until the next call with a follower).
+std::span<const Access> rerun_accesses(const Trace& trace, OpIndex k, RerunScratch& scratch);
+// Its compute time: op k's, plus its previous unit members'.
+double rerun_duration_ms(const Trace& trace, OpIndex k);
+// The op whose re-run regenerates a version that `version_writer` made:
+// the follower itself (its unit) when it is one and its unit has at most
+// kMaxUnitOps ops (-1 when longer), else the storage's producer.
+OpIndex rerun_source(const Trace& trace, OpIndex version_writer, OpIndex producer);
 
 // O(W + kChainWorkFactor × W + candidates × d) time, O(W) memory (Note [Chain
 // work]).

@@ -109,7 +109,13 @@ class Selector {
       return false;
     }
     ++effect.reruns;
-    const std::span<const Access> list = trace_.accesses(producer);
+    // A follower re-runs its unit (only a candidate's source can be one: a
+    // dead input's producer created it, so the scratch list stays valid
+    // through the recursion below).
+    for (OpIndex member = trace_.op_unit_previous(producer); member >= 0; member = trace_.op_unit_previous(member)) {
+      marks_.visit(member);
+    }
+    const std::span<const Access> list = rerun_accesses(trace_, producer, scratch_);
     work_left_ -= 1 + static_cast<std::int64_t>(list.size());
     for (const Access& access : list) {
       if (access.kind != AccessKind::kRead) continue;
@@ -208,6 +214,7 @@ class Selector {
   std::vector<std::vector<std::size_t>> decisions_of_;  // per storage: its decisions
   std::vector<std::vector<OpIndex>> locks_;             // per storage: sorted lock points
   ChainMarks marks_;                                    // the producers of the re-run being planned
+  RerunScratch scratch_;                                // a follower source's unit accesses
   std::int64_t work_left_;                              // of the chain work budget (Note [Chain work])
   RecomputeSelection result_;
 };
