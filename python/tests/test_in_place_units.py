@@ -11,6 +11,8 @@ be kept or offloaded, never recomputed.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -121,4 +123,43 @@ def test_accumulation_re_runs_units_exactly(activation_peak):
         assert torch.equal(loss, e_loss), f"step {step}"
         assert all(torch.equal(g, e) for g, e in zip(grads, e_grads)), f"step {step}"
         assert all(torch.equal(a, b) for a, b in zip(state, e_state)), f"step {step}"
+    assert in_place_sources(session)
+
+
+# Step 3 detaches new gradients inside the step, so the program it continues as
+# has their 45 MiB at its floor, above the budget: the session says so.
+@pytest.mark.filterwarnings("ignore:hyperoffload. the budget")
+def test_a_step_that_leaves_its_plan_regenerates_what_units_dropped(activation_peak):
+    # The gradients exist before the first step; steps 1-2 zero them in place
+    # (AccumulateGrad adds into them), step 3 sets them to None (it detaches
+    # new ones instead). Step 3 replays the plan of steps 1-2 and leaves it at
+    # the first AccumulateGrad of the backward, after the forward dropped
+    # tensors that in-place units regenerate. It continues as a warmup: every
+    # dropped tensor it still holds is regenerated first, a relu_'s or
+    # residual add_'s result by re-running its batch norm and then the
+    # in-place ops (Note [Leaving a plan]); steps 4-5 replay again.
+    def loop(session):
+        model, images, labels = build_resnet()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        results = []
+        for set_to_none in (False, False, True, False, False):
+            optimizer.zero_grad(set_to_none=set_to_none)
+            with session if session is not None else contextlib.nullcontext():
+                loss = torch.nn.functional.cross_entropy(model(images), labels)
+                loss.backward()
+            results.append((loss.detach().clone(), [p.grad.clone() for p in model.parameters()],
+                            session.stats() if session is not None else None))
+            optimizer.step()
+        return results
+
+    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=int(activation_peak * 0.6),
+                                                 planner="recompute"))
+    offloaded, eager = loop(session), loop(None)
+    for step, ((loss, grads, stats), (e_loss, e_grads, _)) in enumerate(zip(offloaded, eager)):
+        assert torch.equal(loss, e_loss), f"step {step}"
+        assert all(torch.equal(g, e) for g, e in zip(grads, e_grads)), f"step {step}"
+        assert not stats["passthrough"], f"step {step}"
+    assert [s["kind"] for _, _, s in offloaded] == ["warmup", "replay", "warmup", "replay", "replay"]
     assert in_place_sources(session)

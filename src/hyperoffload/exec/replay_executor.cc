@@ -19,6 +19,28 @@ using internal::in_context;
 ReplayPlan::ReplayPlan(Trace trace, ReplayGuide guide, Schedule schedule)
     : trace_(std::move(trace)), guide_(std::move(guide)), schedule_(std::move(schedule)) {}
 
+namespace {
+
+// Op `op`'s unit (head first) and the unit's tracked inputs: each member's
+// guide inputs, less a follower's reads of what the head makes.
+void fill_unit(const Trace& trace, const ReplayGuide& guide, OpIndex op, std::vector<OpIndex>& members,
+               std::vector<StorageIndex>& inputs) {
+  unit_members(trace, op, members);
+  inputs.clear();
+  const std::span<const Access> head = trace.accesses(members.front());
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    for (StorageIndex input : guide.inputs(members[m])) {
+      if (unit_access_counts(m == 0, head, Access{input, AccessKind::kRead})) inputs.push_back(input);
+    }
+  }
+}
+
+}  // namespace
+
+void ReplayPlan::unit_of(OpIndex op, std::vector<OpIndex>& members, std::vector<StorageIndex>& inputs) const {
+  fill_unit(trace_, guide_, op, members, inputs);
+}
+
 Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedule schedule) {
   HO_ASSIGN_OR_RETURN(ReplayGuide guide, ReplayGuide::from_trace(trace));
   // The executors' rules for which actions a schedule may hold
@@ -51,15 +73,7 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
     const OpIndex source = action.action.source_op;
     auto [it, added] = units.try_emplace(source);
     Unit& unit = it->second;
-    if (added) {
-      unit_members(trace, source, unit.members);
-      const std::span<const Access> head = trace.accesses(unit.members.front());
-      for (std::size_t m = 0; m < unit.members.size(); ++m) {
-        for (StorageIndex input : guide.inputs(unit.members[m])) {
-          if (unit_access_counts(m == 0, head, Access{input, AccessKind::kRead})) unit.inputs.push_back(input);
-        }
-      }
-    }
+    if (added) fill_unit(trace, guide, source, unit.members, unit.inputs);
     for (const OpIndex member : unit.members) last_recompute_of[static_cast<std::size_t>(member)] = position;
     for (StorageIndex input : unit.inputs) last_recompute_read[static_cast<std::size_t>(input)] = position;
   }
@@ -83,6 +97,27 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
   plan->output_bytes_ = std::move(output_bytes);
   plan->producer_ = std::move(producer);
   plan->units_ = std::move(units);
+  if (plan->trace_.has_in_place_units()) {  // (trace was moved into the plan)
+    const Trace& kept = plan->trace_;
+    std::vector<bool> rewritten(static_cast<std::size_t>(kept.storage_count()), false);
+    for (OpIndex op = 0; op < kept.op_count(); ++op) {
+      if (kept.op_unit_previous(op) < 0) continue;
+      for (const Access& access : kept.accesses(op)) {
+        if (access.kind == AccessKind::kWrite) rewritten[static_cast<std::size_t>(access.storage)] = true;
+      }
+    }
+    for (OpIndex op = 0; op < kept.op_count(); ++op) {
+      for (const Access& access : kept.accesses(op)) {
+        const StorageIndex s = access.storage;
+        if (access.kind != AccessKind::kWrite || !rewritten[static_cast<std::size_t>(s)] ||
+            plan->producer_[static_cast<std::size_t>(s)] == op) {
+          continue;
+        }
+        std::vector<OpIndex>& list = plan->rewriters_[s];
+        if (list.empty() || list.back() != op) list.push_back(op);
+      }
+    }
+  }
   return std::shared_ptr<const ReplayPlan>(std::move(plan));
 }
 
@@ -296,11 +331,14 @@ Status ReplayExecutor::rerun(OpIndex source, std::int64_t position, const std::f
                              std::vector<StorageId>* regenerated) {
   const ReplayGuide& guide = plan_->guide();
   const Trace& trace = plan_->trace();
-  const OpIndex self[1] = {source};
-  // A plan's recompute re-runs its source's unit; a regeneration for a step
-  // leaving its plan re-runs a producer alone.
-  const std::span<const OpIndex> unit = position >= 0 ? plan_->unit(source) : std::span<const OpIndex>(self);
-  const std::span<const StorageIndex> inputs = position >= 0 ? plan_->unit_inputs(source) : guide.inputs(source);
+  // A plan's recompute re-runs its source's unit as the plan indexed it; a
+  // regeneration may re-run any op's.
+  std::vector<OpIndex> unit_scratch;
+  std::vector<StorageIndex> inputs_scratch;
+  if (position < 0) plan_->unit_of(source, unit_scratch, inputs_scratch);
+  const std::span<const OpIndex> unit = position >= 0 ? plan_->unit(source) : std::span<const OpIndex>(unit_scratch);
+  const std::span<const StorageIndex> inputs =
+      position >= 0 ? plan_->unit_inputs(source) : std::span<const StorageIndex>(inputs_scratch);
   const OpIndex head = unit.front();
   // The storage the unit's followers rewrite, and how often (0 without any).
   StorageIndex rewritten = -1;
@@ -392,21 +430,46 @@ std::string ReplayExecutor::storage_label(StorageIndex t) const {
                      trace.storage(t).size_bytes, producer, trace.op_name(producer));
 }
 
+OpIndex ReplayExecutor::regeneration_source(StorageIndex t) const {
+  const std::optional<std::int32_t> writes = residency_.writes_since_produced(caller_of_[static_cast<std::size_t>(t)]);
+  if (!writes || *writes == 0) return plan_->producer(t);
+  // Version k came from the k-th rewrite since the producer: a unit of k + 1
+  // ops made it when that rewrite is a follower whose unit is that long.
+  const std::span<const OpIndex> rewriters = plan_->rewriters(t);
+  if (static_cast<std::size_t>(*writes) > rewriters.size()) return -1;
+  const OpIndex writer = rewriters[static_cast<std::size_t>(*writes) - 1];
+  std::int32_t length = 1;
+  for (OpIndex member = plan_->trace().op_unit_previous(writer); member >= 0;
+       member = plan_->trace().op_unit_previous(member)) {
+    ++length;
+  }
+  return length == *writes + 1 ? writer : -1;
+}
+
 std::string ReplayExecutor::why_not_regenerable(StorageIndex t) const {
-  const StorageId id = caller_of_[static_cast<std::size_t>(t)];
-  const OpIndex producer = plan_->producer(t);
-  if (std::optional<std::int32_t> writes = residency_.writes_since_produced(id); writes && *writes > 0) {
-    return "it was written in place after its op made it, so re-running the op would give an older version";
+  const OpIndex source = regeneration_source(t);
+  if (source < 0) {
+    return "it was written in place after its op made it, by an op that cannot be re-run after it, so re-running "
+           "the op would give an older version";
   }
-  if (plan_->sourced_outside(producer)) return {};  // its call is kept to the step's end
-  if (!plan_->recomputed(producer)) {
-    return "the plan never re-runs its op, so the framework kept no call of it (the plan released the tensor "
-           "after its last use in the traced step, which the step outlived)";
+  std::vector<OpIndex> members;
+  std::vector<StorageIndex> inputs;
+  plan_->unit_of(source, members, inputs);
+  if (members.size() == 1 && plan_->sourced_outside(source)) return {};  // its call is kept to the step's end
+  for (const OpIndex member : members) {
+    if (plan_->sourced_outside(member)) continue;
+    const std::string_view which = members.size() == 1 ? "its op" : "an op of the unit that made it";
+    if (!plan_->recomputed(member)) {
+      return fmt::format("the plan never re-runs {} (op {}), so the framework kept no call of it (the plan released "
+                         "the tensor after its last use in the traced step, which the step outlived)",
+                         which, member);
+    }
+    if (plan_->last_recompute_of(member) < actions_run_) {
+      return fmt::format("the plan's last re-run of {} (op {}) has passed, and the framework let go of the call",
+                         which, member);
+    }
   }
-  if (plan_->last_recompute_of(producer) < actions_run_) {
-    return "the plan's last re-run of its op has passed, and the framework let go of the call";
-  }
-  for (StorageIndex input : plan_->guide().inputs(producer)) {
+  for (StorageIndex input : inputs) {
     if (caller_of_[static_cast<std::size_t>(input)] == kFreed) {
       return fmt::format("its op reads storage {} (traced), which the step already freed",
                          plan_->trace().storage(input).id);
@@ -427,6 +490,8 @@ Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
   std::vector<std::uint8_t> state(static_cast<std::size_t>(trace.storage_count()), 0);  // 1: in this root's walk, 2: ordered
   std::vector<StorageIndex> walk;
   std::vector<std::pair<StorageIndex, bool>> stack;
+  std::vector<OpIndex> members;         // of the unit regenerating a storage
+  std::vector<StorageIndex> unit_inputs;
   for (StorageId id : dropped_storages()) {
     const StorageIndex root = *matcher_.traced(id);
     if (state[static_cast<std::size_t>(root)] == 2) continue;
@@ -453,7 +518,8 @@ Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
                               t == root ? "" : fmt::format(" (needed to regenerate {})", storage_label(root)), why);
       } else {
         stack.emplace_back(t, true);
-        for (StorageIndex input : plan_->guide().inputs(plan_->producer(t))) stack.emplace_back(input, false);
+        plan_->unit_of(regeneration_source(t), members, unit_inputs);
+        for (StorageIndex input : unit_inputs) stack.emplace_back(input, false);
       }
     }
     for (StorageIndex t : walk) state[static_cast<std::size_t>(t)] = refused.empty() ? 2 : 0;
@@ -488,9 +554,10 @@ Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
       made_resident.push_back(caller);
       continue;
     }
-    const OpIndex producer = plan_->producer(t);
+    const OpIndex source = regeneration_source(t);
+    plan_->unit_of(source, members, unit_inputs);
     std::int64_t bytes = 0;
-    for (StorageIndex output : plan_->guide().outputs(producer)) {
+    for (StorageIndex output : plan_->guide().outputs(members.front())) {
       const StorageId out = caller_of_[static_cast<std::size_t>(output)];
       if (out != kUnbound && out != kFreed && residency_.tracked(out) && !residency_.resident(out)) {
         bytes += trace.storage(output).size_bytes;
@@ -500,7 +567,7 @@ Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
     // paged in by rerun from their host copies, in the room made now.
     keep.clear();
     paged.clear();
-    for (StorageIndex input : plan_->guide().inputs(producer)) {
+    for (StorageIndex input : unit_inputs) {
       const StorageId in = caller_of_[static_cast<std::size_t>(input)];
       std::vector<StorageId>& into = residency_.resident(in) ? keep : paged;
       if (contains(into, in)) continue;
@@ -509,7 +576,7 @@ Result<std::vector<ReplayExecutor::Refusal>> ReplayExecutor::regenerate_dropped(
     }
     HO_RETURN_IF_ERROR(make_room(bytes, keep));
     auto context = [&] { return fmt::format("regenerating {}", storage_label(t)); };
-    if (Status ran = rerun(producer, /*position=*/-1, context, &made_resident); !ran) {
+    if (Status ran = rerun(source, /*position=*/-1, context, &made_resident); !ran) {
       if (ran.error().code != ErrorCode::kDiverged) return std::unexpected(std::move(ran.error()));
       // The framework refused the re-run (an argument written in place since,
       // no call held): what is still dropped stays so, refused for that reason.

@@ -106,6 +106,15 @@ class ReplayPlan {
   // The tracked inputs of that unit: the members' guide inputs, op by op,
   // less a follower's reads of what the head makes. Same precondition.
   std::span<const StorageIndex> unit_inputs(OpIndex op) const { return units_.at(op).inputs; }
+  // The same for any op, into `members` and `inputs` (reused).
+  void unit_of(OpIndex op, std::vector<OpIndex>& members, std::vector<StorageIndex>& inputs) const;
+  // The ops after its producer that write storage `s`, in trace order (empty
+  // for a storage no in-place follower rewrites: then no unit regenerates a
+  // later version of it).
+  std::span<const OpIndex> rewriters(StorageIndex s) const {
+    const auto it = rewriters_.find(s);
+    return it == rewriters_.end() ? std::span<const OpIndex>{} : std::span<const OpIndex>(it->second);
+  }
   // Bytes of the storages `op` produces (its outputs in the guide).
   std::int64_t output_bytes(OpIndex op) const { return output_bytes_[static_cast<std::size_t>(op)]; }
   // The op that produced storage `s` (its first writer).
@@ -138,6 +147,7 @@ class ReplayPlan {
     std::vector<StorageIndex> inputs;
   };
   std::unordered_map<OpIndex, Unit> units_;
+  std::unordered_map<StorageIndex, std::vector<OpIndex>> rewriters_;  // storages some follower rewrites
 };
 
 struct ReplayOptions {
@@ -250,14 +260,19 @@ class ReplayExecutor final : public StepHooks {
   Result<StorageIndex> traced_index(StorageId caller_id, std::string_view role) const;
   Status run_actions(std::span<const Action> actions);
   Status run_recompute(const Action& action);
-  // Re-runs traced op `source` through the RecomputeFn: the unit of the
-  // plan's recompute action at schedule position `position`, or the op alone
-  // for position -1 (a regeneration). Regenerates each output of the unit's
+  // Re-runs traced op `source`'s unit through the RecomputeFn, for the
+  // plan's recompute action at schedule position `position`, or for position
+  // -1 a regeneration (Note [Leaving a plan]). Regenerates each output of the unit's
   // head that is tracked, released and unwritten since but by the unit;
   // appends those to `regenerated` when given. Its tracked inputs must be
   // resident.
   Status rerun(OpIndex source, std::int64_t position, const std::function<std::string()>& context,
                std::vector<StorageId>* regenerated);
+  // The op whose re-run regenerates traced storage `t` at the version it
+  // holds now (dropped): its producer when nothing wrote it since, the
+  // follower that made that version when its unit wrote every version since
+  // (Note [In-place units] in ir/trace.h), else -1.
+  OpIndex regeneration_source(StorageIndex t) const;
   // Empty, or why traced storage `t` (dropped) cannot be regenerated now.
   std::string why_not_regenerable(StorageIndex t) const;
   std::string storage_label(StorageIndex t) const;
