@@ -1,0 +1,37 @@
+"""python/bench/recompute_floor.py --quick: recompute-only's reach against checkpointing, well formed.
+
+Every model gets a row; the in-place units never raise the recompute-only limit
+(they only add ways to regenerate), and on torchvision's ResNet-50, whose
+ReLUs and residual sums are all in place, they lower it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from conftest import REPO
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("recompute_floor", REPO / "python" / "bench" / "recompute_floor.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_run_reports_every_model_and_units_only_lower_the_limit(tmp_path, capsys):
+    bench = load_bench()
+    path = tmp_path / "floor.json"
+    assert bench.main(["--quick", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    rows = json.loads(path.read_text())
+    assert [r["model"] for r in rows] == ["gpt2", "llama", "bert", "vit", "resnet50"]
+    for r in rows:
+        assert f"| {r['model']} |" in out
+        assert r["with_units"]["limit_bytes"] <= r["without_units"]["limit_bytes"], r
+        assert r["with_units"]["unplanned_bytes"] == r["without_units"]["unplanned_bytes"], r
+    resnet = rows[-1]
+    # 16 bottlenecks, each with three ReLUs and a residual add in place.
+    assert resnet["followers"] >= 16 * 3
+    assert resnet["with_units"]["limit_bytes"] < resnet["without_units"]["limit_bytes"]
