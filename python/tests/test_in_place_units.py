@@ -89,12 +89,17 @@ def test_resnets_in_place_relus_and_residual_sums_are_marked_recomputable():
     assert marks["aten::add_.Tensor"] >= {True}
 
 
-@pytest.mark.parametrize("planner", ["recompute", "hybrid"])
-def test_plans_that_re_run_in_place_units_train_bit_identically(eager, activation_peak, planner):
+@pytest.mark.parametrize("planner,interception", [("recompute", None), ("hybrid", None),
+                                                   ("recompute", "dispatch_mode")])
+def test_plans_that_re_run_in_place_units_train_bit_identically(eager, activation_peak, planner, interception):
     # Hybrid plans for a slow link (0.01 GiB/s), where re-running beats moving.
+    # Under the session's TorchDispatchMode a re-run calls the recorded
+    # OpOverloads instead of the boxed dispatcher calls: the same units.
     budget = int(activation_peak * 0.6)
-    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner=planner,
-                                                 copy_bandwidth_gib_per_s=0.01))
+    config = dict(max_resident_activation_bytes=budget, planner=planner, copy_bandwidth_gib_per_s=0.01)
+    if interception is not None:
+        config.update(interception=interception)
+    session = ho.OffloadSession(ho.OffloadConfig(**config))
     results = train(session)
     for step, ((loss, grads, state, stats), (e_loss, e_grads, e_state, _)) in enumerate(zip(results, eager)):
         assert torch.equal(loss, e_loss), f"step {step}: loss {loss.item()!r} != {e_loss.item()!r}"
