@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -32,6 +33,8 @@ class DtrWalk {
         heuristic_(options.heuristic),
         producer_(recompute_producers(trace, accesses_)),
         valid_until_(internal::valid_until_per_op(trace)),
+        last_write_(last_writes(trace)),
+        regen_(regenerators()),
         storages_(static_cast<std::size_t>(trace.storage_count())),
         resident_(storages_, false),
         pins_(storages_, 0),
@@ -82,10 +85,37 @@ class DtrWalk {
 
  private:
   std::size_t at(StorageIndex s) const { return static_cast<std::size_t>(s); }
+
+  static std::vector<OpIndex> last_writes(const Trace& trace) {
+    std::vector<OpIndex> last(static_cast<std::size_t>(trace.storage_count()), -1);
+    for (OpIndex op = 0; op < trace.op_count(); ++op) {
+      for (const Access& access : trace.accesses(op)) {
+        if (access.kind == AccessKind::kWrite) last[static_cast<std::size_t>(access.storage)] = op;
+      }
+    }
+    return last;
+  }
+
+  // Per storage, the op whose re-run regenerates its final version (the only
+  // one the walk evicts: evictable), and the units' accesses
+  // (internal::find_regenerators, the recompute model's rule).
+  std::vector<OpIndex> regenerators() {
+    internal::Regenerators found = internal::find_regenerators(trace_, accesses_, producer_);
+    unit_lists_ = std::move(found.unit_accesses);
+    return std::move(found.regenerator);
+  }
+
+  // What a re-run of op p reads and writes: its unit's accesses for a
+  // follower, its own otherwise; and how long it runs.
+  std::span<const Access> rerun_list(OpIndex p) const {
+    const auto it = unit_lists_.find(p);
+    return it == unit_lists_.end() ? trace_.accesses(p) : std::span<const Access>(it->second);
+  }
+  double rerun_ms(OpIndex p) const { return internal::rerun_duration_ms(trace_, p); }
   std::int64_t size_of(StorageIndex s) const { return trace_.storage(s).size_bytes; }
   StorageId id_of(StorageIndex s) const { return trace_.storage(s).id; }
 
-  // Per producer op p: the last op before which a re-run of p is sure to
+  // Per op p: the last op before which a re-run of p (its unit) is sure to
   // find its inputs (on the device, or regenerable there): min of
   // valid_until[p] and, per input u, how long u is: retained or empty, always;
   // without producer, until its last access (never evicted); with a producer,
@@ -97,12 +127,14 @@ class DtrWalk {
     for (OpIndex p = 0; p < trace_.op_count(); ++p) {
       if (!trace_.op_recomputable(p)) continue;
       OpIndex until = valid_until_[static_cast<std::size_t>(p)];
-      for (const Access& access : trace_.accesses(p)) {
+      for (const Access& access : rerun_list(p)) {
         if (access.kind != AccessKind::kRead) continue;
         const StorageIndex u = access.storage;
         const StorageInfo& info = trace_.storage(u);
         if (info.retained() || info.size_bytes <= 0) continue;
-        const OpIndex q = producer_[at(u)];
+        // An input whose final version comes after p is not evicted before
+        // p's re-runs stop being valid (evictable): through[q] is then -1.
+        const OpIndex q = regen_[at(u)];
         const OpIndex last = accesses_.last_op(u);
         until = std::min(until, q < 0 ? last : std::max(through[static_cast<std::size_t>(q)], last));
       }
@@ -113,9 +145,11 @@ class DtrWalk {
 
   // Whether s may be evicted before op t: regenerable at every later access
   // and at every chain that may need it before t.
+  // A storage a unit regenerates only at its final version, once the
+  // unit's last follower has run.
   bool evictable(StorageIndex s, OpIndex t) const {
-    const OpIndex p = producer_[at(s)];
-    return p >= 0 && pins_[at(s)] == 0 &&
+    const OpIndex p = regen_[at(s)];
+    return p >= 0 && pins_[at(s)] == 0 && (p == producer_[at(s)] || last_write_[at(s)] < t) &&
            regenerable_through_[static_cast<std::size_t>(p)] >= std::max(accesses_.last_op(s), t);
   }
 
@@ -124,13 +158,13 @@ class DtrWalk {
       // Back on the device: its class no longer pays for it (classes are not
       // split, as in DTR's union-find approximation).
       evicted_[at(s)] = false;
-      class_ms_[static_cast<std::size_t>(find(s))] -= trace_.op_duration_ms(producer_[at(s)]);
+      class_ms_[static_cast<std::size_t>(find(s))] -= rerun_ms(regen_[at(s)]);
     }
     resident_[at(s)] = true;
     resident_bytes_ += size_of(s);
     last_use_ms_[at(s)] = now_ms_;
     const StorageInfo& info = trace_.storage(s);
-    const OpIndex p = producer_[at(s)];
+    const OpIndex p = regen_[at(s)];
     // Only a storage regenerable through its last access is ever evictable.
     if (p >= 0 && !info.retained() && info.size_bytes > 0 &&
         regenerable_through_[static_cast<std::size_t>(p)] >= accesses_.last_op(s)) {
@@ -159,12 +193,12 @@ class DtrWalk {
   // regenerate its inputs missing now (the first level of the evicted
   // neighbourhood).
   double cost_ms(StorageIndex s) const {
-    const OpIndex p = producer_[at(s)];
-    double cost = trace_.op_duration_ms(p);
-    for (const Access& access : trace_.accesses(p)) {
+    const OpIndex p = regen_[at(s)];
+    double cost = rerun_ms(p);
+    for (const Access& access : rerun_list(p)) {
       if (access.kind != AccessKind::kRead || resident_[at(access.storage)]) continue;
-      const OpIndex q = producer_[at(access.storage)];
-      if (q >= 0) cost += trace_.op_duration_ms(q);
+      const OpIndex q = regen_[at(access.storage)];
+      if (q >= 0) cost += rerun_ms(q);
     }
     return cost;
   }
@@ -180,13 +214,13 @@ class DtrWalk {
       for (std::size_t i = 0; i < pool_.size();) {
         const StorageIndex s = pool_[i];
         ++scan_work_;  // Note [The walk's work bound]: 1 per look, plus the producer's accesses when priced
-        if (regenerable_through_[static_cast<std::size_t>(producer_[at(s)])] < t) {
+        if (regenerable_through_[static_cast<std::size_t>(regen_[at(s)])] < t) {
           leave_pool(s);  // no longer regenerable for chains before t, nor later: never evictable again
           continue;
         }
         ++i;
         if (!evictable(s, t)) continue;
-        scan_work_ += static_cast<std::int64_t>(trace_.accesses(producer_[at(s)]).size());
+        scan_work_ += static_cast<std::int64_t>(rerun_list(regen_[at(s)]).size());
         const double staleness = std::max(now_ms_ - last_use_ms_[at(s)], kMinStalenessMs);
         const double cost = heuristic_ == DtrHeuristic::kEquivalenceClasses ? class_cost_ms(s) : cost_ms(s);
         const double h = cost / (static_cast<double>(size_of(s)) * staleness);
@@ -218,14 +252,14 @@ class DtrWalk {
   // and the outputs of the ops that read it.
   template <class Visit>
   void evicted_neighbours(StorageIndex s, Visit visit) {
-    for (const Access& access : trace_.accesses(producer_[at(s)])) {
+    for (const Access& access : rerun_list(regen_[at(s)])) {
       if (access.kind == AccessKind::kRead && evicted_[at(access.storage)]) visit(access.storage);
     }
     for (const StorageAccess& use : accesses_.of(s)) {
       if (use.kind != AccessKind::kRead) continue;
       for (const Access& access : trace_.accesses(use.op)) {
         ++scan_work_;
-        if (access.kind == AccessKind::kWrite && producer_[at(access.storage)] == use.op &&
+        if (access.kind == AccessKind::kWrite && regen_[at(access.storage)] == use.op &&
             evicted_[at(access.storage)]) {
           visit(access.storage);
         }
@@ -234,7 +268,7 @@ class DtrWalk {
   }
 
   double class_cost_ms(StorageIndex s) {
-    double cost = trace_.op_duration_ms(producer_[at(s)]);
+    double cost = rerun_ms(regen_[at(s)]);
     roots_.clear();
     evicted_neighbours(s, [&](StorageIndex n) {
       const StorageIndex root = find(n);
@@ -248,7 +282,7 @@ class DtrWalk {
   void join_class(StorageIndex s) {
     // Evicted again after a regeneration, s rejoins the class it never left.
     evicted_[at(s)] = true;
-    class_ms_[static_cast<std::size_t>(find(s))] += trace_.op_duration_ms(producer_[at(s)]);
+    class_ms_[static_cast<std::size_t>(find(s))] += rerun_ms(regen_[at(s)]);
     evicted_neighbours(s, [&](StorageIndex n) {
       StorageIndex a = find(s);
       StorageIndex b = find(n);
@@ -272,17 +306,17 @@ class DtrWalk {
       std::vector<StorageIndex> pinned;    // inputs gathered so far
     };
     std::vector<Frame> stack;
-    stack.push_back(Frame{producer_[at(s)]});
+    stack.push_back(Frame{regen_[at(s)]});
     while (!stack.empty()) {
       Frame& frame = stack.back();
-      const std::span<const Access> list = trace_.accesses(frame.op);
+      const std::span<const Access> list = rerun_list(frame.op);
       bool descended = false;
       for (; frame.next < list.size(); ++frame.next) {
         const Access& access = list[frame.next];
         if (access.kind != AccessKind::kRead) continue;
         const StorageIndex u = access.storage;
         if (!resident_[at(u)]) {
-          stack.push_back(Frame{producer_[at(u)]});  // regenerable: see regenerable_through
+          stack.push_back(Frame{regen_[at(u)]});  // regenerable: see regenerable_through
           descended = true;
           break;
         }
@@ -298,11 +332,12 @@ class DtrWalk {
   template <typename Frame>
   void rerun(Frame& frame, OpIndex t) {
     const OpIndex p = frame.op;
-    rerun_work_ += 1 + static_cast<std::int64_t>(trace_.accesses(p).size());
+    const std::span<const Access> list = rerun_list(p);
+    rerun_work_ += 1 + static_cast<std::int64_t>(list.size());
     if (rerun_work_ > max_rerun_work_ && cut_op_ < 0) cut_op_ = t;
     // Outputs on the device stay (same version); the others are allocated.
     std::vector<StorageIndex> fresh;
-    for (const Access& access : trace_.accesses(p)) {
+    for (const Access& access : list) {
       if (access.kind != AccessKind::kWrite) continue;
       const StorageIndex o = access.storage;
       pin(o);
@@ -314,10 +349,10 @@ class DtrWalk {
     make_room(fresh_bytes, t);
     actions_.push_back(Action{t, Phase::kPre, ActionKind::kRecompute, 0, p});
     ++recomputes_;
-    recompute_ms_ += trace_.op_duration_ms(p);
+    recompute_ms_ += rerun_ms(p);
     for (const StorageIndex o : fresh) make_resident(o);
     note_peak(t);
-    now_ms_ += trace_.op_duration_ms(p);
+    now_ms_ += rerun_ms(p);
     for (const StorageIndex u : frame.pinned) {
       last_use_ms_[at(u)] = now_ms_;
       unpin(u);
@@ -385,6 +420,9 @@ class DtrWalk {
   std::vector<StorageIndex> roots_;         // scratch of class_cost_ms
   const std::vector<OpIndex> producer_;
   const std::vector<OpIndex> valid_until_;
+  const std::vector<OpIndex> last_write_;  // per storage: its last write's op (-1: none)
+  std::unordered_map<OpIndex, std::vector<Access>> unit_lists_;  // regenerating followers' unit accesses
+  const std::vector<OpIndex> regen_;       // per storage: regenerators()
   std::vector<OpIndex> regenerable_through_;
   const std::size_t storages_;
   std::vector<bool> resident_;

@@ -4,8 +4,9 @@
 //
 // The walk keeps each storage's residency. Before op t:
 //  - every storage t accesses that is not on the device (evicted earlier) is
-//    rematerialized: its producer is re-run (a `recompute` action), after its
-//    own missing inputs, recursively — a chain as deep as it must be;
+//    rematerialized: its producer (or in-place unit) is re-run (a `recompute`
+//    action), after its own missing inputs, recursively — a chain as deep as
+//    it must be;
 //  - whenever an allocation (an op's or a re-run's new outputs) would take
 //    the resident bytes over the budget, the resident storage with the lowest
 //    h = cost / (size × staleness) is evicted (`release_device`) until it fits.
@@ -23,8 +24,12 @@
 // so the walk never strands a storage): a storage's producer must be
 // recomputable and valid (recompute_model.h, valid_until) through the storage's
 // last access, and its producer's inputs must be on the device or themselves
-// regenerable there. Retained storages, inputs and storages written in place
-// after they were created stay.
+// regenerable there. A storage rewritten in place is evicted only after its
+// last write, and only when in-place followers made every version since its
+// producer: their unit regenerates it (Note [In-place units] in ir/trace.h),
+// as DTR rematerializes a mutated tensor by replaying its producer and the
+// mutations after it. Retained storages, inputs and storages written in place
+// otherwise stay.
 //
 // The result: a valid schedule of releases and recomputes, no copies. When no
 // eviction can make room the walk goes on over the budget;

@@ -109,7 +109,7 @@ class Builder {
   // rewrote back to an older version (Note [In-place units] in ir/trace.h).
   void require(StorageIndex u, OpIndex op, std::map<OpIndex, Rerun>& reruns) {
     if (dropped_[static_cast<std::size_t>(u)] || !dead_before(trace_, model_, u, op)) return;
-    OpIndex producer = model_.producer[static_cast<std::size_t>(u)];
+    OpIndex producer = model_.regenerator[static_cast<std::size_t>(u)];
     if (producer < 0) return;  // cannot be: the chain was checked when the candidate was made
     for (const auto& [k, rerun] : reruns) {
       if (k > producer && trace_.op_unit_previous(k) >= 0 && unit_head(k) == producer) producer = k;
@@ -134,13 +134,13 @@ class Builder {
     // O(re-runs here × log) per point.
     for (auto it = reruns.rbegin(); it != reruns.rend(); ++it) {
       const OpIndex k = it->first;
-      for (const Access& access : rerun_accesses(trace_, k, scratch_)) {
+      for (const Access& access : rerun_accesses(trace_, model_, k)) {
         if (access.kind == AccessKind::kRead) require(access.storage, op, reruns);
       }
       // Outputs not already regenerated here: written into a short-lived
       // instance when not on the device, read where they are otherwise.
       Rerun& self = reruns[k];
-      for (const Access& access : rerun_accesses(trace_, k, scratch_)) {
+      for (const Access& access : rerun_accesses(trace_, model_, k)) {
         if (access.kind != AccessKind::kWrite || contains(self.persistent, access.storage)) continue;
         if ((dropped_[static_cast<std::size_t>(access.storage)] || dead_before(trace_, model_, access.storage, op)) &&
             !contains(self.transient, access.storage)) {
@@ -157,7 +157,7 @@ class Builder {
       // release the storage right after regenerating it (found by
       // fuzz/planners_fuzzer.cc).
       std::map<StorageIndex, StorageId> written_here;
-      for (const Access& access : rerun_accesses(trace_, k, scratch_)) {
+      for (const Access& access : rerun_accesses(trace_, model_, k)) {
         const StorageIndex s = access.storage;
         if (access.kind == AccessKind::kRead) {
           const auto transient = transient_instance.find(s);
@@ -194,7 +194,6 @@ class Builder {
   AugmentedTrace out_;
   std::vector<StorageId> current_;  // per original storage: the instance later accesses use
   std::vector<bool> dropped_;       // per original storage: off the device, inside a decision's gap
-  RerunScratch scratch_;            // a follower's unit accesses
 };
 
 }  // namespace

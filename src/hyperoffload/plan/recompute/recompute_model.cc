@@ -92,6 +92,30 @@ double rerun_duration_ms(const Trace& trace, OpIndex k) {
   return ms;
 }
 
+Regenerators find_regenerators(const Trace& trace, const StorageAccesses& accesses,
+                               std::span<const OpIndex> producer) {
+  Regenerators out;
+  out.regenerator.assign(producer.begin(), producer.end());
+  if (!trace.has_in_place_units()) return out;
+  RerunScratch scratch;
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    const OpIndex previous = trace.op_unit_previous(op);
+    if (previous < 0 || rerun_source(trace, op, previous) != op) continue;
+    const std::span<const Access> list = rerun_accesses(trace, op, scratch);
+    out.unit_accesses.emplace(op, std::vector<Access>(list.begin(), list.end()));
+  }
+  for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+    const OpIndex made_by = producer[static_cast<std::size_t>(s)];
+    if (made_by < 0 || !accesses.accessed(s)) continue;
+    OpIndex last_write = made_by;
+    for (const StorageAccess& access : accesses.of(s)) {
+      if (access.kind == AccessKind::kWrite) last_write = access.op;
+    }
+    if (out.unit_accesses.contains(last_write)) out.regenerator[static_cast<std::size_t>(s)] = last_write;
+  }
+  return out;
+}
+
 OpIndex rerun_source(const Trace& trace, OpIndex version_writer, OpIndex producer) {
   if (version_writer < 0 || trace.op_unit_previous(version_writer) < 0) return producer;
   int members = 1;
@@ -115,7 +139,7 @@ namespace {
 // `pending` is scratch space, reused between calls (one allocation per
 // candidate was a tenth of the model on a 1M-op transformer).
 double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, OpIndex op, ChainMarks& marks,
-                  std::int64_t max_work, std::vector<OpIndex>& pending, RerunScratch& scratch) {
+                  std::int64_t max_work, std::vector<OpIndex>& pending) {
   const double limit_ms = trace.total_compute_ms();
   marks.clear();
   for (OpIndex member = source_op; member >= 0; member = trace.op_unit_previous(member)) marks.visit(member);
@@ -128,15 +152,17 @@ double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, 
     if (model.valid_until[static_cast<std::size_t>(k)] < op) return -1.0;
     cost += rerun_duration_ms(trace, k);
     if (cost > limit_ms) return -1.0;
-    // Only the source can be a follower (a dead input's producer created it),
-    // so the scratch list is not overwritten while it is read.
-    const std::span<const Access> list = rerun_accesses(trace, k, scratch);
+    const std::span<const Access> list = rerun_accesses(trace, model, k);
     model.chain_work += 1 + static_cast<std::int64_t>(list.size());
     for (const Access& access : list) {
       if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
-      const OpIndex producer = model.producer[static_cast<std::size_t>(access.storage)];
+      const OpIndex producer = model.regenerator[static_cast<std::size_t>(access.storage)];
       if (producer < 0) return -1.0;
       if (!marks.visit(producer)) continue;
+      // A unit's earlier members re-run inside it (never alone: valid_until).
+      for (OpIndex member = trace.op_unit_previous(producer); member >= 0; member = trace.op_unit_previous(member)) {
+        marks.visit(member);
+      }
       if (visited >= static_cast<std::size_t>(kMaxChainOps)) return -1.0;
       if (model.chain_work > max_work) {
         model.chain_work_cut = true;
@@ -175,15 +201,18 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
   for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
     if (accesses.accessed(s)) model.last_op[static_cast<std::size_t>(s)] = accesses.last_op(s);
   }
+  model.regenerator = model.producer;
   if (!trace.has_recomputable_ops()) return model;
   model.valid_until = valid_until_per_op(trace);
+  Regenerators regenerators = find_regenerators(trace, accesses, model.producer);
+  model.regenerator = std::move(regenerators.regenerator);
+  model.unit_accesses = std::move(regenerators.unit_accesses);
   ChainMarks marks(trace.op_count());
   const std::int64_t max_work =
       kChainWorkFactor * (static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count()));
 
   std::vector<OpIndex> copy_ops;
   std::vector<OpIndex> pending;
-  RerunScratch scratch;
   for (const StorageIndex s : accesses.by_first_appearance()) {
     const OpIndex producer = model.producer[static_cast<std::size_t>(s)];
     const StorageInfo& info = trace.storage(s);
@@ -198,7 +227,7 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
       // (then its unit re-runs).
       const OpIndex source = rerun_source(trace, copy_ops[j], producer);
       if (source < 0) continue;
-      const double cost = chain_cost(trace, model, source, end, marks, max_work, pending, scratch);
+      const double cost = chain_cost(trace, model, source, end, marks, max_work, pending);
       if (cost < 0.0) continue;
       model.candidates.push_back({s, info.size_bytes, start, end, source, cost, copy_ops[j]});
     }

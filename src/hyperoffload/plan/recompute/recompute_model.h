@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "hyperoffload/ir/storage_accesses.h"
@@ -115,6 +116,14 @@ struct RecomputeCandidate {
 
 struct RecomputeModel {
   std::vector<OpIndex> producer;     // per storage: its producer, or -1
+  // Per storage: what re-runs to regenerate it as a dead input of a chain:
+  // the in-place follower that wrote it last when its unit made every
+  // version since its producer (at most kMaxUnitOps ops), else its producer
+  // (-1 without one; valid_until says until when either may re-run).
+  std::vector<OpIndex> regenerator;
+  // The accesses of the units rerun_accesses gives for the followers that
+  // are some candidate's source or some storage's regenerator.
+  std::unordered_map<OpIndex, std::vector<Access>> unit_accesses;
   std::vector<OpIndex> valid_until;  // per op: see above (only for recomputable ops)
   std::vector<OpIndex> last_op;      // per storage: its last access (-1 when never accessed)
   // In (storage first appearance, gap position) order.
@@ -154,6 +163,22 @@ struct RerunScratch {
 // trace.accesses(k) for an op that is no follower, else its unit's, in
 // `scratch` (valid until the next call with a follower).
 std::span<const Access> rerun_accesses(const Trace& trace, OpIndex k, RerunScratch& scratch);
+// Per storage, the regenerator of its final version (RecomputeModel::
+// regenerator, from the storages' producers), and the accesses of every
+// follower's unit of at most kMaxUnitOps ops. O(W + followers × kMaxUnitOps × d).
+struct Regenerators {
+  std::vector<OpIndex> regenerator;
+  std::unordered_map<OpIndex, std::vector<Access>> unit_accesses;
+};
+Regenerators find_regenerators(const Trace& trace, const StorageAccesses& accesses,
+                               std::span<const OpIndex> producer);
+
+// The same from the model's cache (stable): precondition, a follower k is
+// some candidate's source or some storage's regenerator.
+inline std::span<const Access> rerun_accesses(const Trace& trace, const RecomputeModel& model, OpIndex k) {
+  if (trace.op_unit_previous(k) < 0) return trace.accesses(k);
+  return model.unit_accesses.at(k);
+}
 // Its compute time: op k's, plus its previous unit members'.
 double rerun_duration_ms(const Trace& trace, OpIndex k);
 // The op whose re-run regenerates a version that `version_writer` made:

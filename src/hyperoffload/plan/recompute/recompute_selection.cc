@@ -109,19 +109,17 @@ class Selector {
       return false;
     }
     ++effect.reruns;
-    // A follower re-runs its unit (only a candidate's source can be one: a
-    // dead input's producer created it, so the scratch list stays valid
-    // through the recursion below).
+    // A follower re-runs its unit (its earlier members never alone).
     for (OpIndex member = trace_.op_unit_previous(producer); member >= 0; member = trace_.op_unit_previous(member)) {
       marks_.visit(member);
     }
-    const std::span<const Access> list = rerun_accesses(trace_, producer, scratch_);
+    const std::span<const Access> list = rerun_accesses(trace_, model_, producer);
     work_left_ -= 1 + static_cast<std::int64_t>(list.size());
     for (const Access& access : list) {
       if (access.kind != AccessKind::kRead) continue;
       const StorageIndex u = access.storage;
       if (dead_before(trace_, model_, u, op)) {
-        const OpIndex inner = model_.producer[static_cast<std::size_t>(u)];
+        const OpIndex inner = model_.regenerator[static_cast<std::size_t>(u)];
         if (inner < 0 || !plan_rerun(inner, op, effect)) return false;
         continue;
       }
@@ -136,7 +134,7 @@ class Selector {
       if (moved) continue;
       if (!may_move(d, op, effect)) return false;
       effect.moves.push_back({d, op});
-      if (!plan_rerun(model_.producer[static_cast<std::size_t>(u)], op, effect)) return false;
+      if (!plan_rerun(candidate(result_.decisions[d].candidate).source_op, op, effect)) return false;
     }
     return true;
   }
@@ -214,7 +212,6 @@ class Selector {
   std::vector<std::vector<std::size_t>> decisions_of_;  // per storage: its decisions
   std::vector<std::vector<OpIndex>> locks_;             // per storage: sorted lock points
   ChainMarks marks_;                                    // the producers of the re-run being planned
-  RerunScratch scratch_;                                // a follower source's unit accesses
   std::int64_t work_left_;                              // of the chain work budget (Note [Chain work])
   RecomputeSelection result_;
 };
