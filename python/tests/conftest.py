@@ -20,6 +20,16 @@ import hyperoffload as ho  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
+
+def load_bench(name: str):
+    """The benchmark script python/bench/<name>.py as a module (its main() is what its test runs)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "python" / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 # Bit-identical results need the same kernels in the same order: one intra-op
 # thread (the runtime's copy threads run beside it) and deterministic algorithms.
 # On a GPU, cuBLAS is deterministic only with a fixed workspace configuration, and

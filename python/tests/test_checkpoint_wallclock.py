@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from conftest import REPO
+from conftest import load_bench
 
 VARIANTS = ("eager", "checkpoint", "session", "recompute", "hybrid")
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location("checkpoint_wallclock",
-                                                  REPO / "python" / "bench" / "checkpoint_wallclock.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_quick_run_is_well_formed_and_measured_peaks_are_within_the_budget(tmp_path, capsys):
-    bench = load_bench()
+    bench = load_bench("checkpoint_wallclock")
     path = tmp_path / "results.json"
     document = bench.main(["--quick", "--json", str(path)])
     out = capsys.readouterr().out

@@ -7,21 +7,13 @@ ratio is the better counting variant's median over checkpointing's.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from conftest import REPO
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("frontier", REPO / "python" / "bench" / "frontier.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_bench
 
 
 def test_offload_without_a_cuda_device_is_refused_before_anything_runs(capsys):
-    bench = load_bench()
+    bench = load_bench("frontier")
     if bench.torch.cuda.is_available():
         return  # scripts/gpu-check.sh runs --offload there
     try:
@@ -34,7 +26,7 @@ def test_offload_without_a_cuda_device_is_refused_before_anything_runs(capsys):
 
 
 def test_quick_race_is_well_formed_bit_identical_and_within_budget(tmp_path, capsys):
-    bench = load_bench()
+    bench = load_bench("frontier")
     path, svg = tmp_path / "frontier.json", tmp_path / "frontier.svg"
     document = bench.main(["--quick", "--json", str(path), "--plot", str(svg)])
     out = capsys.readouterr().out

@@ -7,21 +7,13 @@ ReLUs and residual sums are all in place, they lower it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from conftest import REPO
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("recompute_floor", REPO / "python" / "bench" / "recompute_floor.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_bench
 
 
 def test_quick_run_reports_every_model_and_units_only_lower_the_limit(tmp_path, capsys):
-    bench = load_bench()
+    bench = load_bench("recompute_floor")
     path = tmp_path / "floor.json"
     assert bench.main(["--quick", "--json", str(path)]) == 0
     out = capsys.readouterr().out
