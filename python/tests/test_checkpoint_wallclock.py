@@ -19,7 +19,6 @@ def test_quick_run_is_well_formed_and_measured_peaks_are_within_the_budget(tmp_p
     assert document["quick"] is True and document["threads"] == 1
     results = document["results"]
     assert [r["model"] for r in results] == ["hf_gpt2", "hf_llama", "gpt_decoder"]
-    rng_replayed = 0
     for r in results:
         assert r["rounds"] == 2
         assert r["shape"] == bench.QUICK[r["model"]]
@@ -62,12 +61,13 @@ def test_quick_run_is_well_formed_and_measured_peaks_are_within_the_budget(tmp_p
                 assert info["offloaded_bytes"] == 0
             if variant == "recompute":
                 assert recomputes["count"] > 0
-                rng_replayed += recomputes["rng_replay"]
         assert f"\n{r['model']}: " in out
         for variant in r["variants"]:
             assert f"| {variant} | " in out
-    # Dropout is among what the recompute plans re-run (RNG replay).
-    assert rng_replayed > 0
+    # Whether dropout's mask is among what the plans re-run depends on the
+    # measured op times: since chains regenerate what in-place units made
+    # (issue 35, part 2) the test GPT's plan re-runs 42 ops instead of 81 and
+    # at most one mask, often none. RNG replay is test_rng_replay.py's.
 
     # --combine pools runs: twice the same run gives its medians again, over twice the rounds.
     assert bench.main(["--combine", str(path), str(path)]) == {"combined": [str(path), str(path)]}
