@@ -143,9 +143,9 @@ Recomputable in_place_follower(const c10::OperatorHandle& op, const OpInfo& info
 // (`nondeterministic_seeded`: native_dropout, bernoulli, rand_like, randn) does
 // so when re-run with its generator's state: kWithRngReplay (Note [RNG
 // replay]). In-place ones are recomputable as followers (in_place_follower);
-// random in-place ones (bernoulli_, the CPU dropout's mask) are not. The warmup keeps the mark only where the
-// op produced a tracked storage and wrote no input (exec/hooks.h,
-// mark_recomputable).
+// random in-place ones (bernoulli_, the CPU dropout's mask) are not. The
+// warmup keeps the mark only where the op produced a tracked storage and
+// wrote no input, or is a follower there (exec/hooks.h, mark_recomputable).
 Recomputable recomputable_op(const c10::OperatorHandle& op, const OpInfo& info) {
   const c10::FunctionSchema& schema = op.schema();
   // hyperoffload::dropout_noise: the CPU dropout's mask (Note [Dropout on the CPU] in dropout.cc).

@@ -72,10 +72,13 @@ class StepHooks {
   virtual Status on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) = 0;
   // Declares the current op (after on_op_begin, before on_op_end) recomputable:
   // run again on the same inputs it produces the same outputs, bit for bit —
-  // which only the framework can know (PyTorch: no argument written in place,
-  // no nondeterministic tag). The warmup records the op as recomputable in its
-  // trace (ir/trace.h, Recomputable) when it also produced at least one storage
-  // and wrote no input; a replay ignores it (its plan says what to recompute).
+  // which only the framework can know (PyTorch: no nondeterministic tag, and
+  // no argument written in place but the data of one tensor). The warmup
+  // records the op as recomputable in its trace (ir/trace.h, Recomputable)
+  // when it also produced at least one storage and wrote no input, or when it
+  // produced nothing and rewrote one input it read whose version a
+  // recomputable op made (an in-place follower, Note [In-place units]); a
+  // replay ignores it (its plan says what to recompute).
   // Storages the op reads that the runtime does not track (parameters, the
   // batch) must not change during the step. `how`: kWithRngReplay for an op
   // that draws random numbers and regenerates its bytes only when the

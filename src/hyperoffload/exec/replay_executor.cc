@@ -434,10 +434,18 @@ OpIndex ReplayExecutor::regeneration_source(StorageIndex t) const {
   const std::optional<std::int32_t> writes = residency_.writes_since_produced(caller_of_[static_cast<std::size_t>(t)]);
   if (!writes || *writes == 0) return plan_->producer(t);
   // Version k came from the k-th rewrite since the producer: a unit of k + 1
-  // ops made it when that rewrite is a follower whose unit is that long.
+  // ops made it when that rewrite is a follower whose unit is that long. The
+  // count must agree with the trace's order, the k-th rewrite the last one
+  // the step ran (an op that rewrote it twice would shift the count: then
+  // nothing is regenerated rather than the wrong version).
   const std::span<const OpIndex> rewriters = plan_->rewriters(t);
-  if (static_cast<std::size_t>(*writes) > rewriters.size()) return -1;
-  const OpIndex writer = rewriters[static_cast<std::size_t>(*writes) - 1];
+  const auto k = static_cast<std::size_t>(*writes);
+  const OpIndex ran_before = op_ + (in_op_ ? 1 : 0);
+  if (k > rewriters.size() || rewriters[k - 1] >= ran_before ||
+      (k < rewriters.size() && rewriters[k] < ran_before)) {
+    return -1;
+  }
+  const OpIndex writer = rewriters[k - 1];
   std::int32_t length = 1;
   for (OpIndex member = plan_->trace().op_unit_previous(writer); member >= 0;
        member = plan_->trace().op_unit_previous(member)) {
