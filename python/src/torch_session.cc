@@ -37,8 +37,9 @@ bool is_collective(std::string_view name) {
 // action) only if the warmup marked it recomputable: an aten op that writes
 // no argument, cannot vary bit-wise, and returns a fresh tensor (module.cc,
 // recomputable_op), or an in-place follower, re-run after the op that made
-// what it rewrites (Note [In-place units] in ir/trace.h; recompute() below). One that draws random numbers (tagged
-// nondeterministic_seeded: native_dropout, bernoulli, rand_like, ...) is marked
+// what it rewrites (Note [In-place units] in ir/trace.h; recompute() below).
+// One that draws random numbers (tagged nondeterministic_seeded:
+// native_dropout, bernoulli, rand_like, ...) is marked
 // Recomputable::kWithRngReplay, and its recorded call re-runs it with its
 // generator's state as it first ran (Note [RNG replay] in rng_replay.h). In a replay, when such an op first runs and the plan
 // re-runs it later, the interception layer records its call (the operator,

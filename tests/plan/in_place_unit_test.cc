@@ -68,7 +68,10 @@ TEST(InPlaceUnit, MembersRunFromTheHeadAndAFollowersReadOfWhatTheHeadMakesIsNoIn
   for_each_unit_access(trace, members, [&](OpIndex op, std::size_t a, const Access&) { seen.emplace_back(op, a); });
   EXPECT_THAT(seen, ElementsAre(std::pair<OpIndex, std::size_t>{1, 0}, std::pair<OpIndex, std::size_t>{1, 1},
                                 std::pair<OpIndex, std::size_t>{2, 1}));
-  EXPECT_DOUBLE_EQ(unit_duration_ms(trace, members), 2.0);
+  EXPECT_DOUBLE_EQ(unit_duration_ms(trace, 2), 2.0);
+  EXPECT_EQ(unit_head(trace, 2), 1);
+  EXPECT_EQ(unit_size(trace, 2), 2u);
+  EXPECT_EQ(rewritten_storage(trace, 2), 0);  // s1, the first storage declared
 }
 
 TEST(InPlaceUnit, TheGapAfterAFollowerIsACandidateThatReRunsItsUnit) {

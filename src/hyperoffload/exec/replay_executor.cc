@@ -101,10 +101,7 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
     const Trace& kept = plan->trace_;
     std::vector<bool> rewritten(static_cast<std::size_t>(kept.storage_count()), false);
     for (OpIndex op = 0; op < kept.op_count(); ++op) {
-      if (kept.op_unit_previous(op) < 0) continue;
-      for (const Access& access : kept.accesses(op)) {
-        if (access.kind == AccessKind::kWrite) rewritten[static_cast<std::size_t>(access.storage)] = true;
-      }
+      if (kept.op_unit_previous(op) >= 0) rewritten[static_cast<std::size_t>(rewritten_storage(kept, op))] = true;
     }
     for (OpIndex op = 0; op < kept.op_count(); ++op) {
       for (const Access& access : kept.accesses(op)) {
@@ -341,12 +338,7 @@ Status ReplayExecutor::rerun(OpIndex source, std::int64_t position, const std::f
       position >= 0 ? plan_->unit_inputs(source) : std::span<const StorageIndex>(inputs_scratch);
   const OpIndex head = unit.front();
   // The storage the unit's followers rewrite, and how often (0 without any).
-  StorageIndex rewritten = -1;
-  if (unit.size() > 1) {
-    for (const Access& access : trace.accesses(unit[1])) {
-      if (access.kind == AccessKind::kWrite) rewritten = access.storage;
-    }
-  }
+  const StorageIndex rewritten = unit.size() > 1 ? rewritten_storage(trace, unit[1]) : -1;
   const auto follower_writes = static_cast<std::int32_t>(unit.size() - 1);
   RecomputeCall& call = call_;
   call.source_op_ = source;
@@ -446,12 +438,7 @@ OpIndex ReplayExecutor::regeneration_source(StorageIndex t) const {
     return -1;
   }
   const OpIndex writer = rewriters[k - 1];
-  std::int32_t length = 1;
-  for (OpIndex member = plan_->trace().op_unit_previous(writer); member >= 0;
-       member = plan_->trace().op_unit_previous(member)) {
-    ++length;
-  }
-  return length == *writes + 1 ? writer : -1;
+  return unit_size(plan_->trace(), writer) == k + 1 ? writer : -1;
 }
 
 std::string ReplayExecutor::why_not_regenerable(StorageIndex t) const {

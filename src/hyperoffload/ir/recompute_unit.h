@@ -18,11 +18,34 @@ namespace hyperoffload {
 // op that is no follower. O(members).
 void unit_members(const Trace& trace, OpIndex k, std::vector<OpIndex>& out);
 
-// What the unit's re-run takes: its members' durations, in ms.
-inline double unit_duration_ms(const Trace& trace, std::span<const OpIndex> members) {
+// Op k's unit's head (k for an op that is no follower). O(members).
+inline OpIndex unit_head(const Trace& trace, OpIndex k) {
+  while (trace.op_unit_previous(k) >= 0) k = trace.op_unit_previous(k);
+  return k;
+}
+
+// How many ops op k's unit has (1 for an op that is no follower). O(members).
+inline std::size_t unit_size(const Trace& trace, OpIndex k) {
+  std::size_t size = 1;
+  for (OpIndex member = trace.op_unit_previous(k); member >= 0; member = trace.op_unit_previous(member)) ++size;
+  return size;
+}
+
+// What a re-run of op k's unit takes: its members' durations, in ms.
+// O(members).
+inline double unit_duration_ms(const Trace& trace, OpIndex k) {
   double ms = 0.0;
-  for (const OpIndex member : members) ms += trace.op_duration_ms(member);
+  for (OpIndex member = k; member >= 0; member = trace.op_unit_previous(member)) ms += trace.op_duration_ms(member);
   return ms;
+}
+
+// The storage a follower rewrites: the one storage it writes. Precondition:
+// trace.op_unit_previous(follower) >= 0.
+inline StorageIndex rewritten_storage(const Trace& trace, OpIndex follower) {
+  for (const Access& access : trace.accesses(follower)) {
+    if (access.kind == AccessKind::kWrite) return access.storage;
+  }
+  return -1;  // unreachable for a follower
 }
 
 // Whether a member's access is part of what the unit's re-run reads or writes,
@@ -30,7 +53,7 @@ inline double unit_duration_ms(const Trace& trace, std::span<const OpIndex> memb
 // storage the head writes (a follower's in-place storage, or another output of
 // the head: a version the re-run makes itself). Followers write only the
 // storage they rewrite, which the head created, so what earlier members wrote
-// is what the head writes. `head_writes` is the head's accesses.
+// is what the head writes. `head_accesses` is the head's accesses.
 inline bool unit_access_counts(bool is_head, std::span<const Access> head_accesses, const Access& access) {
   if (is_head || access.kind == AccessKind::kWrite) return true;
   return std::none_of(head_accesses.begin(), head_accesses.end(), [&](const Access& h) {

@@ -180,7 +180,7 @@ Status TraceBuilder::check_recomputable_ops() {
       for (const Access& access : accesses) {
         if (access.kind == AccessKind::kRead) read_by[static_cast<std::size_t>(access.storage)] = op;
       }
-      std::optional<std::size_t> created;   // an access writing a storage the op creates
+      bool creates = false;                 // writes a storage it creates
       std::optional<std::size_t> in_place;  // an access writing a storage the op also reads
       bool two_in_place = false;
       for (std::size_t a = 0; a < accesses.size(); ++a) {
@@ -199,9 +199,9 @@ Status TraceBuilder::check_recomputable_ops() {
                                         "did not create cannot be recomputed",
                                         op, id, a, first_access[s]));
         }
-        if (!created) created = a;
+        creates = true;
       }
-      if (!created && !in_place) {
+      if (!creates && !in_place) {
         return make_error(ErrorCode::kInvalidInput,
                           fmt::format("ops[{}].recomputable: the op writes no storage, so there is nothing to "
                                       "recompute",
@@ -211,7 +211,7 @@ Status TraceBuilder::check_recomputable_ops() {
         const std::size_t a = *in_place;
         const auto s = static_cast<std::size_t>(accesses[a].storage);
         const StorageId id = trace_.storages_[s].id;
-        if (created || two_in_place) {
+        if (creates || two_in_place) {
           return make_error(ErrorCode::kInvalidInput,
                             fmt::format("ops[{}].recomputable: the op reads and writes storage {} (accesses[{}]) "
                                         "and writes another storage; an in-place op is recomputable only when "

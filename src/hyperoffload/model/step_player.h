@@ -202,7 +202,7 @@ class StepPlayer : public WalkObserver<StepPlayer<Recorder>, StorageTiming> {
     const OpIndex source = action.source_op;
     const double ready_ms = clock_.stream_free_ms();
     const StepClock::Recompute run =
-        clock_.recompute(accesses, host_ms_, regenerated_bytes, inputs_ready_ms_, unit_duration_ms(trace_, accesses.members));
+        clock_.recompute(accesses, host_ms_, regenerated_bytes, inputs_ready_ms_, unit_duration_ms(trace_, source));
     inputs_ready_ms_ = 0.0;
     recorder_.memory(MemoryStream::kCompute, run.host_ms, regenerated_bytes);
     // The stream's wait, split as for an op: for the host (memory), then for

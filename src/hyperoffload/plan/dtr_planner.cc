@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/ir/recompute_unit.h"
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/recompute/recompute_model.h"
 
@@ -106,12 +107,11 @@ class DtrWalk {
   }
 
   // What a re-run of op p reads and writes: its unit's accesses for a
-  // follower, its own otherwise; and how long it runs.
+  // follower, its own otherwise.
   std::span<const Access> rerun_list(OpIndex p) const {
     const auto it = unit_lists_.find(p);
     return it == unit_lists_.end() ? trace_.accesses(p) : std::span<const Access>(it->second);
   }
-  double rerun_ms(OpIndex p) const { return internal::rerun_duration_ms(trace_, p); }
   std::int64_t size_of(StorageIndex s) const { return trace_.storage(s).size_bytes; }
   StorageId id_of(StorageIndex s) const { return trace_.storage(s).id; }
 
@@ -158,7 +158,7 @@ class DtrWalk {
       // Back on the device: its class no longer pays for it (classes are not
       // split, as in DTR's union-find approximation).
       evicted_[at(s)] = false;
-      class_ms_[static_cast<std::size_t>(find(s))] -= rerun_ms(regen_[at(s)]);
+      class_ms_[static_cast<std::size_t>(find(s))] -= unit_duration_ms(trace_, regen_[at(s)]);
     }
     resident_[at(s)] = true;
     resident_bytes_ += size_of(s);
@@ -194,11 +194,11 @@ class DtrWalk {
   // neighbourhood).
   double cost_ms(StorageIndex s) const {
     const OpIndex p = regen_[at(s)];
-    double cost = rerun_ms(p);
+    double cost = unit_duration_ms(trace_, p);
     for (const Access& access : rerun_list(p)) {
       if (access.kind != AccessKind::kRead || resident_[at(access.storage)]) continue;
       const OpIndex q = regen_[at(access.storage)];
-      if (q >= 0) cost += rerun_ms(q);
+      if (q >= 0) cost += unit_duration_ms(trace_, q);
     }
     return cost;
   }
@@ -268,7 +268,7 @@ class DtrWalk {
   }
 
   double class_cost_ms(StorageIndex s) {
-    double cost = rerun_ms(regen_[at(s)]);
+    double cost = unit_duration_ms(trace_, regen_[at(s)]);
     roots_.clear();
     evicted_neighbours(s, [&](StorageIndex n) {
       const StorageIndex root = find(n);
@@ -282,7 +282,7 @@ class DtrWalk {
   void join_class(StorageIndex s) {
     // Evicted again after a regeneration, s rejoins the class it never left.
     evicted_[at(s)] = true;
-    class_ms_[static_cast<std::size_t>(find(s))] += rerun_ms(regen_[at(s)]);
+    class_ms_[static_cast<std::size_t>(find(s))] += unit_duration_ms(trace_, regen_[at(s)]);
     evicted_neighbours(s, [&](StorageIndex n) {
       StorageIndex a = find(s);
       StorageIndex b = find(n);
@@ -349,10 +349,10 @@ class DtrWalk {
     make_room(fresh_bytes, t);
     actions_.push_back(Action{t, Phase::kPre, ActionKind::kRecompute, 0, p});
     ++recomputes_;
-    recompute_ms_ += rerun_ms(p);
+    recompute_ms_ += unit_duration_ms(trace_, p);
     for (const StorageIndex o : fresh) make_resident(o);
     note_peak(t);
-    now_ms_ += rerun_ms(p);
+    now_ms_ += unit_duration_ms(trace_, p);
     for (const StorageIndex u : frame.pinned) {
       last_use_ms_[at(u)] = now_ms_;
       unpin(u);

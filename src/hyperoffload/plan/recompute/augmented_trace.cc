@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "hyperoffload/ir/recompute_unit.h"
 #include "hyperoffload/plan/common/schedule_assembler.h"
 
 namespace hyperoffload::internal {
@@ -112,15 +113,10 @@ class Builder {
     OpIndex producer = model_.regenerator[static_cast<std::size_t>(u)];
     if (producer < 0) return;  // cannot be: the chain was checked when the candidate was made
     for (const auto& [k, rerun] : reruns) {
-      if (k > producer && trace_.op_unit_previous(k) >= 0 && unit_head(k) == producer) producer = k;
+      if (k > producer && unit_head(trace_, k) == producer) producer = k;
     }
     Rerun& rerun = reruns[producer];
     if (!contains(rerun.transient, u)) rerun.transient.push_back(u);
-  }
-
-  OpIndex unit_head(OpIndex k) const {
-    while (trace_.op_unit_previous(k) >= 0) k = trace_.op_unit_previous(k);
-    return k;
   }
 
   void regenerate_before(OpIndex op, std::span<const std::int32_t> ending) {
@@ -151,7 +147,7 @@ class Builder {
     std::map<StorageIndex, StorageId> transient_instance;
     for (auto& [k, rerun] : reruns) {
       // A follower's re-run is its unit's, as one op (rerun_accesses).
-      (void)builder_.add_named_op(trace_.op_name_index(k), rerun_duration_ms(trace_, k));
+      (void)builder_.add_named_op(trace_.op_name_index(k), unit_duration_ms(trace_, k));
       // One instance per output however many writes of it the op lists: a
       // second instance would leave the first unread, and the planner would
       // release the storage right after regenerating it (found by
@@ -183,7 +179,7 @@ class Builder {
       out_.original_op.push_back(op);
       out_.source_op.push_back(k);
       ++out_.recompute_count;
-      out_.recompute_ms += rerun_duration_ms(trace_, k);
+      out_.recompute_ms += unit_duration_ms(trace_, k);
     }
   }
 

@@ -63,11 +63,7 @@ std::vector<OpIndex> valid_until_per_op(const Trace& trace) {
   for (OpIndex op = 0; op < trace.op_count(); ++op) {
     const OpIndex previous = trace.op_unit_previous(op);
     if (previous < 0) continue;
-    StorageIndex rewritten = -1;
-    for (const Access& access : trace.accesses(op)) {
-      if (access.kind == AccessKind::kWrite) rewritten = access.storage;
-    }
-    OpIndex bound = earliest[static_cast<std::size_t>(previous)].without(rewritten);
+    OpIndex bound = earliest[static_cast<std::size_t>(previous)].without(rewritten_storage(trace, op));
     if (trace.op_unit_previous(previous) >= 0) bound = std::min(bound, members[static_cast<std::size_t>(previous)]);
     members[static_cast<std::size_t>(op)] = bound;
     valid_until[static_cast<std::size_t>(op)] = std::min(valid_until[static_cast<std::size_t>(op)], bound);
@@ -75,34 +71,17 @@ std::vector<OpIndex> valid_until_per_op(const Trace& trace) {
   return valid_until;
 }
 
-std::span<const Access> rerun_accesses(const Trace& trace, OpIndex k, RerunScratch& scratch) {
-  if (trace.op_unit_previous(k) < 0) return trace.accesses(k);
-  unit_members(trace, k, scratch.members);
-  scratch.accesses.clear();
-  for_each_unit_access(trace, scratch.members,
-                       [&](OpIndex, std::size_t, const Access& access) { scratch.accesses.push_back(access); });
-  return scratch.accesses;
-}
-
-double rerun_duration_ms(const Trace& trace, OpIndex k) {
-  double ms = trace.op_duration_ms(k);
-  for (OpIndex member = trace.op_unit_previous(k); member >= 0; member = trace.op_unit_previous(member)) {
-    ms += trace.op_duration_ms(member);
-  }
-  return ms;
-}
-
 Regenerators find_regenerators(const Trace& trace, const StorageAccesses& accesses,
                                std::span<const OpIndex> producer) {
   Regenerators out;
   out.regenerator.assign(producer.begin(), producer.end());
   if (!trace.has_in_place_units()) return out;
-  RerunScratch scratch;
+  std::vector<OpIndex> members;
   for (OpIndex op = 0; op < trace.op_count(); ++op) {
-    const OpIndex previous = trace.op_unit_previous(op);
-    if (previous < 0 || rerun_source(trace, op, previous) != op) continue;
-    const std::span<const Access> list = rerun_accesses(trace, op, scratch);
-    out.unit_accesses.emplace(op, std::vector<Access>(list.begin(), list.end()));
+    if (trace.op_unit_previous(op) < 0 || unit_size(trace, op) > static_cast<std::size_t>(kMaxUnitOps)) continue;
+    unit_members(trace, op, members);
+    std::vector<Access>& list = out.unit_accesses[op];
+    for_each_unit_access(trace, members, [&](OpIndex, std::size_t, const Access& access) { list.push_back(access); });
   }
   for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
     const OpIndex made_by = producer[static_cast<std::size_t>(s)];
@@ -118,12 +97,7 @@ Regenerators find_regenerators(const Trace& trace, const StorageAccesses& access
 
 OpIndex rerun_source(const Trace& trace, OpIndex version_writer, OpIndex producer) {
   if (version_writer < 0 || trace.op_unit_previous(version_writer) < 0) return producer;
-  int members = 1;
-  for (OpIndex member = trace.op_unit_previous(version_writer); member >= 0;
-       member = trace.op_unit_previous(member)) {
-    if (++members > kMaxUnitOps) return -1;
-  }
-  return version_writer;
+  return unit_size(trace, version_writer) <= static_cast<std::size_t>(kMaxUnitOps) ? version_writer : -1;
 }
 
 namespace {
@@ -142,7 +116,7 @@ double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, 
                   std::int64_t max_work, std::vector<OpIndex>& pending) {
   const double limit_ms = trace.total_compute_ms();
   marks.clear();
-  for (OpIndex member = source_op; member >= 0; member = trace.op_unit_previous(member)) marks.visit(member);
+  marks.visit_unit(trace, source_op);
   pending.assign(1, source_op);
   std::size_t visited = 1;
   double cost = 0.0;
@@ -150,7 +124,7 @@ double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, 
     const OpIndex k = pending.back();
     pending.pop_back();
     if (model.valid_until[static_cast<std::size_t>(k)] < op) return -1.0;
-    cost += rerun_duration_ms(trace, k);
+    cost += unit_duration_ms(trace, k);
     if (cost > limit_ms) return -1.0;
     const std::span<const Access> list = rerun_accesses(trace, model, k);
     model.chain_work += 1 + static_cast<std::int64_t>(list.size());
@@ -158,11 +132,7 @@ double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, 
       if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
       const OpIndex producer = model.regenerator[static_cast<std::size_t>(access.storage)];
       if (producer < 0) return -1.0;
-      if (!marks.visit(producer)) continue;
-      // A unit's earlier members re-run inside it (never alone: valid_until).
-      for (OpIndex member = trace.op_unit_previous(producer); member >= 0; member = trace.op_unit_previous(member)) {
-        marks.visit(member);
-      }
+      if (!marks.visit_unit(trace, producer)) continue;
       if (visited >= static_cast<std::size_t>(kMaxChainOps)) return -1.0;
       if (model.chain_work > max_work) {
         model.chain_work_cut = true;

@@ -91,6 +91,16 @@ class ChainMarks {
     mark = search_;
     return true;
   }
+  // visit(op), and when op is new, marks its unit's earlier members too: a
+  // re-run of op re-runs them, and none may re-run alone after it (Note
+  // [In-place units] in ir/trace.h).
+  bool visit_unit(const Trace& trace, OpIndex op) {
+    if (!visit(op)) return false;
+    for (OpIndex member = trace.op_unit_previous(op); member >= 0; member = trace.op_unit_previous(member)) {
+      visit(member);
+    }
+    return true;
+  }
 
  private:
   std::vector<std::uint32_t> search_of_;
@@ -153,19 +163,11 @@ std::vector<OpIndex> valid_until_per_op(const Trace& trace);
 // a re-run's accesses are its members', and this keeps them O(d) per re-run.
 inline constexpr int kMaxUnitOps = 16;
 
-// Scratch space for rerun_accesses.
-struct RerunScratch {
-  std::vector<OpIndex> members;
-  std::vector<Access> accesses;
-};
-
-// What a re-run of op k reads and writes, as one op (ir/recompute_unit.h):
-// trace.accesses(k) for an op that is no follower, else its unit's, in
-// `scratch` (valid until the next call with a follower).
-std::span<const Access> rerun_accesses(const Trace& trace, OpIndex k, RerunScratch& scratch);
 // Per storage, the regenerator of its final version (RecomputeModel::
 // regenerator, from the storages' producers), and the accesses of every
-// follower's unit of at most kMaxUnitOps ops. O(W + followers × kMaxUnitOps × d).
+// follower's unit of at most kMaxUnitOps ops, each as one op's
+// (ir/recompute_unit.h, for_each_unit_access). O(W + followers × kMaxUnitOps
+// × d).
 struct Regenerators {
   std::vector<OpIndex> regenerator;
   std::unordered_map<OpIndex, std::vector<Access>> unit_accesses;
@@ -173,14 +175,14 @@ struct Regenerators {
 Regenerators find_regenerators(const Trace& trace, const StorageAccesses& accesses,
                                std::span<const OpIndex> producer);
 
-// The same from the model's cache (stable): precondition, a follower k is
-// some candidate's source or some storage's regenerator.
+// What a re-run of op k reads and writes, as one op: trace.accesses(k) for an
+// op that is no follower, else its unit's from the model's cache (stable).
+// Precondition: a follower k is some candidate's source or some storage's
+// regenerator. Its compute time is ir/recompute_unit.h's unit_duration_ms.
 inline std::span<const Access> rerun_accesses(const Trace& trace, const RecomputeModel& model, OpIndex k) {
   if (trace.op_unit_previous(k) < 0) return trace.accesses(k);
   return model.unit_accesses.at(k);
 }
-// Its compute time: op k's, plus its previous unit members'.
-double rerun_duration_ms(const Trace& trace, OpIndex k);
 // The op whose re-run regenerates a version that `version_writer` made:
 // the follower itself (its unit) when it is one and its unit has at most
 // kMaxUnitOps ops (-1 when longer), else the storage's producer.

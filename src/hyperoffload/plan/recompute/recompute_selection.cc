@@ -99,7 +99,7 @@ class Selector {
   // Once the chain work budget is spent (Note [Chain work]) only the
   // candidate's own producer is looked at: a chain that needs more fails.
   bool plan_rerun(OpIndex producer, OpIndex op, Effect& effect) {
-    if (!marks_.visit(producer)) return true;
+    if (!marks_.visit_unit(trace_, producer)) return true;
     if (model_.valid_until[static_cast<std::size_t>(producer)] < op ||
         effect.reruns >= static_cast<std::size_t>(kMaxChainOps)) {
       return false;
@@ -109,10 +109,6 @@ class Selector {
       return false;
     }
     ++effect.reruns;
-    // A follower re-runs its unit (its earlier members never alone).
-    for (OpIndex member = trace_.op_unit_previous(producer); member >= 0; member = trace_.op_unit_previous(member)) {
-      marks_.visit(member);
-    }
     const std::span<const Access> list = rerun_accesses(trace_, model_, producer);
     work_left_ -= 1 + static_cast<std::int64_t>(list.size());
     for (const Access& access : list) {
