@@ -106,9 +106,16 @@ TEST(WarmupHeldBytes, AnEvictionsBufferIsHeldUntilItsD2HAndTheNextOutputWaitsFor
   EXPECT_EQ(result->stats.over_budget_allocations, 0);
   EXPECT_TRUE(result->notes.empty());
   // The trace records the emulated link's bandwidth (the eviction's D2H, the
-  // fault's H2D): within 10% of 0.05 GiB/s.
-  EXPECT_NEAR(result->trace.d2h_bandwidth_gib_per_s(), kLinkGiBPerS, kLinkGiBPerS / 10);
-  EXPECT_NEAR(result->trace.h2d_bandwidth_gib_per_s(), kLinkGiBPerS, kLinkGiBPerS / 10);
+  // fault's H2D). The emulated link sleeps for bytes / bandwidth, so a copy
+  // never ends early: the measured bandwidth is at most 0.05 GiB/s (5% slack
+  // for timer granularity; 1e9-byte units would read 0.0537) and, on a loaded
+  // machine, lower by however long the copy thread waited to be scheduled (a
+  // CI run under ctest -j2 measured 0.0448). Half the link is far from any
+  // unit error (MiB vs KiB, ms vs s) while no scheduler delay reaches it.
+  for (double measured : {result->trace.d2h_bandwidth_gib_per_s(), result->trace.h2d_bandwidth_gib_per_s()}) {
+    EXPECT_LE(measured, kLinkGiBPerS * 1.05);
+    EXPECT_GE(measured, kLinkGiBPerS / 2);
+  }
   warmup.reset();
   rt.expect_nothing_held();
 }
