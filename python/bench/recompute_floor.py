@@ -87,6 +87,33 @@ def without_units(trace: dict) -> dict:
     return out
 
 
+def unit_of(trace: dict, op: int) -> list:
+    """The ops a recompute of `op` re-runs: op alone, or for an in-place follower its unit (the op that made the
+    storage, then each follower up to `op`; Note [In-place units] in ir/trace.h)."""
+    ops = trace["ops"]
+    unit = [op]
+    while True:
+        accesses = ops[unit[0]]["accesses"]
+        written = {a["storage"] for a in accesses if a["kind"] == "write"}
+        rewritten = written & {a["storage"] for a in accesses if a["kind"] == "read"}
+        if not rewritten:
+            return unit
+        (storage,) = rewritten
+        # The op before unit[0] that wrote the storage made the version it rewrote.
+        unit.insert(0, next(k for k in range(unit[0] - 1, -1, -1)
+                            if any(a["storage"] == storage and a["kind"] == "write" for a in ops[k]["accesses"])))
+
+
+def most_reruns(trace: dict, schedule: dict) -> int:
+    """The most times one traced op runs again in a step under `schedule` (0: nothing re-run)."""
+    counts = {}
+    for action in schedule["actions"]:
+        if action["kind"] == "recompute":
+            for op in unit_of(trace, action["source_op"]):
+                counts[op] = counts.get(op, 0) + 1
+    return max(counts.values(), default=0)
+
+
 def recompute_at(trace: dict, budget: int) -> dict:
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "trace.json")
@@ -94,10 +121,16 @@ def recompute_at(trace: dict, budget: int) -> dict:
             json.dump(trace, f)
         out = subprocess.run([CLI, "compare", path, "--budget", str(budget), "--planners", "recompute", "--json"],
                              check=True, capture_output=True, text=True).stdout
+        schedule_path = os.path.join(directory, "schedule.json")
+        subprocess.run([CLI, "plan", path, "--budget", str(budget), "--planner", "recompute", "-o", schedule_path],
+                       check=True, capture_output=True, text=True)
+        with open(schedule_path) as f:
+            schedule = json.load(f)
     result = json.loads(out)
     plan = result["results"][0]
     return {"limit_bytes": result["recompute_only_limit"]["bytes"], "peak_bytes": plan["op_peak_bytes"],
-            "feasible": plan["feasible"], "unplanned_bytes": result["trace"]["unplanned_peak_bytes"]}
+            "feasible": plan["feasible"], "unplanned_bytes": result["trace"]["unplanned_peak_bytes"],
+            "recomputes": plan["recompute_count"], "most_reruns": most_reruns(trace, schedule)}
 
 
 def measure(name, model, loss_of, checkpointed, log):
@@ -137,14 +170,15 @@ def main(argv=None):
     model, loss_of = resnet50(RESNET["quick" if args.quick else "full"])
     rows.append(measure("resnet50", model, loss_of, checkpointed_resnet, log))
     print("| model | checkpoint (every layer) | in-place followers | recompute-only limit: before → with units "
-          "| recompute planner's peak at the checkpoint budget: before → with units |")
-    print("|---|---|---|---|---|")
+          "| recompute planner's peak at the checkpoint budget: before → with units "
+          "| recompute actions; most runs of one op again: before → with units |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         w, wo = r["with_units"], r["without_units"]
         mark = lambda d: "" if d["feasible"] else " (over)"  # noqa: E731
         print(f"| {r['model']} | {mib(r['checkpoint_bytes'])} MiB | {r['followers']} | {mib(wo['limit_bytes'])} → "
               f"{mib(w['limit_bytes'])} MiB | {mib(wo['peak_bytes'])}{mark(wo)} → {mib(w['peak_bytes'])}{mark(w)} "
-              f"MiB |")
+              f"MiB | {wo['recomputes']} → {w['recomputes']}; {wo['most_reruns']}× → {w['most_reruns']}× |")
     if args.json:
         write_atomically(args.json, json.dumps(rows, indent=1))
     return 0

@@ -2,7 +2,9 @@
 
 Every model gets a row; the in-place units never raise the recompute-only limit
 (they only add ways to regenerate), and on torchvision's ResNet-50, whose
-ReLUs and residual sums are all in place, they lower it.
+ReLUs and residual sums are all in place, they lower it. At checkpointing's
+memory the recompute plan runs no op again more than once (issue 35, part 1's
+bound), as checkpointing re-runs each layer once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ def test_quick_run_reports_every_model_and_units_only_lower_the_limit(tmp_path, 
         assert f"| {r['model']} |" in out
         assert r["with_units"]["limit_bytes"] <= r["without_units"]["limit_bytes"], r
         assert r["with_units"]["unplanned_bytes"] == r["without_units"]["unplanned_bytes"], r
+        # Every model has something to re-run at a quarter to a third of its eager memory (checkpointing's),
+        # and with units each op that re-runs does so once: most_reruns counts a unit's members per recompute.
+        assert r["with_units"]["feasible"], r
+        assert r["with_units"]["most_reruns"] == 1, r
     resnet = rows[-1]
     # 16 bottlenecks, each with three ReLUs and a residual add in place.
     assert resnet["followers"] >= 16 * 3
