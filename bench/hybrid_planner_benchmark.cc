@@ -15,7 +15,7 @@
 //
 // Counters: ops, recomputes and copies in the schedule, planned peak / budget.
 // BM_OverheadBound* time the least stall plus recompute any plan can have
-// (report/overhead_bound.h), which `compare` computes per budget, on the same
+// (plan/common/overhead_bound.h), which `compare` computes per budget, on the same
 // traces; its counter is that bound in % of the compute.
 #include <benchmark/benchmark.h>
 
@@ -29,7 +29,7 @@
 #include "hyperoffload/plan/hybrid_planner.h"
 #include "hyperoffload/plan/peak/peak_model.h"
 #include "hyperoffload/plan/planner.h"
-#include "hyperoffload/report/overhead_bound.h"
+#include "hyperoffload/plan/common/overhead_bound.h"
 
 namespace hyperoffload {
 namespace {

@@ -160,7 +160,7 @@ void check_comparison(const Trace& trace, std::optional<std::int64_t> budget, Co
   for (std::size_t r = 0; r < comparison->rows.size(); ++r) {
     const ComparisonRow& row = comparison->rows[r];
     // Nothing feasible adds less than the bound on stall plus recompute
-    // (report/overhead_bound.h), and a feasible plan means there is one.
+    // (plan/common/overhead_bound.h), and a feasible plan means there is one.
     const std::optional<double> least_ms = comparison->overhead_bound_ms(r / comparison->planner_count);
     FUZZ_CHECK(!row.feasible() || least_ms.has_value(), "{} is feasible, but the overhead bound says no plan fits",
                row.planner);
@@ -174,7 +174,7 @@ void check_comparison(const Trace& trace, std::optional<std::int64_t> budget, Co
     if (!bound) continue;
     check_finite(*bound, "a stall bound");
     // The bound holds for every feasible plan that only copies
-    // (report/stall_bound.h); a recompute can beat it.
+    // (plan/common/stall_bound.h); a recompute can beat it.
     FUZZ_CHECK(!row.feasible() || trace.has_recomputable_ops() || row.stall_ms >= *bound - 1e-9 * (1 + *bound), "{} stalls {} ms, below the bound {}",
                row.planner, row.stall_ms, *bound);
   }

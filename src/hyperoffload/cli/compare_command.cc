@@ -3,7 +3,7 @@
 //                    [--time-limit S] [--plot FILE.svg] [--json]
 // hyperoffload compare TRACE --sweep [--sweep-step 5%] [--planners ...] [--memory-cap ...] [--plot FILE.svg] [--json]
 // The planners are tuned to the memory cap simulated; each budget's table
-// shows the offload-only stall lower bound (report/stall_bound.h) and, per
+// shows the offload-only stall lower bound (plan/common/stall_bound.h) and, per
 // plan, its recomputes and how far its stall plus recompute is above it.
 // Without --planners the heuristic planners are compared, and the optimal
 // planner too when the trace is small enough for it (plan/optimal_planner.h).

@@ -1,6 +1,8 @@
 #include "hyperoffload/plan/hybrid_planner.h"
 
 #include <optional>
+#include <ranges>
+#include <span>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -56,13 +58,29 @@ class HybridPlanning {
     if (recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
   }
 
-  // The plan for the budget, or one of `lower` (plans made for lower budgets,
-  // plans_for_larger_budgets, ascending) when it fits and is quicker here
-  // (Note [Plans for lower budgets]).
-  PlanResult run(std::string_view planner_name, std::vector<HybridPlan> lower) {
+  // The plan for the budget, or one made for a lower budget, `rungs`
+  // (ascending), when it fits and is quicker here (Note [Plans for lower
+  // budgets]). The rungs go from the largest down, each planned only when a
+  // plan within it could be quicker than the best so far.
+  PlanResult run(std::string_view planner_name, const Trace& trace, std::span<const std::int64_t> rungs) {
     std::optional<UnavoidableFloor> floor;
     HybridPlan chosen = choose(floor);
-    return internal::plan_result(planner_name, maker_, std::move(chosen), *floor, std::move(lower));
+    std::optional<std::int64_t> lower_budget;
+    for (const std::int64_t rung : std::views::reverse(rungs)) {
+      if (internal::lower_budget_cannot_win(maker_, chosen, rung)) continue;
+      // A rung's offload-only plan is made in full for this budget to time
+      // again, unless the best here is quicker than any offload-only plan
+      // within this budget can be (offload_step_bound.h): then it may stop
+      // as at its own budget, since none of it could win here.
+      const OffloadOnlyStop stop = internal::beats_offload_only(chosen, models_.budget_bytes, models_.offload_only_bound_ms)
+                                       ? OffloadOnlyStop::kWhenBeaten
+                                       : OffloadOnlyStop::kNever;
+      if (internal::take_quicker_lower(maker_, chosen,
+                                       HybridPlanning(trace, options_, rung, stop).plans_for_larger_budgets())) {
+        lower_budget = rung;
+      }
+    }
+    return internal::plan_result(planner_name, maker_, std::move(chosen), *floor, lower_budget);
   }
 
   // The plans made here that a larger budget times again (Note [Plans for
@@ -219,15 +237,11 @@ Result<PlanResult> HybridPlanner::plan(const Trace& trace, std::optional<std::in
   }
   // Note [Plans for lower budgets]: the plans of the rungs below the budget,
   // each made as at its rung, are timed at the budget with the plans made for it.
-  std::vector<HybridPlan> lower;
+  std::vector<std::int64_t> rungs;
   if (options_.lower_budgets == LowerBudgetPlans::kRungs && internal::lower_budget_plans_fit(trace)) {
-    const UnavoidableFloor floor = offload_floor(trace);
-    for (const std::int64_t rung : internal::lower_budgets(trace, floor.bytes, unplanned_peak(trace).bytes, *budget_bytes)) {
-      std::vector<HybridPlan> plans = HybridPlanning(trace, options_, rung, OffloadOnlyStop::kNever).plans_for_larger_budgets();
-      for (HybridPlan& plan : plans) lower.push_back(std::move(plan));
-    }
+    rungs = internal::lower_budgets(trace, offload_floor(trace).bytes, unplanned_peak(trace).bytes, *budget_bytes);
   }
-  return HybridPlanning(trace, options_, *budget_bytes).run(name(), std::move(lower));
+  return HybridPlanning(trace, options_, *budget_bytes).run(name(), trace, rungs);
 }
 
 }  // namespace hyperoffload

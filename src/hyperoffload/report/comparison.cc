@@ -8,9 +8,9 @@
 
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/budget_policy.h"
-#include "hyperoffload/report/overhead_bound.h"
+#include "hyperoffload/plan/common/overhead_bound.h"
 #include "hyperoffload/report/plan_summary.h"
-#include "hyperoffload/report/stall_bound.h"
+#include "hyperoffload/plan/common/stall_bound.h"
 
 namespace hyperoffload {
 namespace {

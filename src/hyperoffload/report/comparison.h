@@ -119,11 +119,11 @@ struct Comparison {
   // printed beside that planner's own floor.
   std::optional<UnavoidableFloor> recompute_only_limit;
   // Per budget: the least stall any offload-only plan within it can have
-  // (report/stall_bound.h) under these copy engines and memory cap; nullopt
+  // (plan/common/stall_bound.h) under these copy engines and memory cap; nullopt
   // when no such plan fits it. Plans that recompute can go below it.
   std::vector<std::optional<double>> stall_bounds_ms;
   // Per budget: the least stall plus recompute of any plan within it, with
-  // recomputes or not (report/overhead_bound.h); nullopt when no plan fits it.
+  // recomputes or not (plan/common/overhead_bound.h); nullopt when no plan fits it.
   std::vector<std::optional<double>> overhead_bounds_ms;
   // Budget-major: rows[b * planners + p] is planner p at budgets_bytes[b].
   std::vector<ComparisonRow> rows;

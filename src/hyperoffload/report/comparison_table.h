@@ -11,7 +11,7 @@
 // "!" marks a timed peak above the budget; "recompute" the time re-running ops
 // and how many re-runs; "above bound" is the stall plus the recompute time
 // minus the budget's lower bound on the stall of offload-only plans
-// (report/stall_bound.h) — negative where recomputing beats every such plan —
+// (plan/common/stall_bound.h) — negative where recomputing beats every such plan —
 // and "-" for a plan the bound does not cover (not feasible).
 #pragma once
 

@@ -1,7 +1,7 @@
 // SVG plot of a budget sweep (report/budget_sweep.h): overhead (stall plus
 // recompute, % of compute) against the budget (% of the unplanned peak), one
 // curve with a marker per feasible point for each planner, the least overhead
-// any plan can have (report/overhead_bound.h) as a dashed grey curve, and a
+// any plan can have (plan/common/overhead_bound.h) as a dashed grey curve, and a
 // red ring around every point that breaks Note [Monotone in the budget].
 // Infeasible points are left out, so a planner's curve starts at its floor.
 //

@@ -2,7 +2,7 @@
 // the hybrid planner stops making its offload-only plan once another plan it
 // made is quicker than this (docs/HYBRID_PLANNER.md, "Choosing the plan").
 //
-// Scope: as report/stall_bound.h's, every valid, fault-free offload-only
+// Scope: as plan/common/stall_bound.h's, every valid, fault-free offload-only
 // schedule whose op-granular peak is within the budget and that keeps
 // retained storages resident after their last access (the peak planner's
 // plans), timed as the simulator times it on two copy engines. The argument

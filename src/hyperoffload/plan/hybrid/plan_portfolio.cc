@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include "hyperoffload/ir/byte_format.h"
+#include "hyperoffload/plan/common/lower_budgets.h"
+#include "hyperoffload/plan/common/overhead_bound.h"
 #include "hyperoffload/plan/recompute/recompute_model.h"
 
 namespace hyperoffload::internal {
@@ -50,26 +52,44 @@ HybridPlan choose_plan(HybridPlan offload, std::vector<HybridPlan> others, std::
   return best;
 }
 
+bool take_quicker_lower(const PlanMaker& maker, HybridPlan& chosen, std::vector<HybridPlan> lower) {
+  const std::int64_t budget = maker.models().budget_bytes;
+  bool taken = false;
+  // Only when strictly quicker: among plans equally quick, the one made for
+  // the largest budget (no lower timed peak than a smaller budget's plan for
+  // no gain); the caller offers the largest lower budget first. A plan over
+  // the budget it was made for is left out: the bound that spares making
+  // the plans of a lower budget (lower_budget_cannot_win) holds only for
+  // plans within it, and only those keep the curve monotone.
+  for (HybridPlan& plan : std::views::reverse(lower)) {
+    if (plan.peak_bytes > plan.planned_for_bytes || plan.peak_bytes > budget) continue;
+    plan.time_ms = maker.estimated_time_ms(plan.actions, plan.recompute_ms);
+    if (chosen.peak_bytes > budget || plan.time_ms < chosen.time_ms) {
+      chosen = std::move(plan);
+      taken = true;
+    }
+  }
+  return taken;
+}
+
+bool lower_budget_cannot_win(const PlanMaker& maker, const HybridPlan& chosen, std::int64_t lower_budget) {
+  const HybridModels& models = maker.models();
+  if (chosen.peak_bytes > models.budget_bytes) return false;
+  const std::optional<double> bound_ms = overhead_lower_bound_ms(
+      models.trace, lower_budget, StallBoundOptions{.copy_engines = CopyEngines::kTwo, .device_memory = models.device_memory},
+      models.budget_bytes);
+  if (!bound_ms) return true;  // nothing fits the lower budget
+  return internal::cannot_beat(models.trace.total_compute_ms() + *bound_ms, chosen.time_ms);
+}
+
 PlanResult plan_result(std::string_view planner_name, const PlanMaker& maker, HybridPlan chosen,
-                       const UnavoidableFloor& floor, std::vector<HybridPlan> lower) {
+                       const UnavoidableFloor& floor, std::optional<std::int64_t> lower_budget) {
   const HybridModels& models = maker.models();
   const std::int64_t budget = models.budget_bytes;
   PlanResult result;
   result.schedule.planner = std::string(planner_name);
   result.initial_peak_bytes = *std::max_element(models.peak.resident_bytes.begin(), models.peak.resident_bytes.end());
   result.floor = floor;
-  std::optional<std::int64_t> lower_budget;
-  // From the largest budget down, and only when strictly quicker: among
-  // plans equally quick, the one made for the largest budget (no lower
-  // timed peak than a smaller budget's plan for no gain).
-  for (HybridPlan& plan : std::views::reverse(lower)) {
-    plan.time_ms = maker.estimated_time_ms(plan.actions, plan.recompute_ms);
-    const bool fits = plan.peak_bytes <= budget;
-    if (fits && (chosen.peak_bytes > budget || plan.time_ms < chosen.time_ms)) {
-      lower_budget = plan.planned_for_bytes;
-      chosen = std::move(plan);
-    }
-  }
   if (lower_budget) {
     chosen.notes.insert(chosen.notes.begin(),
                         fmt::format("the plan made for {} ({} bytes), a lower budget, is quicker within this one: "

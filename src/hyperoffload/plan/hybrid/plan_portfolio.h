@@ -36,11 +36,23 @@ bool beats_offload_only(const HybridPlan& plan, std::int64_t budget_bytes, doubl
 HybridPlan choose_plan(HybridPlan offload, std::vector<HybridPlan> others, std::int64_t budget_bytes,
                        double offload_only_bound_ms, std::optional<UnavoidableFloor>& floor);
 
-// The planner's result: `chosen`, or one of `lower` (plans made for lower
-// budgets, ascending; Note [Plans for lower budgets]) when it fits and is
-// strictly quicker at this budget, timed here with `maker`; with a note when
-// the budget is below `floor` and the chosen plan's notes.
+// Note [Plans for lower budgets]: times `lower` (plans made for one lower
+// budget, its plans_for_larger_budgets) at this budget with `maker`; the last
+// of them that fits its own budget and this one and is strictly quicker than
+// `chosen` (or fits where `chosen` does not) replaces it. Whether one did.
+bool take_quicker_lower(const PlanMaker& maker, HybridPlan& chosen, std::vector<HybridPlan> lower);
+
+// Whether no plan made for `lower_budget` (one that fits it) can be strictly
+// quicker here than `chosen`, which fits: the least stall plus recompute of
+// any plan within `lower_budget`, on this budget's device
+// (plan/common/overhead_bound.h), is at least `chosen`'s. Saves making the
+// plans of that budget; the choice is the same.
+bool lower_budget_cannot_win(const PlanMaker& maker, const HybridPlan& chosen, std::int64_t lower_budget);
+
+// The planner's result: `chosen`, with a note naming `lower_budget` when a
+// plan made for it was chosen (take_quicker_lower) and one when the budget is
+// below `floor`, and the chosen plan's notes.
 PlanResult plan_result(std::string_view planner_name, const PlanMaker& maker, HybridPlan chosen,
-                       const UnavoidableFloor& floor, std::vector<HybridPlan> lower);
+                       const UnavoidableFloor& floor, std::optional<std::int64_t> lower_budget);
 
 }  // namespace hyperoffload::internal

@@ -47,7 +47,7 @@
 #include <optional>
 
 #include "hyperoffload/ir/trace.h"
-#include "hyperoffload/sim/simulator.h"
+#include "hyperoffload/model/device.h"
 
 namespace hyperoffload {
 

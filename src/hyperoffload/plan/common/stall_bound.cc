@@ -1,4 +1,4 @@
-#include "hyperoffload/report/stall_bound.h"
+#include "hyperoffload/plan/common/stall_bound.h"
 
 #include <algorithm>
 #include <bit>

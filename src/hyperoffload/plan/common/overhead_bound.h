@@ -37,7 +37,11 @@
 // On a device that holds only the budget, the memory of 1. and 2. is free
 // during op q only once their copies to host completed, before op q starts:
 // at most (C(q) + h) * D2H bandwidth bytes of them together. (One shared copy
-// engine satisfies both limits too.)
+// engine satisfies both limits too.) On a device that holds M > budget (a
+// plan made for a lower budget, timed at a larger one: Note [Plans for lower
+// budgets]), buffers whose copies are still running may hold the M - budget
+// bytes the plan leaves free, so only E(q) - (M - budget) bytes of 1. and 2.
+// must have completed their copies; the rest of the argument is unchanged.
 //
 // Each producer k with B_k bytes of outputs as in 3. is an item of a
 // fractional knapsack: its least cost per byte over the choices for its dead
@@ -59,13 +63,16 @@
 #include <optional>
 
 #include "hyperoffload/ir/trace.h"
-#include "hyperoffload/report/stall_bound.h"
+#include "hyperoffload/plan/common/stall_bound.h"
 
 namespace hyperoffload {
 
 // The least stall plus recompute, in ms, of any plan in the scope above;
 // nullopt when no plan fits the budget (an op touches more than the budget).
+// `memory_cap_bytes` (at least the budget; DeviceMemory::kBudget only): the
+// device holds that much, not the budget; nullopt: the budget.
 std::optional<double> overhead_lower_bound_ms(const Trace& trace, std::int64_t budget_bytes,
-                                              const StallBoundOptions& options = {});
+                                              const StallBoundOptions& options = {},
+                                              std::optional<std::int64_t> memory_cap_bytes = std::nullopt);
 
 }  // namespace hyperoffload

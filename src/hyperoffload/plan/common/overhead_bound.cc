@@ -1,4 +1,4 @@
-#include "hyperoffload/report/overhead_bound.h"
+#include "hyperoffload/plan/common/overhead_bound.h"
 
 #include <algorithm>
 #include <limits>
@@ -61,8 +61,9 @@ struct Item {
 // The bound at one op q with excess E(q) > 0 (the argument in overhead_bound.h).
 class OpBound {
  public:
-  OpBound(const Trace& trace, const TraceFacts& facts, OpIndex q, std::int64_t budget, const StallBoundOptions& options)
-      : trace_(trace), facts_(facts), q_(q) {
+  OpBound(const Trace& trace, const TraceFacts& facts, OpIndex q, std::int64_t budget, const StallBoundOptions& options,
+          std::int64_t cap_slack)
+      : trace_(trace), facts_(facts), q_(q), cap_slack_(cap_slack) {
     excess_ = facts.resident_bytes[static_cast<std::size_t>(q)] - budget;
     collect();
     const double compute = facts.compute_before_ms.back();
@@ -80,7 +81,7 @@ class OpBound {
     // Enough copy time for every byte: K(0) = 0.
     const auto excess = static_cast<double>(excess_);
     double high = std::max(0.0, excess / h2d_bytes_per_ms_ - after_ms_);
-    if (capped_) high = std::max(high, excess / d2h_bytes_per_ms_ - before_ms_);
+    if (capped_) high = std::max(high, (excess - static_cast<double>(cap_slack_)) / d2h_bytes_per_ms_ - before_ms_);
     double low = 0.0;
     for (int step = 0; step < kBisectionSteps && high - low > 1e-12 * std::max(1.0, high); ++step) {
       const double mid = 0.5 * (low + high);
@@ -93,12 +94,17 @@ class OpBound {
 
  private:
   // Whether stall plus recompute h can take E(q) off the device: the copy
-  // engines' bytes of 1. and 2. within h, the items' for the rest.
+  // engines' bytes of 1. and 2. within h, the items' for the rest. On a
+  // capped device the bytes of 1. and 2. beyond the cap's slack must also
+  // have completed their copies to host.
   bool feasible(double h) const {
-    const double retained = static_cast<double>(retained_bytes_);
+    const auto excess = static_cast<double>(excess_);
     const double back = (after_ms_ + h) * h2d_bytes_per_ms_;
-    const double off = capped_ ? std::min((before_ms_ + h) * d2h_bytes_per_ms_, back + retained) : back + retained;
-    return knapsack_ms(static_cast<double>(excess_) - off) <= h;
+    double items = excess - (back + static_cast<double>(retained_bytes_));
+    if (capped_) {
+      items = std::max(items, excess - static_cast<double>(cap_slack_) - (before_ms_ + h) * d2h_bytes_per_ms_);
+    }
+    return knapsack_ms(items) <= h;
   }
 
   // K(Y): the least cost of Y bytes from the items, cheapest per byte first
@@ -209,6 +215,7 @@ class OpBound {
   const Trace& trace_;
   const TraceFacts& facts_;
   OpIndex q_;
+  std::int64_t cap_slack_ = 0;  // the device's bytes beyond the budget
   std::int64_t excess_ = 0;
   std::int64_t retained_bytes_ = 0;  // 1.
   std::vector<Item> items_;          // 3., cheapest per byte first
@@ -252,7 +259,9 @@ std::vector<OpIndex> ops_to_evaluate(const Trace& trace, const TraceFacts& facts
 }  // namespace
 
 std::optional<double> overhead_lower_bound_ms(const Trace& trace, std::int64_t budget_bytes,
-                                              const StallBoundOptions& options) {
+                                              const StallBoundOptions& options,
+                                              std::optional<std::int64_t> memory_cap_bytes) {
+  const std::int64_t cap_slack = std::max<std::int64_t>(0, memory_cap_bytes.value_or(budget_bytes) - budget_bytes);
   if (trace.op_count() == 0) return 0.0;
   std::vector<OpIndex> seen_at(static_cast<std::size_t>(trace.storage_count()), -1);
   for (OpIndex op = 0; op < trace.op_count(); ++op) {
@@ -261,7 +270,7 @@ std::optional<double> overhead_lower_bound_ms(const Trace& trace, std::int64_t b
   const TraceFacts facts(trace);
   double bound = 0.0;
   for (const OpIndex q : ops_to_evaluate(trace, facts, budget_bytes)) {
-    bound = std::max(bound, OpBound(trace, facts, q, budget_bytes, options).least_overhead_ms());
+    bound = std::max(bound, OpBound(trace, facts, q, budget_bytes, options, cap_slack).least_overhead_ms());
   }
   return bound;
 }

@@ -1,8 +1,8 @@
-// The lower bound on stall plus recompute (report/overhead_bound.h): exact
+// The lower bound on stall plus recompute (plan/common/overhead_bound.h): exact
 // values on hand-built traces, and, over random traces with recomputable ops,
 // never above what a feasible plan of any planner adds to the compute under
 // any simulator setting.
-#include "hyperoffload/report/overhead_bound.h"
+#include "hyperoffload/plan/common/overhead_bound.h"
 
 #include <gtest/gtest.h>
 
@@ -76,6 +76,13 @@ TEST(OverheadBound, SplitsTheExcessBetweenCopyTimeAndTheCheapestReRuns) {
   capped.device_memory = DeviceMemory::kBudget;
   EXPECT_NEAR(*overhead_lower_bound_ms(trace, 4 * kMiB, capped), 7.0 / 18.0, 1e-9);
   EXPECT_DOUBLE_EQ(overhead_ms(trace, 4 * kMiB, "hybrid", DeviceMemory::kBudget), 0.5);
+  // A plan within 4 MiB on a device of 4.25 MiB: a quarter MiB of s1 may still
+  // be in its copy to host during op 1, so only (3.75 - 0.5 - h) MiB need
+  // re-runs there: h >= (3.25 - h) / 8, h >= 13/36 (op 2: 1/3 as unlimited).
+  EXPECT_NEAR(*overhead_lower_bound_ms(trace, 4 * kMiB, capped, 4 * kMiB + kMiB / 4), 13.0 / 36.0, 1e-9);
+  // On 5 MiB the copy limit at op 1 gives (2.5 - h) / 8, 5/18, below what the
+  // copies back give at op 2: the unlimited device's 1/3.
+  EXPECT_NEAR(*overhead_lower_bound_ms(trace, 4 * kMiB, capped, 5 * kMiB), 1.0 / 3.0, 1e-9);
 }
 
 TEST(OverheadBound, IsZeroWithinThePeakAndAbsentBelowWhatAnOpTouches) {
@@ -179,7 +186,7 @@ TEST(OverheadBound, TakesRetainedStoragesPastTheirLastAccessOffByCopyOnly) {
 TEST(OverheadBound, IsNeverAboveWhatAFeasiblePlanAdds) {
   std::mt19937_64 rng(11);
   auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
-  int feasible = 0, positive = 0, optimal = 0;
+  int feasible = 0, positive = 0, optimal = 0, on_larger_devices = 0;
   for (std::uint64_t seed = 1; seed <= 1000; ++seed) {
     RandomTraceOptions options;
     options.seed = seed;
@@ -223,6 +230,19 @@ TEST(OverheadBound, IsNeverAboveWhatAFeasiblePlanAdds) {
           ASSERT_LE(*bound, added + 1e-9 * std::max(1.0, added))
               << "seed " << seed << ", " << name << ", " << static_cast<int>(engines) << " engine(s), "
               << (cap == DeviceMemory::kBudget ? "capped" : "unlimited");
+          if (cap != DeviceMemory::kBudget) continue;
+          // The same plan on a device that holds more than its budget (Note
+          // [Plans for lower budgets] times plans of lower budgets there).
+          const auto larger = static_cast<std::int64_t>(uniform(1.0, 1.5) * static_cast<double>(budget));
+          const std::optional<SimulationResult> on_larger =
+              simulate_if_feasible(trace, plan->schedule, budget, engines, cap, larger);
+          ASSERT_TRUE(on_larger.has_value());
+          ++on_larger_devices;
+          const double added_there = on_larger->stall_ms + on_larger->recompute_ms;
+          ASSERT_LE(*overhead_lower_bound_ms(trace, budget, {engines, cap}, larger),
+                    added_there + 1e-9 * std::max(1.0, added_there))
+              << "seed " << seed << ", " << name << ", " << static_cast<int>(engines) << " engine(s), device of "
+              << larger << " bytes";
         }
       }
     }
@@ -230,6 +250,7 @@ TEST(OverheadBound, IsNeverAboveWhatAFeasiblePlanAdds) {
   EXPECT_GT(feasible, 1500);
   EXPECT_GT(positive, 500);  // the bound is not trivially 0
   EXPECT_GT(optimal, 10);
+  EXPECT_GT(on_larger_devices, 500);
 }
 
 }  // namespace

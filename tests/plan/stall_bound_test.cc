@@ -1,7 +1,7 @@
-// The lower bound on stall (report/stall_bound.h): exact values on a hand-built
+// The lower bound on stall (plan/common/stall_bound.h): exact values on a hand-built
 // trace where the bound is reached, and, over random traces, never above the
 // stall of a feasible plan from either planner under any simulator setting.
-#include "hyperoffload/report/stall_bound.h"
+#include "hyperoffload/plan/common/stall_bound.h"
 
 #include <gtest/gtest.h>
 
