@@ -68,15 +68,9 @@ class HybridPlanning {
     std::optional<std::int64_t> lower_budget;
     for (const std::int64_t rung : std::views::reverse(rungs)) {
       if (internal::lower_budget_cannot_win(maker_, chosen, rung)) continue;
-      // A rung's offload-only plan is made in full for this budget to time
-      // again, unless the best here is quicker than any offload-only plan
-      // within this budget can be (offload_step_bound.h): then it may stop
-      // as at its own budget, since none of it could win here.
-      const OffloadOnlyStop stop = internal::beats_offload_only(chosen, models_.budget_bytes, models_.offload_only_bound_ms)
-                                       ? OffloadOnlyStop::kWhenBeaten
-                                       : OffloadOnlyStop::kNever;
-      if (internal::take_quicker_lower(maker_, chosen,
-                                       HybridPlanning(trace, options_, rung, stop).plans_for_larger_budgets())) {
+      if (internal::take_quicker_lower(
+              maker_, chosen,
+              HybridPlanning(trace, options_, rung, OffloadOnlyStop::kNever).plans_for_larger_budgets())) {
         lower_budget = rung;
       }
     }

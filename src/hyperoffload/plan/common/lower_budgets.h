@@ -37,10 +37,7 @@
 // the rungs and skips a rung r when no plan within r, timed at B, can be
 // strictly quicker than the best so far: when the least stall plus recompute
 // of any plan within r on B's device (plan/common/overhead_bound.h, with the
-// device's B - r bytes of slack) is at least the best's. And when the best is
-// quicker than any offload-only plan within B can be (the hybrid planner's
-// offload-only step bound), a rung's offload-only plan may stop as at its own
-// budget, since no offload-only plan can win at B. Either way what is skipped
+// device's B - r bytes of slack) is at least the best's. What is skipped
 // could not have been chosen (up to 1e-10 of the step, cannot_beat), so the
 // plan is the one the full ladder gives, and the argument above is unchanged:
 // each rung's plan is either timed at a larger budget or provably no quicker
