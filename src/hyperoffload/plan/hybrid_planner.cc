@@ -96,8 +96,8 @@ class HybridPlanning {
     if (options_.offload == OffloadUse::kRecomputeOnly) {
       HybridPlan chosen = maker_.best_recompute_only();
       floor = chosen.floor;
-      chosen.notes.push_back(fmt::format("recompute: {} recompute(s) ({:.3f} ms); estimated step {:.3f} ms",
-                                         chosen.recompute_count, chosen.recompute_ms, chosen.time_ms));
+      chosen.notes.push_back(fmt::format("recompute: {} recompute(s) ({:.3f} ms): {}; estimated step {:.3f} ms",
+                                         chosen.recompute_count, chosen.recompute_ms, chosen.label, chosen.time_ms));
       return chosen;
     }
     return hybrid(floor);
@@ -135,7 +135,7 @@ class HybridPlanning {
     // (PlanMaker::or_within_an_eighth): the recompute-only planner would take
     // it, so the hybrid planner weighs it too.
     if (!recompute_ && maker_.room_for_more_plans()) {
-      HybridPlan walk = maker_.dtr_recompute_only();
+      HybridPlan walk = maker_.walk_or_segments();
       if (walk.peak_bytes <= models_.budget_bytes) {
         walk.recompute_only = true;
         recompute_ = std::move(walk);

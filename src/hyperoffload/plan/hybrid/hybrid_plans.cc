@@ -1,14 +1,18 @@
 #include "hyperoffload/plan/hybrid/hybrid_plans.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <string_view>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/common/stall_estimate.h"
 #include "hyperoffload/plan/dtr_planner.h"
 #include "hyperoffload/plan/recompute/augmented_trace.h"
+#include "hyperoffload/plan/recompute/segment_reruns.h"
 
 namespace hyperoffload::internal {
 namespace {
@@ -99,7 +103,10 @@ HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, s
 }
 
 HybridPlan PlanMaker::without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
-  const AugmentedTrace augmented = build_augmented_trace(models_.trace, models_.recompute, chosen);
+  return without_offloads(build_augmented_trace(models_.trace, models_.recompute, chosen), std::move(label));
+}
+
+HybridPlan PlanMaker::without_offloads(const AugmentedTrace& augmented, std::string label) const {
   const StorageAccesses accesses(augmented.trace);
   const std::vector<Action> actions = end_of_life_releases(augmented.trace, accesses);
   HybridPlan plan;
@@ -165,11 +172,102 @@ HybridPlan PlanMaker::or_within_an_eighth(HybridPlan plan) const {
   // that needs what an earlier decision dropped; docs/HYBRID_PLANNER.md, "No
   // artificial floor"), and now and then it is quicker. One more plan, for
   // the cost of one walk.
-  HybridPlan walk = dtr_recompute_only();
-  if (walk.peak_bytes < floor.bytes) floor = UnavoidableFloor{walk.peak_op, walk.peak_bytes};
+  HybridPlan walk = walk_or_segments();
+  if (walk.floor->bytes < floor.bytes) floor = *walk.floor;
   if (better(walk, chosen, budget)) chosen = std::move(walk);
   chosen.floor = floor;
   return chosen;
+}
+
+HybridPlan PlanMaker::walk_or_segments() const {
+  HybridPlan walk = dtr_recompute_only();
+  HybridPlan segments = segment_reruns();
+  UnavoidableFloor floor = *walk.floor;
+  if (segments.floor && segments.floor->bytes < floor.bytes) floor = *segments.floor;
+  HybridPlan chosen = better(segments, walk, models_.budget_bytes) ? std::move(segments) : std::move(walk);
+  chosen.floor = floor;
+  return chosen;
+}
+
+HybridPlan PlanMaker::segment_reruns() const {
+  const Trace& trace = models_.trace;
+  const std::int64_t budget = models_.budget_bytes;
+  const std::int64_t work = static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count());
+  std::int64_t evaluations_left = std::clamp<std::int64_t>(kSegmentEvaluationWork / std::max<std::int64_t>(work, 1),
+                                                           kMinSegmentEvaluations, kMaxSegmentEvaluations);
+  // A segment plan's peak and re-runs, without its actions: the plan is made
+  // only for the one chosen (its step is the compute plus its re-runs: it
+  // copies nothing, so nothing waits).
+  struct Measured {
+    const SegmentReruns* segments = nullptr;
+    int count = 0;
+    int dropped = 0;
+    PeakBytes peak;  // at an original op
+    double recompute_ms = 0.0;
+    std::vector<RecomputeDecision> decisions;  // without the pinned ones
+  };
+  const auto measure = [&](const SegmentReruns& segments, int count, int dropped) {
+    --evaluations_left;
+    Measured m{&segments, count, dropped, {}, 0.0, segments.decisions(count, dropped)};
+    const UnpinnedSegments plan = without_pinned(trace, models_.recompute, m.decisions);
+    const OpIndex peak_op = plan.peak.op;
+    m.peak = {plan.peak.bytes, peak_op >= 0 ? plan.augmented.original_op[static_cast<std::size_t>(peak_op)] : -1};
+    m.recompute_ms = plan.augmented.recompute_ms;
+    return m;
+  };
+  const auto fits = [&](const Measured& m) { return m.peak.bytes <= budget; };
+  // Fitting first, then fewer re-runs, then the lower peak.
+  const auto beats = [&](const Measured& a, const Measured& b) {
+    if (fits(a) != fits(b)) return fits(a);
+    if (!fits(a) && a.peak.bytes != b.peak.bytes) return a.peak.bytes < b.peak.bytes;
+    if (a.recompute_ms != b.recompute_ms) return a.recompute_ms < b.recompute_ms;
+    return a.peak.bytes < b.peak.bytes;
+  };
+  // Each balance's counts, with all their segments dropped first, whatever
+  // the budget: the lowest of those peaks is the floor of this way of
+  // planning. Counts 1, 2, 3, 4, 6, 8, 11, 16, 22, 32, 45, 64 (steps of about
+  // √2), a quarter of the evaluations per balance, half of them left for the
+  // bisections below.
+  const std::array balances{
+      SegmentReruns(trace, models_.recompute, models_.peak.resident_bytes, SegmentBalance::kBytes),
+      SegmentReruns(trace, models_.recompute, models_.peak.resident_bytes, SegmentBalance::kCompute)};
+  constexpr std::array kCounts{1, 2, 3, 4, 6, 8, 11, 16, 22, 32, 45, 64};
+  const std::int64_t shapes_per_balance = evaluations_left / 4;
+  std::vector<Measured> shapes;
+  for (const SegmentReruns& segments : balances) {
+    for (std::int64_t i = 0; i < std::min<std::int64_t>(std::ssize(kCounts), shapes_per_balance); ++i) {
+      if (kCounts[static_cast<std::size_t>(i)] > segments.max_segments()) break;
+      shapes.push_back(measure(segments, kCounts[static_cast<std::size_t>(i)], kCounts[static_cast<std::size_t>(i)]));
+    }
+  }
+  HybridPlan none;
+  none.label = "recompute-only, segment re-runs";
+  none.peak_bytes = std::numeric_limits<std::int64_t>::max();
+  if (shapes.empty()) return none;
+  const Measured* lowest = &shapes.front();
+  for (const Measured& shape : shapes) lowest = shape.peak.bytes < lowest->peak.bytes ? &shape : lowest;
+  const UnavoidableFloor floor{lowest->peak.op, lowest->peak.bytes};
+  Measured best = *lowest;
+  for (const Measured& shape : shapes) {
+    if (!fits(shape)) continue;
+    // The fewest segments dropped that fit: fewer re-runs, as quick or quicker.
+    Measured fit = shape;
+    int over = 0;
+    while (over + 1 < fit.dropped && evaluations_left > 0) {
+      Measured m = measure(*shape.segments, shape.count, over + (fit.dropped - over) / 2);
+      if (fits(m)) {
+        fit = std::move(m);
+      } else {
+        over = m.dropped;
+      }
+    }
+    if (beats(fit, best)) best = std::move(fit);
+  }
+  HybridPlan plan = without_offloads(
+      best.decisions, fmt::format("recompute-only, segment re-runs ({} of {} segments of equal {})", best.dropped,
+                                  best.count, best.segments->balance() == SegmentBalance::kBytes ? "bytes" : "compute"));
+  plan.floor = floor;
+  return plan;
 }
 
 HybridPlan PlanMaker::dtr_recompute_only() const {

@@ -22,6 +22,7 @@
 #include "hyperoffload/plan/hybrid/hybrid_models.h"
 #include "hyperoffload/plan/peak/peak_run.h"
 #include "hyperoffload/plan/peak_planner.h"
+#include "hyperoffload/plan/recompute/augmented_trace.h"
 #include "hyperoffload/plan/planner.h"
 #include "hyperoffload/plan/recompute/recompute_selection.h"
 
@@ -76,6 +77,8 @@ class PlanMaker {
                            const PeakPlannerOptions& options) const;
   // Releases after the last access and the recomputes of `chosen`, no copies.
   HybridPlan without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const;
+  // The same for decisions already turned into `augmented`.
+  HybridPlan without_offloads(const AugmentedTrace& augmented, std::string label) const;
 
   // The recompute-only plan: the shortest prefix of `sequence` (the full
   // decision sequence) whose peak over ops and recomputes fits the budget,
@@ -103,6 +106,21 @@ class PlanMaker {
   // planner's, so the recompute-only plans are never slower than it) and with
   // local costs (DtrHeuristic), which wins on some traces.
   HybridPlan dtr_recompute_only() const;
+  // The better of dtr_recompute_only() and segment_reruns(), with the lower
+  // of their floors.
+  HybridPlan walk_or_segments() const;
+  // The quickest segment plan that fits the budget (Note [Segment re-runs],
+  // plan/recompute/segment_reruns.h), or the one of lowest peak when none
+  // does: for segments of equal bytes and of equal compute, counts from 1 to
+  // 64 in steps of about √2, each with all its segments dropped and then the
+  // fewest that fit (a bisection), within clamp(kSegmentEvaluationWork /
+  // (ops + accesses), kMinSegmentEvaluations, kMaxSegmentEvaluations)
+  // augmented traces. Its floor is the lowest peak of the plans that drop
+  // every segment, which are measured at any budget.
+  HybridPlan segment_reruns() const;
+  static constexpr std::int64_t kSegmentEvaluationWork = 4'000'000;  // ops + accesses
+  static constexpr std::int64_t kMinSegmentEvaluations = 12;
+  static constexpr std::int64_t kMaxSegmentEvaluations = 64;
   // One walk with `heuristic`.
   HybridPlan dtr_walk(DtrHeuristic heuristic) const;
   // Whether the trace is small enough for four plans or more (ops + accesses
