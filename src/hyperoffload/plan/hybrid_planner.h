@@ -55,8 +55,11 @@
 // Recompute-only ("recompute", OffloadUse::kRecomputeOnly): the decisions of
 // step 2 with no cost limit, down to nothing, and no offload: the plan takes
 // the shortest prefix of that sequence whose peak — over ops and recomputes —
-// fits the budget, and releases every storage after its last access. The
-// stand-in for activation checkpointing, what a user would pick instead.
+// fits the budget, and releases every storage after its last access. On a
+// trace small enough, also DTR's walk and activation checkpointing's plan
+// with segments chosen for the budget (plan/recompute/segment_reruns.h);
+// the quickest that fits wins. What a user would pick instead of
+// checkpointing.
 //
 // Floor (PlanResult::floor): the lowest op-granular peak the planner
 // guarantees for the budget given. Hybrid: the lowest floor among the plans it
@@ -82,8 +85,10 @@
 // from chain searches within Note [Chain work]'s budget); the recompute model
 // and each selection O(W log W + 64 W + candidates × d); the recompute-only
 // plan O(log W) augmented traces of the same size, and on a trace of at most
-// 250,000 ops plus accesses two selections more and DTR's walk
-// (dtr_planner.h, O(260 W + storages × d)); on a trace of at most
+// 250,000 ops plus accesses two selections more, DTR's walk (dtr_planner.h,
+// O(260 W + storages × d)) and the segment plans (segment_reruns.h: at most
+// clamp(4·10⁶ / W, 12, 64) augmented traces, each built at most four times);
+// on a trace of at most
 // internal::kLowerBudgetMaxWork ops plus accesses, all of that once more per
 // rung below the budget (step 5, at most 19 rungs). Memory: O(W) per plan
 // and augmented trace held, at most a few at once, on two threads.
