@@ -8,12 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <tuple>
 
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/gen/transformer_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/storage_accesses.h"
+#include "hyperoffload/plan/hybrid/segment_search.h"
 #include "hyperoffload/plan/peak/peak_model.h"
 #include "hyperoffload/plan/recompute/augmented_trace.h"
 #include "hyperoffload/plan/recompute/recompute_model.h"
@@ -128,6 +130,50 @@ TEST(SegmentReruns, ADroppedStorageAnotherSegmentsReRunReadsIsKeptAndTheSegmentR
   EXPECT_EQ(first_plan.peak.bytes, 250);
   EXPECT_EQ(first_plan.peak.op, 5);
   EXPECT_DOUBLE_EQ(first_plan.augmented.recompute_ms, 2.0);
+}
+
+// SegmentSearch (plan/hybrid/segment_search.h) on forward_backward(). W = 10
+// ops + 19 accesses: 60 evaluations, so every count up to max_segments = 3
+// for both balances. The shapes with every segment dropped (decisions after
+// pinning; derivations as above and below):
+//   compute 1 (= bytes 1): s1, s2, s3 before op 7, re-run f1, f2, f3 there:
+//     s1' s2' s3' s5 at op 7 = 350 (first at the re-run of f3, before op 7);
+//     3 ms.
+//   compute 2 (= bytes 2, = compute 3: positions 0, 3/4, 3/2 put s1 and s2
+//     together again): s3 before 7, s1 before 9 (s2 pinned): 300 at op 4; 2 ms.
+//   bytes 3: s1, s2, s3 each its own segment: f3's re-run before 7 reads s2
+//     (off until 8), f2's before 8 reads s1 (off until 9): both pinned; s3
+//     alone: s1 s2 s3 s4 at op 4 = 400; 1 ms.
+// The floor is the lowest of these: 300 at op 4.
+TEST(SegmentSearch, TakesTheFewestSegmentsThatFitWithTheFewestReRuns) {
+  const Trace trace = forward_backward();
+  const StorageAccesses accesses(trace);
+  const RecomputeModel model = build_recompute_model(trace, accesses);
+  const std::vector<std::int64_t> resident = build_peak_model(trace, accesses).resident_bytes;
+  const auto shape_of = [&](const SegmentSearch::Best& best) {
+    return std::tuple(best.shape->balance, best.shape->count, best.shape->dropped, best.shape->peak.bytes,
+                      best.shape->peak.op, best.shape->recompute_ms);
+  };
+  SegmentSearch fresh;
+  // At 300, bytes 2, compute 2 and compute 3 fit with 2 ms (bytes first: it
+  // was measured first). Its bisection tries 1 of 2 segments: s1 and s2
+  // before op 8 (f1, f2), 250 at op 5, 2 ms: as quick, lower peak.
+  const SegmentSearch::Best at_300 = fresh.best(trace, model, resident, 300);
+  EXPECT_EQ(shape_of(at_300), std::tuple(SegmentBalance::kBytes, 2, 1, std::int64_t{250}, OpIndex{5}, 2.0));
+  EXPECT_EQ(at_300.floor.bytes, 300);
+  EXPECT_EQ(at_300.floor.op, 4);
+  // At 400 all fit; bytes 3 re-runs least (1 ms), and 1 of its 3 segments
+  // (s1 before op 9, f1 alone) holds s2 s3 s4 s5 at op 5 = 350: it fits,
+  // as quick, lower peak.
+  SegmentSearch used;
+  const SegmentSearch::Best at_400 = used.best(trace, model, resident, 400);
+  EXPECT_EQ(shape_of(at_400), std::tuple(SegmentBalance::kBytes, 3, 1, std::int64_t{350}, OpIndex{5}, 1.0));
+  // At 250 no shape with every segment dropped fits, so none is bisected:
+  // the lowest peak, bytes 2 (300), though 1 of its 2 segments would fit.
+  const SegmentSearch::Best at_250 = used.best(trace, model, resident, 250);
+  EXPECT_EQ(shape_of(at_250), std::tuple(SegmentBalance::kBytes, 2, 2, std::int64_t{300}, OpIndex{4}, 2.0));
+  // What was measured before does not change the choice.
+  EXPECT_EQ(shape_of(used.best(trace, model, resident, 300)), shape_of(at_300));
 }
 
 // Plays every segment plan of `trace` (both balances, up to six segments,

@@ -48,7 +48,7 @@ Comparison curve(std::vector<ComparisonRow> rows) {
   comparison.planner_count = 1;
   for (std::size_t b = 0; b < rows.size(); ++b) {
     comparison.budgets_bytes.push_back(static_cast<std::int64_t>(100 * (b + 1)));
-    rows[b].planner = "p";
+    rows[b].planner.assign(1, 'p');  // not = "p": GCC 12 warns falsely (-Wrestrict, bug 105651)
     rows[b].budget_bytes = comparison.budgets_bytes.back();
   }
   comparison.rows = std::move(rows);

@@ -44,14 +44,7 @@ void Trace::StorageIdMap::build(std::span<const StorageInfo> storages) {
   }
 }
 
-std::optional<StorageIndex> Trace::StorageIdMap::find(StorageId id) const {
-  if (id < 0) return std::nullopt;
-  if (use_direct_) {
-    if (static_cast<std::size_t>(id) >= direct_.size()) return std::nullopt;
-    StorageIndex index = direct_[static_cast<std::size_t>(id)];
-    if (index < 0) return std::nullopt;
-    return index;
-  }
+std::optional<StorageIndex> Trace::StorageIdMap::find_sparse(StorageId id) const {
   auto it = sparse_.find(id);
   if (it == sparse_.end()) return std::nullopt;
   return it->second;

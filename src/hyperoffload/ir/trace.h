@@ -156,9 +156,18 @@ class Trace {
   class StorageIdMap {
    public:
     void build(std::span<const StorageInfo> storages);
-    std::optional<StorageIndex> find(StorageId id) const;
+    // Inline: the builder and the readers look up every access.
+    std::optional<StorageIndex> find(StorageId id) const {
+      if (!use_direct_) return find_sparse(id);
+      if (id < 0 || static_cast<std::size_t>(id) >= direct_.size()) return std::nullopt;
+      const StorageIndex index = direct_[static_cast<std::size_t>(id)];
+      if (index < 0) return std::nullopt;
+      return index;
+    }
 
    private:
+    std::optional<StorageIndex> find_sparse(StorageId id) const;
+
     std::vector<StorageIndex> direct_;  // -1 = absent
     std::unordered_map<StorageId, StorageIndex> sparse_;
     bool use_direct_ = true;

@@ -1,5 +1,6 @@
 #include "hyperoffload/plan/hybrid_planner.h"
 
+#include <memory>
 #include <optional>
 #include <ranges>
 #include <span>
@@ -17,6 +18,7 @@
 #include "hyperoffload/plan/hybrid/hybrid_models.h"
 #include "hyperoffload/plan/hybrid/hybrid_plans.h"
 #include "hyperoffload/plan/hybrid/plan_portfolio.h"
+#include "hyperoffload/plan/hybrid/segment_search.h"
 
 namespace hyperoffload {
 namespace {
@@ -36,11 +38,15 @@ using internal::RecomputeSelection;
 // any offload-only plan.
 class HybridPlanning {
  public:
+  // `segments`: the segment plans measured for the trace so far, which the
+  // plans of the lower budgets' rungs share with the plan at the budget.
   HybridPlanning(const Trace& trace, const HybridPlannerOptions& options, std::int64_t budget,
+                 std::shared_ptr<internal::SegmentSearch> segments,
                  OffloadOnlyStop offload_stop = OffloadOnlyStop::kWhenBeaten)
       : options_(options),
+        segments_(std::move(segments)),
         models_(trace, options.peak.device_memory, budget),
-        maker_(models_, options.peak),
+        maker_(models_, options.peak, *segments_),
         offload_stop_rule_(offload_stop) {
     // 1. The models: the accesses, then the recompute model on a thread of
     //    its own while this one built the peak model and the peak's facts
@@ -70,7 +76,7 @@ class HybridPlanning {
       if (internal::lower_budget_cannot_win(maker_, chosen, rung)) continue;
       if (internal::take_quicker_lower(
               maker_, chosen,
-              HybridPlanning(trace, options_, rung, OffloadOnlyStop::kNever).plans_for_larger_budgets())) {
+              HybridPlanning(trace, options_, rung, segments_, OffloadOnlyStop::kNever).plans_for_larger_budgets())) {
         lower_budget = rung;
       }
     }
@@ -205,6 +211,7 @@ class HybridPlanning {
   }
 
   const HybridPlannerOptions& options_;
+  const std::shared_ptr<internal::SegmentSearch> segments_;
   internal::HybridModels models_;
   const internal::PlanMaker maker_;
   const OffloadOnlyStop offload_stop_rule_;
@@ -235,7 +242,8 @@ Result<PlanResult> HybridPlanner::plan(const Trace& trace, std::optional<std::in
   if (options_.lower_budgets == LowerBudgetPlans::kRungs && internal::lower_budget_plans_fit(trace)) {
     rungs = internal::lower_budgets(trace, offload_floor(trace).bytes, unplanned_peak(trace).bytes, *budget_bytes);
   }
-  return HybridPlanning(trace, options_, *budget_bytes).run(name(), trace, rungs);
+  return HybridPlanning(trace, options_, *budget_bytes, std::make_shared<internal::SegmentSearch>())
+      .run(name(), trace, rungs);
 }
 
 }  // namespace hyperoffload

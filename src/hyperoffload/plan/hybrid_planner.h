@@ -87,7 +87,7 @@
 // plan O(log W) augmented traces of the same size, and on a trace of at most
 // 250,000 ops plus accesses two selections more, DTR's walk (dtr_planner.h,
 // O(260 W + storages × d)) and the segment plans (segment_reruns.h: at most
-// clamp(4·10⁶ / W, 12, 64) augmented traces, each built at most four times);
+// clamp(4·10⁶ / W, 12, 60) augmented traces, each built at most four times, shared by the rungs);
 // on a trace of at most
 // internal::kLowerBudgetMaxWork ops plus accesses, all of that once more per
 // rung below the budget (step 5, at most 19 rungs). Memory: O(W) per plan

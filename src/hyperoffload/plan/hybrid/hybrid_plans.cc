@@ -1,7 +1,6 @@
 #include "hyperoffload/plan/hybrid/hybrid_plans.h"
 
 #include <algorithm>
-#include <array>
 #include <limits>
 #include <string_view>
 #include <utility>
@@ -12,7 +11,6 @@
 #include "hyperoffload/plan/common/stall_estimate.h"
 #include "hyperoffload/plan/dtr_planner.h"
 #include "hyperoffload/plan/recompute/augmented_trace.h"
-#include "hyperoffload/plan/recompute/segment_reruns.h"
 
 namespace hyperoffload::internal {
 namespace {
@@ -190,83 +188,19 @@ HybridPlan PlanMaker::walk_or_segments() const {
 }
 
 HybridPlan PlanMaker::segment_reruns() const {
-  const Trace& trace = models_.trace;
-  const std::int64_t budget = models_.budget_bytes;
-  const std::int64_t work = static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count());
-  std::int64_t evaluations_left = std::clamp<std::int64_t>(kSegmentEvaluationWork / std::max<std::int64_t>(work, 1),
-                                                           kMinSegmentEvaluations, kMaxSegmentEvaluations);
-  // A segment plan's peak and re-runs, without its actions: the plan is made
-  // only for the one chosen (its step is the compute plus its re-runs: it
-  // copies nothing, so nothing waits).
-  struct Measured {
-    const SegmentReruns* segments = nullptr;
-    int count = 0;
-    int dropped = 0;
-    PeakBytes peak;  // at an original op
-    double recompute_ms = 0.0;
-    std::vector<RecomputeDecision> decisions;  // without the pinned ones
-  };
-  const auto measure = [&](const SegmentReruns& segments, int count, int dropped) {
-    --evaluations_left;
-    Measured m{&segments, count, dropped, {}, 0.0, segments.decisions(count, dropped)};
-    const UnpinnedSegments plan = without_pinned(trace, models_.recompute, m.decisions);
-    const OpIndex peak_op = plan.peak.op;
-    m.peak = {plan.peak.bytes, peak_op >= 0 ? plan.augmented.original_op[static_cast<std::size_t>(peak_op)] : -1};
-    m.recompute_ms = plan.augmented.recompute_ms;
-    return m;
-  };
-  const auto fits = [&](const Measured& m) { return m.peak.bytes <= budget; };
-  // Fitting first, then fewer re-runs, then the lower peak.
-  const auto beats = [&](const Measured& a, const Measured& b) {
-    if (fits(a) != fits(b)) return fits(a);
-    if (!fits(a) && a.peak.bytes != b.peak.bytes) return a.peak.bytes < b.peak.bytes;
-    if (a.recompute_ms != b.recompute_ms) return a.recompute_ms < b.recompute_ms;
-    return a.peak.bytes < b.peak.bytes;
-  };
-  // Each balance's counts, with all their segments dropped first, whatever
-  // the budget: the lowest of those peaks is the floor of this way of
-  // planning. Counts 1, 2, 3, 4, 6, 8, 11, 16, 22, 32, 45, 64 (steps of about
-  // √2), a quarter of the evaluations per balance, half of them left for the
-  // bisections below.
-  const std::array balances{
-      SegmentReruns(trace, models_.recompute, models_.peak.resident_bytes, SegmentBalance::kBytes),
-      SegmentReruns(trace, models_.recompute, models_.peak.resident_bytes, SegmentBalance::kCompute)};
-  constexpr std::array kCounts{1, 2, 3, 4, 6, 8, 11, 16, 22, 32, 45, 64};
-  const std::int64_t shapes_per_balance = evaluations_left / 4;
-  std::vector<Measured> shapes;
-  for (const SegmentReruns& segments : balances) {
-    for (std::int64_t i = 0; i < std::min<std::int64_t>(std::ssize(kCounts), shapes_per_balance); ++i) {
-      if (kCounts[static_cast<std::size_t>(i)] > segments.max_segments()) break;
-      shapes.push_back(measure(segments, kCounts[static_cast<std::size_t>(i)], kCounts[static_cast<std::size_t>(i)]));
-    }
+  const SegmentSearch::Best best = segments_.best(models_.trace, models_.recompute, models_.peak.resident_bytes,
+                                                  models_.budget_bytes);
+  if (!best.shape) {
+    HybridPlan none;
+    none.label = "recompute-only, segment re-runs";
+    none.peak_bytes = std::numeric_limits<std::int64_t>::max();
+    return none;
   }
-  HybridPlan none;
-  none.label = "recompute-only, segment re-runs";
-  none.peak_bytes = std::numeric_limits<std::int64_t>::max();
-  if (shapes.empty()) return none;
-  const Measured* lowest = &shapes.front();
-  for (const Measured& shape : shapes) lowest = shape.peak.bytes < lowest->peak.bytes ? &shape : lowest;
-  const UnavoidableFloor floor{lowest->peak.op, lowest->peak.bytes};
-  Measured best = *lowest;
-  for (const Measured& shape : shapes) {
-    if (!fits(shape)) continue;
-    // The fewest segments dropped that fit: fewer re-runs, as quick or quicker.
-    Measured fit = shape;
-    int over = 0;
-    while (over + 1 < fit.dropped && evaluations_left > 0) {
-      Measured m = measure(*shape.segments, shape.count, over + (fit.dropped - over) / 2);
-      if (fits(m)) {
-        fit = std::move(m);
-      } else {
-        over = m.dropped;
-      }
-    }
-    if (beats(fit, best)) best = std::move(fit);
-  }
+  const SegmentSearch::Shape& shape = *best.shape;
   HybridPlan plan = without_offloads(
-      best.decisions, fmt::format("recompute-only, segment re-runs ({} of {} segments of equal {})", best.dropped,
-                                  best.count, best.segments->balance() == SegmentBalance::kBytes ? "bytes" : "compute"));
-  plan.floor = floor;
+      shape.decisions, fmt::format("recompute-only, segment re-runs ({} of {} segments of equal {})", shape.dropped,
+                                   shape.count, shape.balance == SegmentBalance::kBytes ? "bytes" : "compute"));
+  plan.floor = UnavoidableFloor{best.floor.op, best.floor.bytes};
   return plan;
 }
 

@@ -20,6 +20,7 @@
 #include "hyperoffload/ir/schedule.h"
 #include "hyperoffload/plan/dtr_planner.h"
 #include "hyperoffload/plan/hybrid/hybrid_models.h"
+#include "hyperoffload/plan/hybrid/segment_search.h"
 #include "hyperoffload/plan/peak/peak_run.h"
 #include "hyperoffload/plan/peak_planner.h"
 #include "hyperoffload/plan/recompute/augmented_trace.h"
@@ -55,8 +56,10 @@ class PlanMaker {
  public:
   // `peak_options` are the hybrid planner's (HybridPlannerOptions::peak): the
   // offload-only plan's, and the base of the variants below.
-  PlanMaker(const HybridModels& models, const PeakPlannerOptions& peak_options)
-      : models_(models), peak_options_(peak_options) {}
+  // `segments`: the segment plans measured so far, shared by the plans of
+  // one trace (segment_search.h).
+  PlanMaker(const HybridModels& models, const PeakPlannerOptions& peak_options, SegmentSearch& segments)
+      : models_(models), peak_options_(peak_options), segments_(segments) {}
 
   // The step's time for a plan of the original trace: compute, the re-runs
   // and the stall, played with the simulator's rules (the estimate is exact
@@ -109,18 +112,9 @@ class PlanMaker {
   // The better of dtr_recompute_only() and segment_reruns(), with the lower
   // of their floors.
   HybridPlan walk_or_segments() const;
-  // The quickest segment plan that fits the budget (Note [Segment re-runs],
-  // plan/recompute/segment_reruns.h), or the one of lowest peak when none
-  // does: for segments of equal bytes and of equal compute, counts from 1 to
-  // 64 in steps of about √2, each with all its segments dropped and then the
-  // fewest that fit (a bisection), within clamp(kSegmentEvaluationWork /
-  // (ops + accesses), kMinSegmentEvaluations, kMaxSegmentEvaluations)
-  // augmented traces. Its floor is the lowest peak of the plans that drop
-  // every segment, which are measured at any budget.
+  // The segment plan SegmentSearch chooses for the budget (segment_search.h),
+  // with its floor; a plan of no peak bound when no candidate spans the peak.
   HybridPlan segment_reruns() const;
-  static constexpr std::int64_t kSegmentEvaluationWork = 4'000'000;  // ops + accesses
-  static constexpr std::int64_t kMinSegmentEvaluations = 12;
-  static constexpr std::int64_t kMaxSegmentEvaluations = 64;
   // One walk with `heuristic`.
   HybridPlan dtr_walk(DtrHeuristic heuristic) const;
   // Whether the trace is small enough for four plans or more (ops + accesses
@@ -158,6 +152,7 @@ class PlanMaker {
  private:
   const HybridModels& models_;
   const PeakPlannerOptions& peak_options_;
+  SegmentSearch& segments_;
 };
 
 // Whether a beats b: fitting the budget first, then the quicker, then the

@@ -112,8 +112,10 @@ class Builder {
     if (dropped_[static_cast<std::size_t>(u)] || !dead_before(trace_, model_, u, op)) return;
     OpIndex producer = model_.regenerator[static_cast<std::size_t>(u)];
     if (producer < 0) return;  // cannot be: the chain was checked when the candidate was made
-    for (const auto& [k, rerun] : reruns) {
-      if (k > producer && unit_head(trace_, k) == producer) producer = k;
+    if (trace_.has_in_place_units()) {
+      for (auto it = reruns.upper_bound(producer); it != reruns.end(); ++it) {
+        if (unit_head(trace_, it->first) == producer) producer = it->first;
+      }
     }
     Rerun& rerun = reruns[producer];
     if (!contains(rerun.transient, u)) rerun.transient.push_back(u);
