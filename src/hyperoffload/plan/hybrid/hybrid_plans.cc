@@ -101,10 +101,7 @@ HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, s
 }
 
 HybridPlan PlanMaker::without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
-  return without_offloads(build_augmented_trace(models_.trace, models_.recompute, chosen), std::move(label));
-}
-
-HybridPlan PlanMaker::without_offloads(const AugmentedTrace& augmented, std::string label) const {
+  const AugmentedTrace augmented = build_augmented_trace(models_.trace, models_.recompute, chosen);
   const StorageAccesses accesses(augmented.trace);
   const std::vector<Action> actions = end_of_life_releases(augmented.trace, accesses);
   HybridPlan plan;

@@ -23,7 +23,6 @@
 #include "hyperoffload/plan/hybrid/segment_search.h"
 #include "hyperoffload/plan/peak/peak_run.h"
 #include "hyperoffload/plan/peak_planner.h"
-#include "hyperoffload/plan/recompute/augmented_trace.h"
 #include "hyperoffload/plan/planner.h"
 #include "hyperoffload/plan/recompute/recompute_selection.h"
 
@@ -80,8 +79,6 @@ class PlanMaker {
                            const PeakPlannerOptions& options) const;
   // Releases after the last access and the recomputes of `chosen`, no copies.
   HybridPlan without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const;
-  // The same for decisions already turned into `augmented`.
-  HybridPlan without_offloads(const AugmentedTrace& augmented, std::string label) const;
 
   // The recompute-only plan: the shortest prefix of `sequence` (the full
   // decision sequence) whose peak over ops and recomputes fits the budget,
