@@ -9,9 +9,11 @@ point, each reading what the ones before it regenerated there; this checks
 that the runtime replays it bit-identically to eager, within the budget.
 
 The plan depends on the op times the warmup measures, so which budget gets a
-segment plan can differ between machines: the test tries a few budgets at
-which DenseNet-121 got one when this was written (30% and 40% of the
-activation peak) and needs at least one of them to.
+segment plan differs between machines and with the load on them (under a
+loaded CI machine 35% and 40% got the plain plan): the test tries the budgets
+at which DenseNet-121 got one when this was written (25% to 45% of the
+activation peak), checks every one of them against eager, and needs at least
+one to get a segment plan.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def test_segment_plans_replay_bit_identically_within_the_budget():
     peak = probe.unplanned_peak_bytes()
     eager = train()
     segment_plans = 0
-    for fraction in (0.3, 0.4):
+    for fraction in (0.25, 0.3, 0.35, 0.4, 0.45):
         budget = int(peak * fraction)
         session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="recompute"))
         results = train(session)

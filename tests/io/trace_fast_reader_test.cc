@@ -131,6 +131,9 @@ TEST(TraceFastReader, GivesUpOutsideItsSubset) {
       std::string(R"({"format": "hyperoffload.trace", "version": 9, )") + storages + R"("ops": []})",
       std::string(R"({"format": "other", "version": 2, )") + storages + R"("ops": []})",
       head + storages + "\"ops\": [{\"name\": \"\xff\", \"accesses\": []}]}",          // invalid UTF-8
+      // "true" then "false" with nothing between: two values, not false (the
+      // fuzzer found the reader taking it when a failed literal moved on)
+      head + storages + R"("ops": [{"name": "a", "recomputable": truefalse, "accesses": []}]})",
   };
   for (const std::string& json : outside) {
     EXPECT_FALSE(read_trace_fast(json).has_value()) << json;

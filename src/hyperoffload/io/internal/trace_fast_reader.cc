@@ -192,11 +192,15 @@ class Cursor {
     while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
   }
 
-  // `word`, followed by a character that cannot continue a literal.
+  // `word`, followed by a character that cannot continue a literal. Consumes
+  // nothing when it fails: boolean() tries "false" where "true" failed, and
+  // "truefalse" must not read as false.
   bool literal(std::string_view word) {
     if (static_cast<std::size_t>(end_ - p_) < word.size() || std::string_view(p_, word.size()) != word) return false;
-    p_ += word.size();
-    return p_ == end_ || !((*p_ >= 'a' && *p_ <= 'z') || (*p_ >= '0' && *p_ <= '9'));
+    const char* after = p_ + word.size();
+    if (after != end_ && ((*after >= 'a' && *after <= 'z') || (*after >= '0' && *after <= '9'))) return false;
+    p_ = after;
+    return true;
   }
 
   // A string with the escapes JSON allows, except \u.
