@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/common/plan_order.h"
 #include "hyperoffload/plan/common/stall_estimate.h"
 #include "hyperoffload/plan/dtr_planner.h"
 #include "hyperoffload/plan/recompute/augmented_trace.h"
@@ -31,12 +32,7 @@ constexpr std::string_view kHidingFirstLabel = "offload-only, hidden copies firs
 }  // namespace
 
 bool better(const HybridPlan& a, const HybridPlan& b, std::int64_t budget_bytes) {
-  const bool a_fits = a.peak_bytes <= budget_bytes;
-  const bool b_fits = b.peak_bytes <= budget_bytes;
-  if (a_fits != b_fits) return a_fits;
-  if (!a_fits && a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
-  if (a.time_ms != b.time_ms) return a.time_ms < b.time_ms;
-  return a.peak_bytes < b.peak_bytes;
+  return better_outcome({a.peak_bytes, a.time_ms}, {b.peak_bytes, b.time_ms}, budget_bytes);
 }
 
 std::int64_t count_copies(std::span<const Action> actions) {

@@ -152,8 +152,7 @@ class PlanMaker {
   SegmentSearch& segments_;
 };
 
-// Whether a beats b: fitting the budget first, then the quicker, then the
-// lower peak; ties keep b (the one evaluated first).
+// Whether a beats b at the budget (common/plan_order.h, better_outcome).
 bool better(const HybridPlan& a, const HybridPlan& b, std::int64_t budget_bytes);
 
 // The number of copies (to host and back) among `actions`.

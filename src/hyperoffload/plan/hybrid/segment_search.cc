@@ -4,6 +4,7 @@
 #include <array>
 #include <utility>
 
+#include "hyperoffload/plan/common/plan_order.h"
 #include "hyperoffload/plan/recompute/augmented_trace.h"
 
 namespace hyperoffload::internal {
@@ -35,12 +36,10 @@ SegmentSearch::Best SegmentSearch::best(const Trace& trace, const RecomputeModel
   std::int64_t evaluations_left =
       std::clamp<std::int64_t>(kEvaluationWork / std::max<std::int64_t>(work, 1), kMinEvaluations, kMaxEvaluations);
   const auto fits = [&](const Shape& s) { return s.peak.bytes <= budget_bytes; };
-  // Fitting first, then fewer re-runs, then the lower peak.
+  // A segment plan copies nothing, so nothing waits: its step is the compute
+  // plus its re-runs, and the re-runs order shapes as their steps do.
   const auto beats = [&](const Shape* a, const Shape* b) {
-    if (fits(*a) != fits(*b)) return fits(*a);
-    if (!fits(*a) && a->peak.bytes != b->peak.bytes) return a->peak.bytes < b->peak.bytes;
-    if (a->recompute_ms != b->recompute_ms) return a->recompute_ms < b->recompute_ms;
-    return a->peak.bytes < b->peak.bytes;
+    return better_outcome({a->peak.bytes, a->recompute_ms}, {b->peak.bytes, b->recompute_ms}, budget_bytes);
   };
   // Every segment dropped, at most a quarter of the evaluations per balance.
   std::vector<const Shape*> shapes;
