@@ -206,8 +206,11 @@ def run_model(name, shape, points, rounds, log, offload=False):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 got = gradients_after_one_step(model, loss_of, session)
+            # The planner's note names the plan it chose (e.g. "recompute-only, segment re-runs (...)").
+            plan_notes = [note for note in session.notes() if note.startswith(f"{planner}:")]
             info.update(feasible=True, floor_bytes=session.floor_bytes(),
-                        bit_identical=bit_identical(reference, got), kinds=[], within_budget=True)
+                        bit_identical=bit_identical(reference, got), kinds=[], within_budget=True,
+                        plan_note=plan_notes[-1] if plan_notes else None)
             variants[f"{planner} {n}"] = (eager_call, [model], session, budget)
 
     times = {v: [] for v in variants}
