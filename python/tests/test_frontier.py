@@ -49,6 +49,8 @@ def test_quick_race_is_well_formed_bit_identical_and_within_budget(tmp_path, cap
                 assert info["bit_identical"], (r["model"], p["every_n_layers"], planner)
                 assert info["within_budget"] and info["peak_held_bytes"] <= p["budget_bytes"]
                 assert info["kinds"] == ["replay", "replay"]
+                # The plan the session chose, as its note names it ("recompute: 12 recompute(s) ...").
+                assert info["plan_note"].startswith(f"{planner}: "), info["plan_note"]
                 assert info["vs_checkpoint"] == p["checkpoint"]["median_ms"] / info["median_ms"]
             if p["best"] is not None:
                 assert p["best_ratio"] == p[p["best"]]["median_ms"] / p["checkpoint"]["median_ms"]
