@@ -462,6 +462,7 @@ class LoopRun:
         self.kinds: List[str] = []        # per session step: warmup / replay / passthrough
         self.recomputes = 0
         self.offloaded_bytes = 0
+        self.segment_plans: set = set()   # the notes of the segment plans the session made
         self.warnings: List[str] = []
 
     # -- checkpoints
@@ -515,6 +516,8 @@ class LoopRun:
         self.kinds.append("passthrough" if stats.get("passthrough") else str(stats.get("kind")))
         self.recomputes += int(stats.get("recompute_count") or 0)
         self.offloaded_bytes += int(stats.get("offloaded_bytes") or 0)
+        # The planner's note names the plan it chose (Note [Segment re-runs]).
+        self.segment_plans.update(n for n in self.session.notes() if "segment re-runs" in n)
 
     def corrupt_loss(self, micro: int) -> None:
         c = self.corruption
@@ -664,6 +667,7 @@ class Outcome:
     kinds: List[str] = dataclasses.field(default_factory=list)
     recomputes: int = 0
     offloaded_bytes: int = 0
+    segment_plans: int = 0           # distinct segment plans the session made
     warnings: List[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
 
@@ -823,6 +827,7 @@ def run_loop(shape: LoopShape, corruption: Optional[Corruption] = None,
     outcome.kinds = offloaded.kinds
     outcome.recomputes = offloaded.recomputes
     outcome.offloaded_bytes = offloaded.offloaded_bytes
+    outcome.segment_plans = len(offloaded.segment_plans)
     session.close()
     outcome.seconds = time.perf_counter() - started
     return outcome

@@ -91,7 +91,8 @@ def main(argv=None) -> int:
         print(f"   {counts[category]:6d}  {category}")
     print(f"   session steps: " + ", ".join(f"{k} {n}" for k, n in sorted(steps.items())))
     print(f"   loops that recomputed: {sum(o.recomputes > 0 for o in outcomes)}, "
-          f"that offloaded: {sum(o.offloaded_bytes > 0 for o in outcomes)}")
+          f"that offloaded: {sum(o.offloaded_bytes > 0 for o in outcomes)}, "
+          f"with a segment plan: {sum(o.segment_plans > 0 for o in outcomes)}")
     if findings:
         classes = collections.defaultdict(list)
         for outcome in findings:
@@ -123,7 +124,8 @@ def main(argv=None) -> int:
             {"shape": vars(o.shape), "verdict": o.verdict, "where": o.where, "tensor": o.tensor, "error": o.error,
              "detail": o.detail, "peak_bytes": o.peak_bytes, "budget_bytes": o.budget_bytes,
              "host_bytes": o.host_bytes, "floor_bytes": o.floor_bytes, "kinds": o.kinds, "recomputes": o.recomputes,
-             "offloaded_bytes": o.offloaded_bytes, "warnings": o.warnings, "seconds": o.seconds,
+             "offloaded_bytes": o.offloaded_bytes, "segment_plans": o.segment_plans, "warnings": o.warnings,
+             "seconds": o.seconds,
              "reproduce": loop_fuzz.reproduce_command(o.shape, args.no_budget)} for o in outcomes], indent=1))
     return 1 if findings or harness_errors else 0
 
