@@ -21,6 +21,8 @@ what it cannot check is a segment plan's replay).
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -51,13 +53,9 @@ def train(session=None, steps=STEPS):
     for _ in range(steps):
         for p in model.parameters():
             p.grad.zero_()
-        if session is None:
+        with session if session is not None else contextlib.nullcontext():
             loss = torch.nn.functional.cross_entropy(model(images), labels)
             loss.backward()
-        else:
-            with session:
-                loss = torch.nn.functional.cross_entropy(model(images), labels)
-                loss.backward()
         results.append((loss.detach().clone(), [p.grad.clone() for p in model.parameters()],
                         session.stats() if session is not None else None))
     return results
@@ -97,13 +95,10 @@ def accumulate_two(session=None, sizes=(4, 4, 4, 4, 2, 2, 4, 4)):
         generator = torch.Generator().manual_seed(100 + i)
         images = torch.randn(size, 3, 64, 64, generator=generator)
         labels = torch.randint(0, 10, (size,), generator=generator)
-        if session is None:
+        with session if session is not None else contextlib.nullcontext():
             loss = torch.nn.functional.cross_entropy(model(images), labels) / 2
             loss.backward()
-        else:
-            with session:
-                loss = torch.nn.functional.cross_entropy(model(images), labels) / 2
-                loss.backward()
+        if session is not None:
             stats.append(session.stats())
             notes.update(session.notes())  # the recompute note is the latest plan's
         losses.append(loss.detach().clone())
