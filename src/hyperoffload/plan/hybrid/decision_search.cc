@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string>
 #include <utility>
 
@@ -11,7 +10,6 @@
 namespace hyperoffload::internal {
 namespace {
 
-constexpr double kNoRatioLimit = std::numeric_limits<double>::infinity();
 // See kScarceDecisionSets.
 constexpr double kNegligibleShare = 0.01;
 

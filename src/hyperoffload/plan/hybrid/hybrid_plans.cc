@@ -135,7 +135,6 @@ HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
 }
 
 RecomputeSelection PlanMaker::recompute_only_sequence(RegenerationRule regeneration) const {
-  constexpr double kNoRatioLimit = std::numeric_limits<double>::infinity();
   return select_recomputes(models_.trace, models_.peak.resident_bytes, models_.recompute,
                            {kNoRatioLimit, 0, regeneration});
 }

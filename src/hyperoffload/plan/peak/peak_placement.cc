@@ -42,7 +42,6 @@ std::vector<std::int32_t> engine_order(const PeakPass& pass, std::span<const std
 std::vector<Placement> place(const PeakPass& pass, std::span<const std::int32_t> selected,
                              std::span<const double> ready_ms, ProfileTree& profile, EngineRule rule) {
   const PeakModel& model = pass.model;
-  const std::span<const double> start_ms = pass.start_ms;
   const std::int64_t limit = pass.limit_bytes;
   const DeviceMemory device = pass.device;
   auto interior = [&](std::int32_t k) -> const PeakCandidate& { return model.interior[static_cast<std::size_t>(k)]; };

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -46,8 +47,11 @@ enum class RegenerationRule : std::uint8_t {
   kWithinAnEighth,      // at most an eighth of the gap (or one op) early: the rule before issue 26
 };
 
+// RecomputeSelectionParams::max_ratio for no cost limit.
+inline constexpr double kNoRatioLimit = std::numeric_limits<double>::infinity();
+
 struct RecomputeSelectionParams {
-  double max_ratio = 0.0;       // cost limit, in H2D times of the candidate's bytes (infinity: none)
+  double max_ratio = 0.0;       // cost limit, in H2D times of the candidate's bytes (kNoRatioLimit: none)
   std::int64_t stop_bytes = 0;  // stop once the profile's peak is at most this
   RegenerationRule regeneration = RegenerationRule::kWhileThePeakAllows;
 };
