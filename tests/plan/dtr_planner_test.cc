@@ -116,6 +116,45 @@ TEST(DtrPlanner, PricesTheWholeEvictedNeighbourhoodAsDtrsEquivalenceClasses) {
             actions("pre 5 release_device 2; pre 6 release_device 1"));
 }
 
+TEST(DtrPlanner, NextUseEvictsWhatIsNeededLastWhereStalenessEvictsWhatIsNeededNext) {
+  //   op0 load W9 | op1 a R9 W1 (rec, 1 ms) | op2 b R9 W2 (rec, 1 ms) | op3 touch R2 (1 ms)
+  //   op4 big W3 (1 ms) | op5 use R1 R3 (1 ms) | op6 use R3 (1 ms) | op7 use R2
+  // s1, s2, s3: 1 MiB; budget 2 MiB. Before op 4, s1 and s2 hold 2 MiB and s3
+  // needs 1 more; both cost 1 ms to regenerate (s9 is always there).
+  //  - DTR's staleness (the reference): s1 was last used at the end of op 1
+  //    (1 ms), s2 at the end of op 3 (3 ms), now is 3 ms: s1 has sat 2 ms, s2
+  //    0, so s1 goes. Op 5 needs it back: its re-run needs 1 MiB beside s2 and
+  //    s3, so s2 goes too, and op 7 re-runs b. Two re-runs.
+  //  - kNextUse: from the start of op 4 (3 ms of compute before it) s1 is
+  //    next used at op 5 (4 ms: 1 ms away), s2 at op 7 (6 ms: 3 ms away):
+  //    h(s2) = 1 / (1 MiB x 3) < h(s1) = 1 / (1 MiB x 1), so s2 goes, and
+  //    only op 7 re-runs b. One re-run.
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, kMiB)
+                          .storage(3, kMiB)
+                          .storage(9, 0)
+                          .op("load", "W9", 0.0)
+                          .op("a", "R9 W1", 1.0, kRec)
+                          .op("b", "R9 W2", 1.0, kRec)
+                          .op("touch", "R2", 1.0)
+                          .op("big", "W3", 1.0)
+                          .op("use", "R1 R3", 1.0)
+                          .op("use", "R3", 1.0)
+                          .op("use", "R2", 1.0)
+                          .build();
+  EXPECT_EQ(planned_by_dtr(trace, 2 * kMiB).schedule.actions,
+            actions("pre 4 release_device 1; pre 5 release_device 2; pre 5 recompute 1; post 5 release_device 1; "
+                    "post 6 release_device 3; pre 7 recompute 2; post 7 release_device 2"));
+  const DtrPlan next_use = plan_dtr(trace, 2 * kMiB, {.heuristic = DtrHeuristic::kNextUse});
+  EXPECT_EQ(next_use.result.schedule.actions,
+            actions("pre 4 release_device 2; post 5 release_device 1; post 6 release_device 3; pre 7 recompute 2; "
+                    "post 7 release_device 2"));
+  EXPECT_EQ(next_use.recompute_count, 1);
+  EXPECT_EQ(next_use.result.planned_peak_bytes, 2 * kMiB);
+  EXPECT_TRUE(validate_schedule(trace, next_use.result.schedule).valid());
+}
+
 TEST(DtrPlanner, RematerializesADeadChainRecursivelyAndDropsItAfter) {
   //   op0 load W9 | op1 a R9 W1 (rec) | op2 b R1 W2 (rec) | op3 c R2 W3 (rec)
   //   op4 big W4 | op5 use R3         s1..s3: 1 MiB, s4: 3 MiB, budget 3 MiB
@@ -274,7 +313,8 @@ TEST(DtrPlanner, PlansNothingWithoutABudget) {
   EXPECT_TRUE(planned_by_dtr(trace, std::nullopt).schedule.actions.empty());
 }
 
-// Over random traces with recomputable ops and random budgets: the schedule
+// Over random traces with recomputable ops and random budgets, for each
+// heuristic (DTR's as the `dtr` planner runs it, checked in full): the schedule
 // is valid, fault-free, its validator peak is the planner's own, it is within
 // the budget whenever it reports no miss, it recomputes nothing when the
 // budget holds the unplanned peak, and the simulator agrees on the recomputes.
@@ -314,6 +354,17 @@ TEST(DtrPlannerProperty, ValidAndWithinBudgetWheneverItSaysSoOnRandomTraces) {
     sim_options.budget_bytes = budget;
     const SimulationResult simulation = simulate(trace, plan.schedule, sim_options);
     EXPECT_TRUE(simulation.validation.valid());
+    // The walks the recompute-only plans weigh beside it: the same guarantees.
+    for (const DtrHeuristic heuristic : {DtrHeuristic::kLocal, DtrHeuristic::kNextUse}) {
+      SCOPED_TRACE(::testing::Message() << "heuristic " << static_cast<int>(heuristic));
+      const PlanResult other = plan_dtr(trace, budget, {.heuristic = heuristic}).result;
+      const ValidationReport report = validate_schedule(trace, other.schedule);
+      EXPECT_TRUE(report.valid()) << (report.problems.empty() ? "" : report.problems.front());
+      EXPECT_TRUE(report.faults.empty());
+      EXPECT_EQ(report.peak_bytes, other.planned_peak_bytes);
+      EXPECT_EQ(other.notes.front().find("is not met") != std::string::npos, other.planned_peak_bytes > budget);
+      if (budget >= unplanned) EXPECT_EQ(other.planned_peak_bytes, unplanned);
+    }
     within += missed ? 0 : 1;
     recomputing += simulation.validation.recompute_count > 0 ? 1 : 0;
     if (::testing::Test::HasFailure()) return;

@@ -37,12 +37,13 @@ class DtrWalk {
         last_write_(last_writes(trace)),
         regen_(regenerators()),
         storages_(static_cast<std::size_t>(trace.storage_count())),
+        compute_before_ms_(heuristic_ == DtrHeuristic::kNextUse ? compute_before(trace) : std::vector<double>{}),
         resident_(storages_, false),
         pins_(storages_, 0),
         pool_position_(storages_, -1),
         last_use_ms_(storages_, 0.0) {
     regenerable_through_ = regenerable_through();
-    if (heuristic_ == DtrHeuristic::kEquivalenceClasses) {
+    if (classes()) {
       evicted_.assign(storages_, false);
       class_parent_.resize(storages_);
       for (std::size_t i = 0; i < storages_; ++i) class_parent_[i] = static_cast<StorageIndex>(i);
@@ -86,6 +87,29 @@ class DtrWalk {
 
  private:
   std::size_t at(StorageIndex s) const { return static_cast<std::size_t>(s); }
+
+  // Whether the cost is the evicted neighbourhood's (dtr_planner.h).
+  bool classes() const { return heuristic_ != DtrHeuristic::kLocal; }
+
+  // Compute ms of ops [0, x), for x in [0, ops].
+  static std::vector<double> compute_before(const Trace& trace) {
+    std::vector<double> before(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
+    for (OpIndex op = 0; op < trace.op_count(); ++op) {
+      before[static_cast<std::size_t>(op) + 1] = before[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
+    }
+    return before;
+  }
+
+  // DtrHeuristic::kNextUse's clock: the compute ms from the start of op t to
+  // the next op at or after t that accesses s. Every storage in the pool has
+  // one: it is released after its last access.
+  double until_next_use_ms(StorageIndex s, OpIndex t) const {
+    const std::span<const StorageAccess> uses = accesses_.of(s);
+    const auto next = std::lower_bound(uses.begin(), uses.end(), t,
+                                       [](const StorageAccess& use, OpIndex op) { return use.op < op; });
+    const OpIndex op = next == uses.end() ? trace_.op_count() : next->op;
+    return compute_before_ms_[static_cast<std::size_t>(op)] - compute_before_ms_[static_cast<std::size_t>(t)];
+  }
 
   static std::vector<OpIndex> last_writes(const Trace& trace) {
     std::vector<OpIndex> last(static_cast<std::size_t>(trace.storage_count()), -1);
@@ -154,7 +178,7 @@ class DtrWalk {
   }
 
   void make_resident(StorageIndex s) {
-    if (heuristic_ == DtrHeuristic::kEquivalenceClasses && evicted_[at(s)]) {
+    if (classes() && evicted_[at(s)]) {
       // Back on the device: its class no longer pays for it (classes are not
       // split, as in DTR's union-find approximation).
       evicted_[at(s)] = false;
@@ -221,8 +245,10 @@ class DtrWalk {
         ++i;
         if (!evictable(s, t)) continue;
         scan_work_ += static_cast<std::int64_t>(rerun_list(regen_[at(s)]).size());
-        const double staleness = std::max(now_ms_ - last_use_ms_[at(s)], kMinStalenessMs);
-        const double cost = heuristic_ == DtrHeuristic::kEquivalenceClasses ? class_cost_ms(s) : cost_ms(s);
+        const double staleness = std::max(
+            heuristic_ == DtrHeuristic::kNextUse ? until_next_use_ms(s, t) : now_ms_ - last_use_ms_[at(s)],
+            kMinStalenessMs);
+        const double cost = classes() ? class_cost_ms(s) : cost_ms(s);
         const double h = cost / (static_cast<double>(size_of(s)) * staleness);
         if (best < 0 || h < best_h || (h == best_h && s < best)) {
           best = s;
@@ -231,14 +257,14 @@ class DtrWalk {
       }
       if (best < 0) return;
       release(best, t, Phase::kPre);
-      if (heuristic_ == DtrHeuristic::kEquivalenceClasses) join_class(best);
+      if (classes()) join_class(best);
       ++evictions_;
     }
   }
 
-  // DtrHeuristic::kEquivalenceClasses (dtr_planner.h): the union-find of the
-  // evicted storages' classes; a class root's class_ms_ is the producers'
-  // runs of its evicted members.
+  // The class costs of kEquivalenceClasses and kNextUse (dtr_planner.h): the
+  // union-find of the evicted storages' classes; a class root's class_ms_ is
+  // the producers' runs of its evicted members.
   StorageIndex find(StorageIndex s) {
     std::size_t i = at(s);
     while (class_parent_[i] != static_cast<StorageIndex>(i)) {
@@ -414,9 +440,10 @@ class DtrWalk {
   const std::int64_t max_rerun_work_;
   const std::int64_t max_scan_work_;
   const DtrHeuristic heuristic_;
-  std::vector<bool> evicted_;               // kEquivalenceClasses: off the device by an eviction
-  std::vector<StorageIndex> class_parent_;  // kEquivalenceClasses: the union-find
-  std::vector<double> class_ms_;            // kEquivalenceClasses: per class root, its members' runs
+  // With classes():
+  std::vector<bool> evicted_;               // off the device by an eviction
+  std::vector<StorageIndex> class_parent_;  // the union-find
+  std::vector<double> class_ms_;            // per class root, its members' runs
   std::vector<StorageIndex> roots_;         // scratch of class_cost_ms
   const std::vector<OpIndex> producer_;
   const std::vector<OpIndex> valid_until_;
@@ -425,6 +452,7 @@ class DtrWalk {
   const std::vector<OpIndex> regen_;       // per storage: regenerators()
   std::vector<OpIndex> regenerable_through_;
   const std::size_t storages_;
+  const std::vector<double> compute_before_ms_;  // kNextUse: compute ms of ops [0, x)
   std::vector<bool> resident_;
   std::vector<std::int32_t> pins_;
   std::vector<std::int64_t> pool_position_;  // per storage: its index in pool_, or -1

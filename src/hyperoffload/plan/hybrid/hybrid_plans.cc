@@ -197,17 +197,28 @@ HybridPlan PlanMaker::segment_reruns() const {
 }
 
 HybridPlan PlanMaker::dtr_recompute_only() const {
-  HybridPlan classes = dtr_walk(DtrHeuristic::kEquivalenceClasses);
-  HybridPlan local = dtr_walk(DtrHeuristic::kLocal);
-  return better(local, classes, models_.budget_bytes) ? std::move(local) : std::move(classes);
+  HybridPlan chosen = dtr_walk(DtrHeuristic::kEquivalenceClasses);
+  for (const DtrHeuristic heuristic : {DtrHeuristic::kLocal, DtrHeuristic::kNextUse}) {
+    HybridPlan other = dtr_walk(heuristic);
+    if (better(other, chosen, models_.budget_bytes)) chosen = std::move(other);
+  }
+  return chosen;
 }
 
 HybridPlan PlanMaker::dtr_walk(DtrHeuristic heuristic) const {
   DtrPlan walk = plan_dtr(models_.trace, models_.budget_bytes, DtrOptions{.heuristic = heuristic});
   HybridPlan plan;
-  plan.label = heuristic == DtrHeuristic::kEquivalenceClasses
-                   ? "recompute-only, DTR's eviction walk"
-                   : "recompute-only, DTR's eviction walk with local costs";
+  switch (heuristic) {
+    case DtrHeuristic::kEquivalenceClasses:
+      plan.label = "recompute-only, DTR's eviction walk";
+      break;
+    case DtrHeuristic::kLocal:
+      plan.label = "recompute-only, DTR's eviction walk with local costs";
+      break;
+    case DtrHeuristic::kNextUse:
+      plan.label = "recompute-only, DTR's eviction walk by next use";
+      break;
+  }
   plan.peak_bytes = walk.result.planned_peak_bytes;
   plan.peak_op = walk.peak_op;
   plan.floor = UnavoidableFloor{walk.peak_op, walk.result.planned_peak_bytes};
