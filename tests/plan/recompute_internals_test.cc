@@ -5,6 +5,8 @@
 // Conventions: sN is storage id N (and its index, as the DSL declares them in
 // order); "rec" marks a recomputable op; durations are in ms; a storage of
 // size 0 is never released, so it is on the device wherever a re-run reads it.
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -124,6 +126,49 @@ TEST(RecomputeModel, ChainsGoAsDeepAsTheDeadInputsGoAndCountEachProducerOnce) {
   EXPECT_EQ(model.candidates[0].start_op, 8);
   EXPECT_EQ(model.candidates[0].end_op, 10);
   EXPECT_DOUBLE_EQ(model.candidates[0].cost_ms, 36.0);
+}
+
+// Note [Chains that cannot be]: a chain search that meets a source whose
+// chain was already found not to exist before an earlier op stops there.
+//   op0 load W0 (s0 retained, size 10: always on the device)
+//   op j, j = 1..4110: f_j R(j-1) Wj, rec, 1 ms; ops 5 and 4100..4109 also
+//     write t_j (storage 10000 + j)                 every s_j, t_j: 100 bytes
+//   then one use of t_5, t_4100, ..., t_4109 each, in that order.
+// Only the t_j have gaps (s_j is read by the next op only). Before t_j's use,
+// s_(j-1) is dead (last read by op j), so the chain of f_j runs f_j, f_(j-1),
+// ..., f_1: j ops. Work (Note [Chain work]) is 1 + accesses per op popped: 3
+// for the ops that write a t, 2 for the others.
+//  - t_5: a chain of 5 ops, 5 ms: the one candidate. Work 4 + 4 x 3 = 16.
+//  - t_4100: longer than kMaxChainOps (4096): the search pops 4096 ops
+//    (4100 down to 5: two of them write a t) before giving up. Work 4096 x 3
+//    + 2 = 12,290. No chain from f_4100 before t_4100's use or later.
+//  - t_4101..t_4109, each used after the one before: f_j's input s_(j-1) is
+//    dead, and its regenerator f_(j-1) has no chain by then: each stops after
+//    popping f_j, work 4 each, 36 in all.
+// Total 16 + 12,290 + 36 = 12,342. Each search on its own would have popped
+// 4096 ops again: 122,952 in all.
+TEST(RecomputeModel, AChainSearchStopsAtASourceWithoutAChainBeforeAnEarlierOp) {
+  constexpr int kOps = 4110;
+  TraceDsl dsl;
+  dsl.storage(0, 10, Retention::kRetained);
+  for (int j = 1; j <= kOps; ++j) dsl.storage(j, 100);
+  std::vector<int> with_t = {5};
+  for (int j = 4100; j <= 4109; ++j) with_t.push_back(j);
+  for (const int j : with_t) dsl.storage(10000 + j, 100);
+  dsl.op("load", "W0");
+  for (int j = 1; j <= kOps; ++j) {
+    const bool writes_t = std::find(with_t.begin(), with_t.end(), j) != with_t.end();
+    dsl.op(fmt::format("f{}", j), writes_t ? fmt::format("R{} W{} W{}", j - 1, j, 10000 + j) : fmt::format("R{} W{}", j - 1, j),
+           1.0, kRec);
+  }
+  for (const int j : with_t) dsl.op("use", fmt::format("R{}", 10000 + j), 1.0);
+  const Trace trace = dsl.build();
+  const RecomputeModel model = model_of(trace);
+  ASSERT_EQ(model.candidates.size(), 1u);
+  EXPECT_EQ(trace.storage(model.candidates[0].storage).id, 10005);
+  EXPECT_EQ(model.candidates[0].cost_ms, 5.0);
+  EXPECT_FALSE(model.chain_work_cut);
+  EXPECT_EQ(model.chain_work, 12342);
 }
 
 TEST(RecomputeModel, ADeadInputWithoutARecomputableProducerLeavesNoChain) {

@@ -102,18 +102,10 @@ OpIndex rerun_source(const Trace& trace, OpIndex version_writer, OpIndex produce
 
 namespace {
 
-// The chain's compute time for a recompute of `source_op` before `op`, or a
-// negative value when no chain exists (stale, a dead input that cannot be
-// regenerated, longer than kMaxChainOps or costlier than the step) or the
-// model's chain work budget (`max_work`, Note [Chain work]) is spent and the
-// chain needs more than its producer.
-// Depth-first with an explicit stack (chains can be thousands of ops deep)
-// and each producer once: the augmented trace re-runs a producer once per
-// point however many re-runs read its outputs.
-// `pending` is scratch space, reused between calls (one allocation per
-// candidate was a tenth of the model on a 1M-op transformer).
-double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, OpIndex op, ChainMarks& marks,
-                  std::int64_t max_work, std::vector<OpIndex>& pending) {
+// chain_cost's search, without what it learns for later searches.
+double chain_search(const Trace& trace, RecomputeModel& model, OpIndex source_op, OpIndex op, ChainMarks& marks,
+                    std::int64_t max_work, std::vector<OpIndex>& pending, std::span<const OpIndex> no_chain_from) {
+  if (no_chain_from[static_cast<std::size_t>(source_op)] <= op) return -1.0;
   const double limit_ms = trace.total_compute_ms();
   marks.clear();
   marks.visit_unit(trace, source_op);
@@ -131,7 +123,7 @@ double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, 
     for (const Access& access : list) {
       if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
       const OpIndex producer = model.regenerator[static_cast<std::size_t>(access.storage)];
-      if (producer < 0) return -1.0;
+      if (producer < 0 || no_chain_from[static_cast<std::size_t>(producer)] <= op) return -1.0;
       if (!marks.visit_unit(trace, producer)) continue;
       if (visited >= static_cast<std::size_t>(kMaxChainOps)) return -1.0;
       if (model.chain_work > max_work) {
@@ -141,6 +133,44 @@ double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, 
       ++visited;
       pending.push_back(producer);
     }
+  }
+  return cost;
+}
+
+// The chain's compute time for a recompute of `source_op` before `op`, or a
+// negative value when no chain exists (stale, a dead input that cannot be
+// regenerated, longer than kMaxChainOps or costlier than the step) or the
+// model's chain work budget (`max_work`, Note [Chain work]) is spent and the
+// chain needs more than its producer.
+// Depth-first with an explicit stack (chains can be thousands of ops deep)
+// and each producer once: the augmented trace re-runs a producer once per
+// point however many re-runs read its outputs.
+// `pending` is scratch space, reused between calls (one allocation per
+// candidate was a tenth of the model on a 1M-op transformer).
+//
+// Note [Chains that cannot be]
+// Whether a chain exists is monotone, in the op and in the chain: with a
+// later op more inputs are dead and fewer re-runs are valid, so the chain of
+// a source before op' >= op holds the one before op; and the chain of a
+// source that reaches producer p holds p's own chain before the same op.
+// Every reason a chain does not exist — a re-run no longer valid, a dead
+// input nothing regenerates, more than kMaxChainOps ops, more compute than
+// the step — holds for every chain that holds it. So `no_chain_from[k]`
+// keeps the earliest op before which the chain of source k was found not to
+// exist (kNever: none yet), and a search that reaches k before that op or
+// later gives up at once, with the answer it would have reached. (A search
+// cut by the work budget says nothing about its chain and is not kept.) On
+// a 36k-layer transformer step (1M ops) each backward gradient's chain runs
+// through every later layer's backward: 33k searches ran to kMaxChainOps
+// one after the other, 98% of the model's chain work, until the budget
+// cut the rest; the later of two such chains now stops where it meets the
+// earlier.
+double chain_cost(const Trace& trace, RecomputeModel& model, OpIndex source_op, OpIndex op, ChainMarks& marks,
+                  std::int64_t max_work, std::vector<OpIndex>& pending, std::vector<OpIndex>& no_chain_from) {
+  const double cost = chain_search(trace, model, source_op, op, marks, max_work, pending, no_chain_from);
+  if (cost < 0.0 && !model.chain_work_cut) {
+    OpIndex& from = no_chain_from[static_cast<std::size_t>(source_op)];
+    from = std::min(from, op);
   }
   return cost;
 }
@@ -183,6 +213,7 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
 
   std::vector<OpIndex> copy_ops;
   std::vector<OpIndex> pending;
+  std::vector<OpIndex> no_chain_from(static_cast<std::size_t>(trace.op_count()), kNever);  // Note [Chains that cannot be]
   for (const StorageIndex s : accesses.by_first_appearance()) {
     const OpIndex producer = model.producer[static_cast<std::size_t>(s)];
     const StorageInfo& info = trace.storage(s);
@@ -197,7 +228,7 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
       // (then its unit re-runs).
       const OpIndex source = rerun_source(trace, copy_ops[j], producer);
       if (source < 0) continue;
-      const double cost = chain_cost(trace, model, source, end, marks, max_work, pending);
+      const double cost = chain_cost(trace, model, source, end, marks, max_work, pending, no_chain_from);
       if (cost < 0.0) continue;
       model.candidates.push_back({s, info.size_bytes, start, end, source, cost, copy_ops[j]});
     }
