@@ -155,6 +155,42 @@ TEST(DtrPlanner, NextUseEvictsWhatIsNeededLastWhereStalenessEvictsWhatIsNeededNe
   EXPECT_TRUE(validate_schedule(trace, next_use.result.schedule).valid());
 }
 
+TEST(DtrPlanner, FarthestNextUseEvictsWhatIsNeededLastWhateverItCosts) {
+  //   op0 load W9 | op1 a R9 W1 (rec, 10 ms) | op2 b R9 W2 (rec, 1 ms) | op3 big W3 (1 ms)
+  //   op4 use R3 (1 ms) | op5 use R2 (1 ms) | op6 use R1 (1 ms)
+  // s1, s2, s3: 1 MiB; budget 2 MiB. Before op 3 (11 ms of compute before
+  // it), s1 and s2 hold 2 MiB and s3 needs 1 more. s2 is next used at op 5
+  // (13 ms: 2 ms away), s1 at op 6 (14 ms: 3 ms away).
+  //  - kNextUse: h(s1) = 10 ms / (1 MiB x 3), h(s2) = 1 ms / (1 MiB x 2): s2
+  //    goes and op 5 re-runs b (1 ms).
+  //  - kFarthestNextUse: s1 is used last, so it goes, and op 6 re-runs a
+  //    (10 ms).
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(2, kMiB)
+                          .storage(3, kMiB)
+                          .storage(9, 0)
+                          .op("load", "W9", 0.0)
+                          .op("a", "R9 W1", 10.0, kRec)
+                          .op("b", "R9 W2", 1.0, kRec)
+                          .op("big", "W3", 1.0)
+                          .op("use", "R3", 1.0)
+                          .op("use", "R2", 1.0)
+                          .op("use", "R1", 1.0)
+                          .build();
+  const DtrPlan next_use = plan_dtr(trace, 2 * kMiB, {.heuristic = DtrHeuristic::kNextUse});
+  EXPECT_EQ(next_use.result.schedule.actions,
+            actions("pre 3 release_device 2; post 4 release_device 3; pre 5 recompute 2; post 5 release_device 2; "
+                    "post 6 release_device 1"));
+  EXPECT_EQ(next_use.recompute_ms, 1.0);
+  const DtrPlan farthest = plan_dtr(trace, 2 * kMiB, {.heuristic = DtrHeuristic::kFarthestNextUse});
+  EXPECT_EQ(farthest.result.schedule.actions,
+            actions("pre 3 release_device 1; post 4 release_device 3; post 5 release_device 2; pre 6 recompute 1; "
+                    "post 6 release_device 1"));
+  EXPECT_EQ(farthest.recompute_ms, 10.0);
+  EXPECT_TRUE(validate_schedule(trace, farthest.result.schedule).valid());
+}
+
 TEST(DtrPlanner, RematerializesADeadChainRecursivelyAndDropsItAfter) {
   //   op0 load W9 | op1 a R9 W1 (rec) | op2 b R1 W2 (rec) | op3 c R2 W3 (rec)
   //   op4 big W4 | op5 use R3         s1..s3: 1 MiB, s4: 3 MiB, budget 3 MiB
@@ -355,7 +391,8 @@ TEST(DtrPlannerProperty, ValidAndWithinBudgetWheneverItSaysSoOnRandomTraces) {
     const SimulationResult simulation = simulate(trace, plan.schedule, sim_options);
     EXPECT_TRUE(simulation.validation.valid());
     // The walks the recompute-only plans weigh beside it: the same guarantees.
-    for (const DtrHeuristic heuristic : {DtrHeuristic::kLocal, DtrHeuristic::kNextUse}) {
+    for (const DtrHeuristic heuristic :
+         {DtrHeuristic::kLocal, DtrHeuristic::kNextUse, DtrHeuristic::kFarthestNextUse}) {
       SCOPED_TRACE(::testing::Message() << "heuristic " << static_cast<int>(heuristic));
       const PlanResult other = plan_dtr(trace, budget, {.heuristic = heuristic}).result;
       const ValidationReport report = validate_schedule(trace, other.schedule);
@@ -363,7 +400,9 @@ TEST(DtrPlannerProperty, ValidAndWithinBudgetWheneverItSaysSoOnRandomTraces) {
       EXPECT_TRUE(report.faults.empty());
       EXPECT_EQ(report.peak_bytes, other.planned_peak_bytes);
       EXPECT_EQ(other.notes.front().find("is not met") != std::string::npos, other.planned_peak_bytes > budget);
-      if (budget >= unplanned) EXPECT_EQ(other.planned_peak_bytes, unplanned);
+      if (budget >= unplanned) {
+        EXPECT_EQ(other.planned_peak_bytes, unplanned);
+      }
     }
     within += missed ? 0 : 1;
     recomputing += simulation.validation.recompute_count > 0 ? 1 : 0;

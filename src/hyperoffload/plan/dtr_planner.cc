@@ -37,7 +37,7 @@ class DtrWalk {
         last_write_(last_writes(trace)),
         regen_(regenerators()),
         storages_(static_cast<std::size_t>(trace.storage_count())),
-        compute_before_ms_(heuristic_ == DtrHeuristic::kNextUse ? compute_before(trace) : std::vector<double>{}),
+        compute_before_ms_(looks_ahead() ? compute_before(trace) : std::vector<double>{}),
         resident_(storages_, false),
         pins_(storages_, 0),
         pool_position_(storages_, -1),
@@ -90,6 +90,10 @@ class DtrWalk {
 
   // Whether the cost is the evicted neighbourhood's (dtr_planner.h).
   bool classes() const { return heuristic_ != DtrHeuristic::kLocal; }
+  // Whether the walk ranks by the next use (dtr_planner.h).
+  bool looks_ahead() const {
+    return heuristic_ == DtrHeuristic::kNextUse || heuristic_ == DtrHeuristic::kFarthestNextUse;
+  }
 
   // Compute ms of ops [0, x), for x in [0, ops].
   static std::vector<double> compute_before(const Trace& trace) {
@@ -100,7 +104,7 @@ class DtrWalk {
     return before;
   }
 
-  // DtrHeuristic::kNextUse's clock: the compute ms from the start of op t to
+  // The next-use heuristics' clock: the compute ms from the start of op t to
   // the next op at or after t that accesses s. Every storage in the pool has
   // one: it is released after its last access.
   double until_next_use_ms(StorageIndex s, OpIndex t) const {
@@ -234,7 +238,9 @@ class DtrWalk {
       if (scan_work_ > max_scan_work_ && cut_op_ < 0) cut_op_ = t;
       if (cut_op_ >= 0) return;
       StorageIndex best = -1;
-      double best_h = 0.0;
+      // Lowest first: (h, 0), or for kFarthestNextUse (-time to the next
+      // use, cost per byte); then the lowest index.
+      std::pair<double, double> best_rank;
       for (std::size_t i = 0; i < pool_.size();) {
         const StorageIndex s = pool_[i];
         ++scan_work_;  // Note [The walk's work bound]: 1 per look, plus the producer's accesses when priced
@@ -245,14 +251,24 @@ class DtrWalk {
         ++i;
         if (!evictable(s, t)) continue;
         scan_work_ += static_cast<std::int64_t>(rerun_list(regen_[at(s)]).size());
-        const double staleness = std::max(
-            heuristic_ == DtrHeuristic::kNextUse ? until_next_use_ms(s, t) : now_ms_ - last_use_ms_[at(s)],
-            kMinStalenessMs);
         const double cost = classes() ? class_cost_ms(s) : cost_ms(s);
-        const double h = cost / (static_cast<double>(size_of(s)) * staleness);
-        if (best < 0 || h < best_h || (h == best_h && s < best)) {
+        const auto size = static_cast<double>(size_of(s));
+        std::pair<double, double> rank;
+        switch (heuristic_) {
+          case DtrHeuristic::kEquivalenceClasses:
+          case DtrHeuristic::kLocal:
+            rank = {cost / (size * std::max(now_ms_ - last_use_ms_[at(s)], kMinStalenessMs)), 0.0};
+            break;
+          case DtrHeuristic::kNextUse:
+            rank = {cost / (size * std::max(until_next_use_ms(s, t), kMinStalenessMs)), 0.0};
+            break;
+          case DtrHeuristic::kFarthestNextUse:
+            rank = {-until_next_use_ms(s, t), cost / size};
+            break;
+        }
+        if (best < 0 || rank < best_rank || (rank == best_rank && s < best)) {
           best = s;
-          best_h = h;
+          best_rank = rank;
         }
       }
       if (best < 0) return;
@@ -262,7 +278,7 @@ class DtrWalk {
     }
   }
 
-  // The class costs of kEquivalenceClasses and kNextUse (dtr_planner.h): the
+  // The class costs of every heuristic but kLocal (dtr_planner.h): the
   // union-find of the evicted storages' classes; a class root's class_ms_ is
   // the producers' runs of its evicted members.
   StorageIndex find(StorageIndex s) {
@@ -452,7 +468,7 @@ class DtrWalk {
   const std::vector<OpIndex> regen_;       // per storage: regenerators()
   std::vector<OpIndex> regenerable_through_;
   const std::size_t storages_;
-  const std::vector<double> compute_before_ms_;  // kNextUse: compute ms of ops [0, x)
+  const std::vector<double> compute_before_ms_;  // looks_ahead(): compute ms of ops [0, x)
   std::vector<bool> resident_;
   std::vector<std::int32_t> pins_;
   std::vector<std::int64_t> pool_position_;  // per storage: its index in pool_, or -1

@@ -198,7 +198,8 @@ HybridPlan PlanMaker::segment_reruns() const {
 
 HybridPlan PlanMaker::dtr_recompute_only() const {
   HybridPlan chosen = dtr_walk(DtrHeuristic::kEquivalenceClasses);
-  for (const DtrHeuristic heuristic : {DtrHeuristic::kLocal, DtrHeuristic::kNextUse}) {
+  for (const DtrHeuristic heuristic :
+       {DtrHeuristic::kLocal, DtrHeuristic::kNextUse, DtrHeuristic::kFarthestNextUse}) {
     HybridPlan other = dtr_walk(heuristic);
     if (better(other, chosen, models_.budget_bytes)) chosen = std::move(other);
   }
@@ -217,6 +218,9 @@ HybridPlan PlanMaker::dtr_walk(DtrHeuristic heuristic) const {
       break;
     case DtrHeuristic::kNextUse:
       plan.label = "recompute-only, DTR's eviction walk by next use";
+      break;
+    case DtrHeuristic::kFarthestNextUse:
+      plan.label = "recompute-only, eviction walk by furthest next use";
       break;
   }
   plan.peak_bytes = walk.result.planned_peak_bytes;

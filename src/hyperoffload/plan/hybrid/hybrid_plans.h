@@ -103,9 +103,8 @@ class PlanMaker {
   HybridPlan or_within_an_eighth(HybridPlan plan) const;
   // DTR's eviction walk at the budget (plan/dtr_planner.h) as a plan: the
   // best of the walk with DTR's costs (equivalence classes: the `dtr`
-  // planner's, so the recompute-only plans are never slower than it), with
-  // local costs and with the next use in place of the staleness
-  // (DtrHeuristic), which win on some traces.
+  // planner's, so the recompute-only plans are never slower than it), and
+  // the other heuristics of DtrHeuristic, which win on some traces.
   HybridPlan dtr_recompute_only() const;
   // The better of dtr_recompute_only() and segment_reruns(), with the lower
   // of their floors.
