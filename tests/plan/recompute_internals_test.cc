@@ -6,11 +6,14 @@
 // order); "rec" marks a recomputable op; durations are in ms; a storage of
 // size 0 is never released, so it is on the device wherever a re-run reads it.
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/ir/recompute_unit.h"
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/peak/peak_model.h"
 #include "hyperoffload/plan/planner.h"
@@ -169,6 +172,90 @@ TEST(RecomputeModel, AChainSearchStopsAtASourceWithoutAChainBeforeAnEarlierOp) {
   EXPECT_EQ(model.candidates[0].cost_ms, 5.0);
   EXPECT_FALSE(model.chain_work_cut);
   EXPECT_EQ(model.chain_work, 12342);
+}
+
+// The chain of `source` before `op` by the definition (recompute_model.h),
+// searched in full every time: its compute, or -1 when it does not exist.
+double chain_by_definition(const Trace& trace, const RecomputeModel& model, OpIndex source, OpIndex op) {
+  std::vector<OpIndex> units = {source};
+  std::vector<bool> seen(static_cast<std::size_t>(trace.op_count()), false);
+  ChainMarks marks(trace.op_count());
+  marks.clear();
+  marks.visit_unit(trace, source);
+  double cost = 0.0;
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    const OpIndex k = units[i];
+    if (model.valid_until[static_cast<std::size_t>(k)] < op) return -1.0;
+    cost += unit_duration_ms(trace, k);
+    for (const Access& access : rerun_accesses(trace, model, k)) {
+      if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
+      const OpIndex producer = model.regenerator[static_cast<std::size_t>(access.storage)];
+      if (producer < 0) return -1.0;
+      if (marks.visit_unit(trace, producer)) units.push_back(producer);
+    }
+  }
+  if (units.size() > static_cast<std::size_t>(kMaxChainOps) || cost > trace.total_compute_ms()) return -1.0;
+  return cost;
+}
+
+// Over random traces with in-place units: the model's candidates are exactly
+// the gaps whose chain exists by the definition, each with its chain's
+// compute, so remembering chains that cannot be (Note [Chains that cannot be])
+// changes no answer.
+TEST(RecomputeModelProperty, CandidatesAreTheGapsWhoseChainsExistByTheDefinition) {
+  int gaps_with_chains = 0;
+  int gaps_without = 0;
+  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+    RandomTraceOptions options;
+    options.seed = seed;
+    options.op_count = 20 + static_cast<std::int32_t>(seed % 120);
+    options.storage_count = 10 + static_cast<std::int32_t>(seed % 60);
+    options.max_extra_accesses = 1 + static_cast<std::int32_t>(seed % 5);
+    options.write_fraction = 0.1 + 0.05 * static_cast<double>(seed % 6);
+    options.in_place_fraction = 0.05 * static_cast<double>(seed % 5);
+    options.recomputable_fraction = 0.5 + 0.1 * static_cast<double>(seed % 5);
+    options.retained_fraction = 0.1;
+    options.limit_fraction = std::nullopt;
+    const Trace trace = generate_random_trace(options);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    const StorageAccesses accesses(trace);
+    const RecomputeModel model = build_recompute_model(trace, accesses);
+    ASSERT_FALSE(model.chain_work_cut);
+    if (!trace.has_recomputable_ops()) continue;
+    std::map<std::pair<StorageIndex, OpIndex>, double> made;
+    for (const RecomputeCandidate& c : model.candidates) made[{c.storage, c.end_op}] = c.cost_ms;
+    std::size_t expected = 0;
+    for (StorageIndex st = 0; st < trace.storage_count(); ++st) {
+      const OpIndex producer = model.producer[static_cast<std::size_t>(st)];
+      const StorageInfo& info = trace.storage(st);
+      if (producer < 0 || info.retained() || info.size_bytes <= 0) continue;
+      const std::span<const StorageAccess> list = accesses.of(st);
+      OpIndex copy_op = -1;
+      for (std::size_t j = 0; j + 1 < list.size(); ++j) {
+        copy_op = j == 0 || starts_version(list, j) ? list[j].op : copy_op;
+        if (list[j + 1].op - list[j].op < 2) continue;
+        const OpIndex source = rerun_source(trace, copy_op, producer);
+        const double cost = source < 0 ? -1.0 : chain_by_definition(trace, model, source, list[j + 1].op);
+        const auto it = made.find({st, list[j + 1].op});
+        if (cost < 0.0) {
+          ++gaps_without;
+          EXPECT_TRUE(it == made.end()) << "storage " << st << ", gap ending at op " << list[j + 1].op;
+        } else {
+          ++gaps_with_chains;
+          ++expected;
+          ASSERT_TRUE(it != made.end()) << "storage " << st << ", gap ending at op " << list[j + 1].op;
+          EXPECT_DOUBLE_EQ(it->second, cost);
+        }
+      }
+    }
+    EXPECT_EQ(model.candidates.size(), expected);
+    if (::testing::Test::HasFailure()) return;
+  }
+  // Both kinds of gap are exercised.
+  EXPECT_GE(gaps_with_chains, 1000);
+  EXPECT_GE(gaps_without, 1000);
+  ::testing::Test::RecordProperty("gaps_with_chains", gaps_with_chains);
+  ::testing::Test::RecordProperty("gaps_without", gaps_without);
 }
 
 TEST(RecomputeModel, ADeadInputWithoutARecomputableProducerLeavesNoChain) {
