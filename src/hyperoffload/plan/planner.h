@@ -22,11 +22,12 @@
 //   hybrid     the peak planner's on the trace and on at most    O(W) per plan
 //              clamp(10⁶ / W, 1, 32) + 10 augmented traces of     held, on two
 //              ≤ 65 W + candidates × d each; chain searches        threads
-//              O(64 W + candidates × d); DTR's walk (W ≤
-//              250,000); ×20 on W ≤ 20,000 (lower budgets)
+//              O(64 W + candidates × d); four eviction walks
+//              (W ≤ 250,000); ×20 on W ≤ 20,000 (lower budgets)
 //   recompute  the hybrid planner's without offloads: selections,  O(W)
 //              O(log W) recompute-only plans of ≤ 65 W + candidates
-//              × d each, DTR's walk (W ≤ 250,000); ×20 on W ≤ 20,000
+//              × d each, four eviction walks (W ≤ 250,000); ×20 on
+//              W ≤ 20,000
 //   dtr        O(260 W + S d)                                    O(W)
 //   optimal    its time limit (PlannerOptions::time_limit_s) plus  O(program)
 //              the program's build; refuses traces over
