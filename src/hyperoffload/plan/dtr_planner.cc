@@ -250,9 +250,21 @@ class DtrWalk {
         }
         ++i;
         if (!evictable(s, t)) continue;
+        const auto size = static_cast<double>(size_of(s));
+        // The look-ahead walks price only a storage that may still be the
+        // one (pricing walks its neighbourhood, most of a walk's work): one
+        // used again sooner than the best so far cannot be under Belady's
+        // rule, nor one whose own run alone, a lower bound of its cost,
+        // already ranks it above the best. The victim is the same.
+        const double until_next_ms = looks_ahead() ? until_next_use_ms(s, t) : 0.0;
+        if (best >= 0 && heuristic_ == DtrHeuristic::kFarthestNextUse && -until_next_ms > best_rank.first) continue;
+        if (best >= 0 && heuristic_ == DtrHeuristic::kNextUse &&
+            unit_duration_ms(trace_, regen_[at(s)]) / (size * std::max(until_next_ms, kMinStalenessMs)) >
+                best_rank.first) {
+          continue;
+        }
         scan_work_ += static_cast<std::int64_t>(rerun_list(regen_[at(s)]).size());
         const double cost = classes() ? class_cost_ms(s) : cost_ms(s);
-        const auto size = static_cast<double>(size_of(s));
         std::pair<double, double> rank;
         switch (heuristic_) {
           case DtrHeuristic::kEquivalenceClasses:
@@ -260,10 +272,10 @@ class DtrWalk {
             rank = {cost / (size * std::max(now_ms_ - last_use_ms_[at(s)], kMinStalenessMs)), 0.0};
             break;
           case DtrHeuristic::kNextUse:
-            rank = {cost / (size * std::max(until_next_use_ms(s, t), kMinStalenessMs)), 0.0};
+            rank = {cost / (size * std::max(until_next_ms, kMinStalenessMs)), 0.0};
             break;
           case DtrHeuristic::kFarthestNextUse:
-            rank = {-until_next_use_ms(s, t), cost / size};
+            rank = {-until_next_ms, cost / size};
             break;
         }
         if (best < 0 || rank < best_rank || (rank == best_rank && s < best)) {
