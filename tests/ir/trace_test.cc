@@ -16,6 +16,14 @@ namespace {
 using ::testing::ElementsAre;
 using testing::TraceDsl;
 
+// Op durations 1.5, 0, 2 ms: op 0 starts at 0, op 1 at 1.5, op 2 at 1.5 (op 1
+// takes no time), and the step ends at 3.5; an empty trace starts and ends at 0.
+TEST(OpStartMs, IsTheComputeOfTheOpsBefore) {
+  const Trace trace = TraceDsl().op("a", "", 1.5).op("b", "", 0.0).op("c", "", 2.0).build();
+  EXPECT_THAT(op_start_ms(trace), ElementsAre(0.0, 1.5, 1.5, 3.5));
+  EXPECT_THAT(op_start_ms(TraceDsl().build()), ElementsAre(0.0));
+}
+
 TEST(TraceBuilder, InternsOpNames) {
   const Trace trace = TraceDsl().op("mm", "").op("add", "").op("mm", "").build();
   EXPECT_EQ(trace.op_names().size(), 2u);

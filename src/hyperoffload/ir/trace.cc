@@ -303,4 +303,12 @@ Result<Trace> TraceBuilder::build() && {
   return std::move(trace_);
 }
 
+std::vector<double> op_start_ms(const Trace& trace) {
+  std::vector<double> start_ms(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    start_ms[static_cast<std::size_t>(op) + 1] = start_ms[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
+  }
+  return start_ms;
+}
+
 }  // namespace hyperoffload

@@ -188,6 +188,11 @@ class Trace {
   double h2d_bandwidth_gib_per_s_ = kDefaultBandwidthGiBPerS;
 };
 
+// start_ms[x] = compute ms of ops [0, x), x in [0, ops]: when op x starts in a
+// run without stalls, the clock every planner's timing estimates use.
+// O(ops).
+std::vector<double> op_start_ms(const Trace& trace);
+
 // Builds a Trace incrementally and checks it. Every error names its place with
 // the trace file's JSON paths ("storages[3].id", "ops[12].accesses[3].storage"),
 // because positions in the builder are positions in the file.

@@ -37,7 +37,7 @@ class DtrWalk {
         last_write_(last_writes(trace)),
         regen_(regenerators()),
         storages_(static_cast<std::size_t>(trace.storage_count())),
-        compute_before_ms_(looks_ahead() ? compute_before(trace) : std::vector<double>{}),
+        start_ms_(looks_ahead() ? op_start_ms(trace) : std::vector<double>{}),
         resident_(storages_, false),
         pins_(storages_, 0),
         pool_position_(storages_, -1),
@@ -95,15 +95,6 @@ class DtrWalk {
     return heuristic_ == DtrHeuristic::kNextUse || heuristic_ == DtrHeuristic::kFarthestNextUse;
   }
 
-  // Compute ms of ops [0, x), for x in [0, ops].
-  static std::vector<double> compute_before(const Trace& trace) {
-    std::vector<double> before(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
-    for (OpIndex op = 0; op < trace.op_count(); ++op) {
-      before[static_cast<std::size_t>(op) + 1] = before[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
-    }
-    return before;
-  }
-
   // The next-use heuristics' clock: the compute ms from the start of op t to
   // the next op at or after t that accesses s. Every storage in the pool has
   // one: it is released after its last access.
@@ -112,7 +103,7 @@ class DtrWalk {
     const auto next = std::lower_bound(uses.begin(), uses.end(), t,
                                        [](const StorageAccess& use, OpIndex op) { return use.op < op; });
     const OpIndex op = next == uses.end() ? trace_.op_count() : next->op;
-    return compute_before_ms_[static_cast<std::size_t>(op)] - compute_before_ms_[static_cast<std::size_t>(t)];
+    return start_ms_[static_cast<std::size_t>(op)] - start_ms_[static_cast<std::size_t>(t)];
   }
 
   static std::vector<OpIndex> last_writes(const Trace& trace) {
@@ -480,7 +471,7 @@ class DtrWalk {
   const std::vector<OpIndex> regen_;       // per storage: regenerators()
   std::vector<OpIndex> regenerable_through_;
   const std::size_t storages_;
-  const std::vector<double> compute_before_ms_;  // looks_ahead(): compute ms of ops [0, x)
+  const std::vector<double> start_ms_;  // looks_ahead(): op_start_ms(trace)
   std::vector<bool> resident_;
   std::vector<std::int32_t> pins_;
   std::vector<std::int64_t> pool_position_;  // per storage: its index in pool_, or -1

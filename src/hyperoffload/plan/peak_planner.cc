@@ -65,7 +65,6 @@ using internal::HostTrim;
 using internal::trim_to_host_budget;
 using internal::HostCopyOrder;
 using internal::issue_host_copies;
-using internal::op_start_ms;
 using internal::order_host_copies;
 using internal::PeakModel;
 using internal::place;

@@ -26,18 +26,13 @@ struct TraceFacts {
   StorageAccesses accesses;
   std::vector<std::int64_t> resident_bytes;  // unplanned, per op
   std::vector<OpIndex> producer;             // recompute_producers
-  std::vector<double> compute_before_ms;     // ops [0, q)
+  std::vector<double> compute_before_ms;     // ops [0, q): op_start_ms
 
   explicit TraceFacts(const Trace& trace)
       : accesses(trace),
         resident_bytes(unplanned_resident_bytes(trace, accesses)),
         producer(recompute_producers(trace, accesses)),
-        compute_before_ms(static_cast<std::size_t>(trace.op_count()) + 1, 0.0) {
-    for (OpIndex op = 0; op < trace.op_count(); ++op) {
-      compute_before_ms[static_cast<std::size_t>(op) + 1] =
-          compute_before_ms[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
-    }
-  }
+        compute_before_ms(op_start_ms(trace)) {}
 };
 
 // The bytes of the distinct storages an op accesses.

@@ -8,14 +8,6 @@
 
 namespace hyperoffload::internal {
 
-std::vector<double> op_start_ms(const Trace& trace) {
-  std::vector<double> start_ms(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
-  for (OpIndex op = 0; op < trace.op_count(); ++op) {
-    start_ms[static_cast<std::size_t>(op) + 1] = start_ms[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
-  }
-  return start_ms;
-}
-
 std::vector<std::int32_t> engine_order(const PeakPass& pass, std::span<const std::int32_t> selected,
                                        std::span<const double> ready_ms, const ProfileTree& profile, EngineRule rule) {
   const PeakModel& model = pass.model;

@@ -29,10 +29,6 @@ struct Placement {
   std::int32_t engine_rank;  // position of its copy_h2d in the engine order
 };
 
-// start_ms[x] = compute ms of ops [0, x), x in [0, ops]: when op x starts in a
-// run without stalls. The planner's timing estimates are all in these units.
-std::vector<double> op_start_ms(const Trace& trace);
-
 // What the placement steps of one peak-planner run (peak_run.h) share: the
 // trace and its model, when each op starts in a run without stalls
 // (op_start_ms), the bytes the placement keeps the profile within, and the

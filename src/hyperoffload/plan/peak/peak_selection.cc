@@ -24,15 +24,6 @@ constexpr double kSizeTieBreak = 1e-9;
 // Picks between checks of the stop token: a few ms on a large trace.
 constexpr std::int32_t kStopCheckSteps = 256;
 
-// Compute ms of ops [0, x), for x in [0, ops].
-std::vector<double> compute_prefix(const Trace& trace) {
-  std::vector<double> before(static_cast<std::size_t>(trace.op_count()) + 1, 0.0);
-  for (OpIndex op = 0; op < trace.op_count(); ++op) {
-    before[static_cast<std::size_t>(op) + 1] = before[static_cast<std::size_t>(op)] + trace.op_duration_ms(op);
-  }
-  return before;
-}
-
 // Copy-back windows (CopyBackWindows): per candidate, the earliest start of
 // its copy back, the end of the last op of its gap where it must be off the
 // device (0 where there is none).
@@ -89,7 +80,7 @@ std::vector<double> windows_after_a_pass(const PeakModel& model, std::int64_t li
 // leads a query; E only decreases, so it moves at most once.
 class Selection {
  public:
-  // `compute_before`: compute_prefix(trace); `prefetch_from_ms`: per
+  // `compute_before`: op_start_ms(trace); `prefetch_from_ms`: per
   // candidate, the earliest start of its copy back (a copy-back window, or 0).
   Selection(const Trace& trace, const PeakModel& model, const PeakScoreWeights& weights, SelectionTies ties,
             HostCopyDeadline host_copy_deadline, std::int64_t limit, ProfileTree& profile,
@@ -360,7 +351,7 @@ std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakM
   const PeakScoreWeights& weights = options.weights;
   const SelectionTies ties = options.ties;
   const HostCopyDeadline host_copy_deadline = options.host_copy_deadline;
-  std::vector<double> compute_before = compute_prefix(trace);
+  std::vector<double> compute_before = op_start_ms(trace);
   std::vector<double> prefetch_from_ms;
   switch (options.windows) {
     case CopyBackWindows::kNone:
