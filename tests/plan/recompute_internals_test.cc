@@ -178,7 +178,6 @@ TEST(RecomputeModel, AChainSearchStopsAtASourceWithoutAChainBeforeAnEarlierOp) {
 // searched in full every time: its compute, or -1 when it does not exist.
 double chain_by_definition(const Trace& trace, const RecomputeModel& model, OpIndex source, OpIndex op) {
   std::vector<OpIndex> units = {source};
-  std::vector<bool> seen(static_cast<std::size_t>(trace.op_count()), false);
   ChainMarks marks(trace.op_count());
   marks.clear();
   marks.visit_unit(trace, source);
