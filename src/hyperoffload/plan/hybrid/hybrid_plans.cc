@@ -134,9 +134,9 @@ HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
   return full;
 }
 
-RecomputeSelection PlanMaker::recompute_only_sequence(RegenerationRule regeneration) const {
+RecomputeSelection PlanMaker::recompute_only_sequence(RegenerationRule regeneration, bool keep_dead_inputs) const {
   return select_recomputes(models_.trace, models_.peak.resident_bytes, models_.recompute,
-                           {kNoRatioLimit, 0, regeneration});
+                           {kNoRatioLimit, 0, regeneration, keep_dead_inputs});
 }
 
 HybridPlan PlanMaker::best_recompute_only() const { return or_within_an_eighth(recompute_only(recompute_only_sequence())); }
@@ -157,6 +157,12 @@ HybridPlan PlanMaker::or_within_an_eighth(HybridPlan plan) const {
   const bool take_other = other_fits ? !fits || other.time_ms < plan.time_ms
                                      : !fits && other.peak_bytes < plan.peak_bytes;
   HybridPlan chosen = take_other ? std::move(other) : std::move(plan);
+  if (std::ranges::any_of(models_.recompute.candidates, &RecomputeCandidate::can_keep_inputs)) {
+    HybridPlan kept = recompute_only(recompute_only_sequence(RegenerationRule::kWhileThePeakAllows, true));
+    kept.label = "recompute-only, dead inputs kept where that pays";
+    if (kept.floor->bytes < floor.bytes) floor = *kept.floor;
+    if (better(kept, chosen, budget)) chosen = std::move(kept);
+  }
   // DTR's walk evicts and regenerates op by op, so it can go below the
   // decision sequences' floors where their greedy order gets stuck (a re-run
   // that needs what an earlier decision dropped; docs/HYBRID_PLANNER.md, "No

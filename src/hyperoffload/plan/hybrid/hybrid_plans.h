@@ -86,18 +86,20 @@ class PlanMaker {
   // longer ones (doubling the step). Its floor is the full sequence's peak.
   HybridPlan recompute_only(const RecomputeSelection& sequence) const;
   // Every recompute decision at any cost, down to nothing.
-  RecomputeSelection recompute_only_sequence(
-      RegenerationRule regeneration = RegenerationRule::kWhileThePeakAllows) const;
+  // `keep_dead_inputs`: RecomputeSelectionParams::keep_dead_inputs.
+  RecomputeSelection recompute_only_sequence(RegenerationRule regeneration = RegenerationRule::kWhileThePeakAllows,
+                                             bool keep_dead_inputs = false) const;
   // The recompute-only planner's plan: recompute_only of the sequence and, on
   // a trace small enough for four plans or more (ops + accesses <= 250,000),
-  // also of the sequence under RegenerationRule::kWithinAnEighth and DTR's
-  // eviction walk (dtr_recompute_only): each is greedy and each wins on some
-  // example traces (docs/HYBRID_PLANNER.md, "Recompute-only"). The best by
-  // better(); its floor is the lowest of the two sequences' floors and the
-  // walk's peak.
+  // also of the sequence under RegenerationRule::kWithinAnEighth, of the
+  // sequence that may keep dead inputs (when a candidate can: Note [Keeping a
+  // dead input], recompute_model.h) and DTR's eviction walk
+  // (dtr_recompute_only): each is greedy and each wins on some example
+  // traces (docs/HYBRID_PLANNER.md, "Recompute-only"). The best by better();
+  // its floor is the lowest of the sequences' floors and the walk's peak.
   HybridPlan best_recompute_only() const;
   // `plan` (a recompute-only plan of the default rule), or on such a small
-  // trace the best of it and the other two (as above). The hybrid planner's
+  // trace the best of it and the others (as above). The hybrid planner's
   // recompute-only plan goes through it too, so the hybrid plan is never
   // slower than the recompute-only planner's.
   HybridPlan or_within_an_eighth(HybridPlan plan) const;

@@ -109,7 +109,7 @@ class Builder {
   // within that unit: re-run alone it would write the storage its followers
   // rewrote back to an older version (Note [In-place units] in ir/trace.h).
   void require(StorageIndex u, OpIndex op, std::map<OpIndex, Rerun>& reruns) {
-    if (dropped_[static_cast<std::size_t>(u)] || !dead_before(trace_, model_, u, op)) return;
+    if (dropped_[static_cast<std::size_t>(u)] || !dead_before(trace_, model_, u, op) || contains(kept_, u)) return;
     OpIndex producer = model_.regenerator[static_cast<std::size_t>(u)];
     if (producer < 0) return;  // cannot be: the chain was checked when the candidate was made
     if (trace_.has_in_place_units()) {
@@ -123,8 +123,19 @@ class Builder {
 
   void regenerate_before(OpIndex op, std::span<const std::int32_t> ending) {
     std::map<OpIndex, Rerun> reruns;
+    kept_.clear();
     for (const std::int32_t d : ending) {
-      reruns[gap(static_cast<std::size_t>(d)).source_op].persistent.push_back(gap(static_cast<std::size_t>(d)).storage);
+      const RecomputeCandidate& c = gap(static_cast<std::size_t>(d));
+      reruns[c.source_op].persistent.push_back(c.storage);
+      if (!decisions_[static_cast<std::size_t>(d)].keeps_dead_inputs) continue;
+      // Note [Keeping a dead input] (recompute_model.h): read where it is,
+      // which makes this re-run its last access.
+      for (const Access& access : rerun_accesses(trace_, model_, c.source_op)) {
+        if (access.kind == AccessKind::kRead && dead_before(trace_, model_, access.storage, op) &&
+            !contains(kept_, access.storage)) {
+          kept_.push_back(access.storage);
+        }
+      }
     }
     // Expand from the latest producer down: inputs are created by earlier ops,
     // so every producer added lies below the one being expanded, where the
@@ -192,6 +203,7 @@ class Builder {
   AugmentedTrace out_;
   std::vector<StorageId> current_;  // per original storage: the instance later accesses use
   std::vector<bool> dropped_;       // per original storage: off the device, inside a decision's gap
+  std::vector<StorageIndex> kept_;  // dead inputs the decisions regenerated here keep (scratch)
 };
 
 }  // namespace

@@ -13,8 +13,10 @@
 //    that lives on to the storage's later accesses);
 //  - an input of a re-run op that is dead at b is regenerated into an instance
 //    read only by the ops re-run at b (a chain; recompute_model.h bounds its
-//    depth); every other input is read where it is (the selection guarantees
-//    it is not dropped there);
+//    depth), unless a decision regenerated at b keeps it (its source's dead
+//    inputs, RecomputeDecision::keeps_dead_inputs): then the re-run is its
+//    last access; every other input is read where it is (the selection
+//    guarantees it is not dropped there);
 //  - an output of a re-run op that is not regenerated for later is written
 //    into such a short-lived instance when it is not on the device (dead or
 //    dropped), and read where it is otherwise (the recompute semantics: each

@@ -186,6 +186,24 @@ void version_copy_ops(std::span<const StorageAccess> list, std::vector<OpIndex>&
   }
 }
 
+// Note [Keeping a dead input]: the source's own dead inputs (each once) and
+// whether keeping them frees anything. `kept` is scratch space.
+void offer_kept_inputs(const Trace& trace, const RecomputeModel& model, RecomputeCandidate& c,
+                       std::vector<StorageIndex>& kept) {
+  kept.clear();
+  for (const Access& access : rerun_accesses(trace, model, c.source_op)) {
+    if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, c.end_op)) continue;
+    if (std::find(kept.begin(), kept.end(), access.storage) != kept.end()) continue;
+    kept.push_back(access.storage);
+    c.keep_bytes += trace.storage(access.storage).size_bytes;
+  }
+  if (kept.empty() || c.keep_bytes >= c.size_bytes) {
+    c.keep_bytes = 0;
+    return;
+  }
+  c.keep_cost_ms = unit_duration_ms(trace, c.source_op);
+}
+
 }  // namespace
 
 bool dead_before(const Trace& trace, const RecomputeModel& model, StorageIndex s, OpIndex op) {
@@ -213,6 +231,7 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
 
   std::vector<OpIndex> copy_ops;
   std::vector<OpIndex> pending;
+  std::vector<StorageIndex> kept;
   std::vector<OpIndex> no_chain_from(static_cast<std::size_t>(trace.op_count()), kNever);  // Note [Chains that cannot be]
   for (const StorageIndex s : accesses.by_first_appearance()) {
     const OpIndex producer = model.producer[static_cast<std::size_t>(s)];
@@ -230,7 +249,9 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
       if (source < 0) continue;
       const double cost = chain_cost(trace, model, source, end, marks, max_work, pending, no_chain_from);
       if (cost < 0.0) continue;
-      model.candidates.push_back({s, info.size_bytes, start, end, source, cost, copy_ops[j]});
+      RecomputeCandidate& c = model.candidates.emplace_back(
+          RecomputeCandidate{s, info.size_bytes, start, end, source, cost, copy_ops[j]});
+      offer_kept_inputs(trace, model, c, kept);
     }
   }
   return model;

@@ -16,7 +16,7 @@ constexpr double kMinCostMs = 1e-9;
 class Selector {
  public:
   Selector(const Trace& trace, std::span<const std::int64_t> resident_bytes, const RecomputeModel& model,
-           std::int64_t stop_bytes, RegenerationRule regeneration)
+           std::int64_t stop_bytes, RegenerationRule regeneration, bool keep_dead_inputs)
       : trace_(trace),
         model_(model),
         stop_bytes_(stop_bytes),
@@ -24,25 +24,37 @@ class Selector {
         profile_(resident_bytes, stop_bytes),
         decisions_of_(static_cast<std::size_t>(trace.storage_count())),
         locks_(static_cast<std::size_t>(trace.storage_count())),
+        kept_until_(keep_dead_inputs ? static_cast<std::size_t>(trace.storage_count()) : 0, -1),
         marks_(trace.op_count()),
         work_left_(kChainWorkFactor *
                    (static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count()))) {}
 
   RecomputeSelection run(double max_ratio, std::span<const std::int32_t> excluded) {
     const std::vector<RecomputeCandidate>& candidates = model_.candidates;
-    std::vector<bool> eligible(candidates.size(), false);
+    // The ways each candidate may be taken within the cost limit, and the
+    // better of them (Note [Keeping a dead input]).
+    ways_.assign(candidates.size(), 0);
+    keeps_first_.assign(candidates.size(), false);
     for (std::size_t g = 0; g < candidates.size(); ++g) {
-      eligible[g] = cost_of(static_cast<std::int32_t>(g)) <= max_ratio * trace_.h2d_ms(candidates[g].size_bytes);
+      const auto entry = static_cast<std::int32_t>(g);
+      for (const bool keep : {false, true}) {
+        if (keep && (kept_until_.empty() || !candidates[g].can_keep_inputs())) continue;
+        if (cost_of(entry, keep) <= max_ratio * trace_.h2d_ms(size_of(entry, keep))) ways_[g] |= way_bit(keep);
+      }
+      keeps_first_[g] = ways_[g] == way_bit(true) ||
+                        (ways_[g] == (way_bit(false) | way_bit(true)) &&
+                         static_cast<double>(size_of(entry, true)) / cost_of(entry, true) >
+                             static_cast<double>(size_of(entry, false)) / cost_of(entry, false));
     }
-    for (const std::int32_t g : excluded) eligible[static_cast<std::size_t>(g)] = false;
+    for (const std::int32_t g : excluded) ways_[static_cast<std::size_t>(g)] = 0;
     std::vector<OpInterval> intervals;
     intervals.reserve(candidates.size());
     for (const RecomputeCandidate& c : candidates) intervals.push_back({c.interior_first(), c.interior_last()});
     CoveringIndex index(trace_.op_count(), intervals);
     for (std::size_t g = 0; g < candidates.size(); ++g) {
-      if (eligible[g]) {
+      if (ways_[g] != 0) {
         const auto entry = static_cast<std::int32_t>(g);
-        index.set(entry, IndexGroup::kSmall, static_cast<double>(candidates[g].size_bytes) / cost_of(entry));
+        index.set(entry, IndexGroup::kSmall, static_cast<double>(best_size(entry)) / best_cost(entry));
       }
     }
     while (profile_.max() > stop_bytes_) {
@@ -51,20 +63,23 @@ class Selector {
       const CoveringIndex::Best best = index.query_cached(peak_op);
       // Candidates at least as large as the excess all remove it: they rank by
       // 1 / cost in the large group (the excess only shrinks, so they stay).
-      if (best.small != CoveringIndex::kNoEntry &&
-          candidates[static_cast<std::size_t>(best.small)].size_bytes >= excess) {
-        index.set(best.small, IndexGroup::kLarge, 1.0 / cost_of(best.small));
+      if (best.small != CoveringIndex::kNoEntry && best_size(best.small) >= excess) {
+        index.set(best.small, IndexGroup::kLarge, 1.0 / best_cost(best.small));
         continue;
       }
       std::int32_t pick = best.small;
       if (best.large != CoveringIndex::kNoEntry) {
-        const double large_value = static_cast<double>(excess) / cost_of(best.large);
+        const double large_value = static_cast<double>(excess) / best_cost(best.large);
         const double small_value = pick == CoveringIndex::kNoEntry ? -1.0 : index.key(pick);
         if (large_value > small_value || (large_value == small_value && best.large < pick)) pick = best.large;
       }
       if (pick == CoveringIndex::kNoEntry) break;  // nothing covers the peak
       index.set(pick, IndexGroup::kNone, 0.0);
-      try_take(pick, peak_op);
+      // The better way first, then the other when the limit admits it.
+      const bool keep = keeps_first_[static_cast<std::size_t>(pick)];
+      if (!try_take(pick, peak_op, keep) && (ways_[static_cast<std::size_t>(pick)] & way_bit(!keep)) != 0) {
+        try_take(pick, peak_op, !keep);
+      }
     }
     return std::move(result_);
   }
@@ -76,11 +91,27 @@ class Selector {
     OpIndex regenerate_before = 0;
     std::vector<std::pair<std::size_t, OpIndex>> moves;  // (decision, new point)
     std::vector<std::pair<StorageIndex, OpIndex>> locks;
+    std::vector<StorageIndex> kept;  // dead inputs kept until the point (Note [Keeping a dead input])
     std::size_t reruns = 0;  // producers re-run at the point (marked in marks_)
   };
 
+  static std::uint8_t way_bit(bool keep) { return keep ? 2 : 1; }
+
   const RecomputeCandidate& candidate(std::int32_t g) const { return model_.candidates[static_cast<std::size_t>(g)]; }
-  double cost_of(std::int32_t g) const { return std::max(candidate(g).cost_ms, kMinCostMs); }
+  // A way's cost and bytes: the chain's, or with the dead inputs kept.
+  double cost_of(std::int32_t g, bool keep) const {
+    return std::max(keep ? candidate(g).keep_cost_ms : candidate(g).cost_ms, kMinCostMs);
+  }
+  std::int64_t size_of(std::int32_t g, bool keep) const {
+    return candidate(g).size_bytes - (keep ? candidate(g).keep_bytes : 0);
+  }
+  double best_cost(std::int32_t g) const { return cost_of(g, keeps_first_[static_cast<std::size_t>(g)]); }
+  std::int64_t best_size(std::int32_t g) const { return size_of(g, keeps_first_[static_cast<std::size_t>(g)]); }
+  // The first op a kept input u adds its bytes at: after its last access and
+  // after what earlier decisions keep it for.
+  OpIndex keep_from(StorageIndex u) const {
+    return std::max(model_.last_op[static_cast<std::size_t>(u)], kept_until_[static_cast<std::size_t>(u)]) + 1;
+  }
 
   // The decision whose storage u is off the device before `op`: taken with a
   // gap start < op < its regeneration point. -1 when none.
@@ -98,7 +129,7 @@ class Selector {
   // inputs regenerated (a chain), dropped inputs moved here, the rest locked.
   // Once the chain work budget is spent (Note [Chain work]) only the
   // candidate's own producer is looked at: a chain that needs more fails.
-  bool plan_rerun(OpIndex producer, OpIndex op, Effect& effect) {
+  bool plan_rerun(OpIndex producer, OpIndex op, Effect& effect, bool keep_dead = false) {
     if (!marks_.visit_unit(trace_, producer)) return true;
     if (model_.valid_until[static_cast<std::size_t>(producer)] < op ||
         effect.reruns >= static_cast<std::size_t>(kMaxChainOps)) {
@@ -115,6 +146,10 @@ class Selector {
       if (access.kind != AccessKind::kRead) continue;
       const StorageIndex u = access.storage;
       if (dead_before(trace_, model_, u, op)) {
+        if (keep_dead) {
+          if (std::find(effect.kept.begin(), effect.kept.end(), u) == effect.kept.end()) effect.kept.push_back(u);
+          continue;
+        }
         const OpIndex inner = model_.regenerator[static_cast<std::size_t>(u)];
         if (inner < 0 || !plan_rerun(inner, op, effect)) return false;
         continue;
@@ -157,12 +192,15 @@ class Selector {
       const RecomputeDecision& decision = result_.decisions[d];
       if (point <= op && op < decision.regenerate_before) gain -= candidate(decision.candidate).size_bytes;
     }
+    for (const StorageIndex u : effect.kept) {
+      if (keep_from(u) <= op && op < effect.regenerate_before) gain -= trace_.storage(u).size_bytes;
+    }
     return gain;
   }
 
-  // Takes candidate g when the decisions agree (see the header) and it lowers
-  // op peak_op.
-  void try_take(std::int32_t g, OpIndex peak_op) {
+  // Takes candidate g, its dead inputs kept or not, when the decisions agree
+  // (see the header) and it lowers op peak_op; whether it did.
+  bool try_take(std::int32_t g, OpIndex peak_op, bool keep) {
     const RecomputeCandidate& c = candidate(g);
     Effect effect;
     effect.regenerate_before = c.end_op;
@@ -172,13 +210,13 @@ class Selector {
     // fewer ops, and the gain check below passes it over when that no longer
     // includes the peak op.
     if (lock != locks.end() && *lock < c.end_op) {
-      if (regeneration_ == RegenerationRule::kWithinAnEighth && !may_regenerate_early(c, *lock)) return;
+      if (regeneration_ == RegenerationRule::kWithinAnEighth && !may_regenerate_early(c, *lock)) return false;
       effect.regenerate_before = *lock;
     }
-    if (effect.regenerate_before - c.start_op < 2) return;  // frees no op
+    if (effect.regenerate_before - c.start_op < 2) return false;  // frees no op
     marks_.clear();
-    if (!plan_rerun(c.source_op, effect.regenerate_before, effect)) return;
-    if (gain_at(c, effect, peak_op) <= 0) return;
+    if (!plan_rerun(c.source_op, effect.regenerate_before, effect, keep)) return false;
+    if (gain_at(c, effect, peak_op) <= 0) return false;
 
     const std::size_t step = result_.decisions.size();
     profile_.add(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(effect.regenerate_before) - 1,
@@ -195,9 +233,17 @@ class Selector {
       const auto at = std::lower_bound(list.begin(), list.end(), point);
       if (at == list.end() || *at != point) list.insert(at, point);
     }
+    for (const StorageIndex u : effect.kept) {
+      const OpIndex from = keep_from(u);
+      const OpIndex to = effect.regenerate_before - 1;
+      if (from > to) continue;
+      profile_.add(static_cast<std::size_t>(from), static_cast<std::size_t>(to), trace_.storage(u).size_bytes);
+      kept_until_[static_cast<std::size_t>(u)] = to;
+    }
     decisions_of_[static_cast<std::size_t>(c.storage)].push_back(step);
-    result_.decisions.push_back({g, effect.regenerate_before});
+    result_.decisions.push_back({g, effect.regenerate_before, keep});
     result_.peak_after.push_back(profile_.max());
+    return true;
   }
 
   const Trace& trace_;
@@ -207,6 +253,11 @@ class Selector {
   ProfileTree profile_;
   std::vector<std::vector<std::size_t>> decisions_of_;  // per storage: its decisions
   std::vector<std::vector<OpIndex>> locks_;             // per storage: sorted lock points
+  // Per storage: the last op an earlier decision keeps it until (-1: none);
+  // empty unless dead inputs may be kept.
+  std::vector<OpIndex> kept_until_;
+  std::vector<std::uint8_t> ways_;  // per candidate: way_bit of each way within the cost limit
+  std::vector<bool> keeps_first_;   // per candidate: whether keeping is its better way
   ChainMarks marks_;                                    // the producers of the re-run being planned
   std::int64_t work_left_;                              // of the chain work budget (Note [Chain work])
   RecomputeSelection result_;
@@ -227,7 +278,8 @@ RecomputeSelection select_recomputes(const Trace& trace, std::span<const std::in
                                      const RecomputeModel& model, const RecomputeSelectionParams& params,
                                      std::span<const std::int32_t> excluded) {
   if (trace.op_count() == 0) return {};
-  return Selector(trace, resident_bytes, model, params.stop_bytes, params.regeneration).run(params.max_ratio, excluded);
+  return Selector(trace, resident_bytes, model, params.stop_bytes, params.regeneration, params.keep_dead_inputs)
+      .run(params.max_ratio, excluded);
 }
 
 std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const RecomputeModel& model, OpIndex peak_op,

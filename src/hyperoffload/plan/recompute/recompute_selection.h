@@ -22,6 +22,16 @@
 // point, and the augmented trace (augmented_trace.h) needs no other rule. A
 // candidate that no longer lowers the peak op is passed over.
 //
+// A candidate that can keep its source's dead inputs instead (Note [Keeping a
+// dead input], recompute_model.h) has two ways, each with its bytes and cost:
+// the chain (its size, cost_ms) and the kept inputs (its size less
+// keep_bytes, keep_cost_ms). It ranks by the better of the two that the cost
+// limit admits and is tried that way first, then the other. Keeping adds each
+// kept input's bytes to the profile from its last access (or the end of what
+// an earlier decision keeps) to the re-run; a later move of the decision's
+// regeneration earlier does not take them off again, so the profile then
+// counts a little more than the plan holds.
+//
 // Thread-safety: a pure function.
 #pragma once
 
@@ -38,6 +48,10 @@ namespace hyperoffload::internal {
 struct RecomputeDecision {
   std::int32_t candidate = 0;    // index into RecomputeModel::candidates
   OpIndex regenerate_before = 0;  // its end op, or earlier where a re-run reads the storage
+  // The source's inputs dead at regenerate_before are kept on the device
+  // until then rather than regenerated (Note [Keeping a dead input],
+  // recompute_model.h).
+  bool keeps_dead_inputs = false;
 };
 
 // How far before its gap's end a decision may be regenerated where a re-run
@@ -54,6 +68,9 @@ struct RecomputeSelectionParams {
   double max_ratio = 0.0;       // cost limit, in H2D times of the candidate's bytes (kNoRatioLimit: none)
   std::int64_t stop_bytes = 0;  // stop once the profile's peak is at most this
   RegenerationRule regeneration = RegenerationRule::kWhileThePeakAllows;
+  // Whether a candidate may keep its source's dead inputs instead of
+  // regenerating them (Note [Keeping a dead input], recompute_model.h).
+  bool keep_dead_inputs = false;
 };
 
 struct RecomputeSelection {
