@@ -14,7 +14,15 @@ For the four transformer models of frontier.py (GPT-2, Llama, BERT, ViT;
   the units' alone.
 
     PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python python/bench/recompute_floor.py \\
-        [--quick] [--json out.json]
+        [--quick] [--costs measured|bytes] [--json out.json]
+
+Which plan the recompute planner picks depends on the op times: with the times
+measured in the traced step (the default) a loaded machine can make another
+plan the quickest from run to run (on one, DTR's walk with local costs,
+which re-ran some GPT-2 ops three times where the plan of a quiet run re-ran
+each once). `--costs bytes` plans with each op's time set from the bytes it
+touches (1 µs + 10 ns per KB), the same on every machine, so the plan, and
+how often it re-runs an op, is reproducible: the test uses it.
 
 The CLI is $HYPEROFFLOAD_CLI, else build/bin/hyperoffload. Results go to
 stdout as a Markdown table (BENCHMARKS.md has one).
@@ -133,7 +141,16 @@ def recompute_at(trace: dict, budget: int) -> dict:
             "recomputes": plan["recompute_count"], "most_reruns": most_reruns(trace, schedule)}
 
 
-def measure(name, model, loss_of, checkpointed, log):
+def with_byte_costs(trace: dict) -> dict:
+    """The trace with each op's duration from the bytes it reads and writes (see the module's docstring)."""
+    out = json.loads(json.dumps(trace))
+    sizes = {s["id"]: s["size_bytes"] for s in out["storages"]}
+    for op in out["ops"]:
+        op["duration_ms"] = 1e-3 + 1e-8 * sum(sizes[a["storage"]] for a in op["accesses"])
+    return out
+
+
+def measure(name, model, loss_of, checkpointed, log, costs="measured"):
     call = lambda: loss_of(model)  # noqa: E731
     ckpt = checkpointed(model)
     budget = measured_peak(lambda: loss_of(ckpt), [ckpt])
@@ -142,6 +159,8 @@ def measure(name, model, loss_of, checkpointed, log):
         warnings.simplefilter("ignore")
         step(call, [model], probe)
     trace = probe.trace()
+    if costs == "bytes":
+        trace = with_byte_costs(trace)
     followers = sum(1 for op in trace["ops"] if op.get("recomputable") and
                     {a["storage"] for a in op["accesses"] if a["kind"] == "write"} &
                     {a["storage"] for a in op["accesses"] if a["kind"] == "read"})
@@ -160,15 +179,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny shapes (the test)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--costs", choices=("measured", "bytes"), default="measured",
+                        help="op times for planning: as measured in the traced step, or from the bytes each op touches")
     args = parser.parse_args(argv)
     log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     shapes = frontier.QUICK if args.quick else frontier.FULL
     rows = []
     for name in ("gpt2", "llama", "bert", "vit"):
         model, loss_of = frontier.build(name, shapes[name])
-        rows.append(measure(name, model, loss_of, lambda m: frontier.checkpointed(m, 1), log))
+        rows.append(measure(name, model, loss_of, lambda m: frontier.checkpointed(m, 1), log, args.costs))
     model, loss_of = resnet50(RESNET["quick" if args.quick else "full"])
-    rows.append(measure("resnet50", model, loss_of, checkpointed_resnet, log))
+    rows.append(measure("resnet50", model, loss_of, checkpointed_resnet, log, args.costs))
     print("| model | checkpoint (every layer) | in-place followers | recompute-only limit: before → with units "
           "| recompute planner's peak at the checkpoint budget: before → with units "
           "| recompute actions; most runs of one op again: before → with units |")

@@ -7,6 +7,7 @@
 // size 0 is never released, so it is on the device wherever a re-run reads it.
 #include <algorithm>
 #include <map>
+#include <random>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -704,6 +705,106 @@ TEST(HybridPlanner, TheRecomputePlannerKeepsADeadInputWhereThatIsQuicker) {
   EXPECT_EQ(plan->planned_peak_bytes, 2400);
   const ValidationReport report = validate_schedule(trace, plan->schedule);
   EXPECT_TRUE(report.valid()) << (report.problems.empty() ? "" : report.problems.front());
+}
+
+// Note [One re-run for sibling outputs] (recompute_selection.cc): ln writes
+// s2 and s3; s1 stays alive to the end (op 6 reads it) and its producer is
+// not recomputable (so s1 is no candidate), so re-running ln needs nothing
+// else. Gaps: s2 from op 1 to op 4, s3 from op 1 to op 5.
+Trace sibling_trace(std::int64_t s2_bytes, std::int64_t s3_bytes) {
+  return TraceDsl()
+      .storage(1, 100)
+      .storage(2, s2_bytes)
+      .storage(3, s3_bytes)
+      .storage(4, 2000)
+      .op("a", "W1", 1.0)
+      .op("ln", "R1 W2 W3", 2.0, kRec)
+      .op("big", "W4", 1.0)
+      .op("use", "R4", 1.0)
+      .op("bwd2", "R2", 1.0)
+      .op("bwd3", "R3", 1.0)
+      .op("last", "R1", 1.0)
+      .build();
+}
+
+TEST(RecomputeSelection, SiblingOutputsShareOneReRun) {
+  // s2 = 1000, s3 = 200. Resident: op 1 holds s1 + s2 + s3 = 1300, ops 2 and 3
+  // add s4: 3300, op 4 1300, op 5 300, op 6 100. Stop at 2100 (excess 1200
+  // at op 2): s2 ranks first (1000 per 2 ms against 200), frees ops 2-3:
+  // 2300. Then s3 (its 200 covers the excess of 200); its own point is op 5,
+  // but ln re-runs before op 4 already, one op early (may_regenerate_early
+  // allows one op) and op 2 still gains: s3 is regenerated there too. 2100.
+  {
+    const Trace trace = sibling_trace(1000, 200);
+    const RecomputeModel model = model_of(trace);
+    const std::vector<std::int64_t> resident = resident_of(trace);
+    ASSERT_EQ(resident, (std::vector<std::int64_t>{100, 1300, 3300, 3300, 1300, 300, 100}));
+    const RecomputeSelection selection = select_recomputes(trace, resident, model, {kAnyCost, 2100});
+    ASSERT_EQ(selection.decisions.size(), 2u);
+    EXPECT_EQ(selection.decisions[0].regenerate_before, 4);
+    EXPECT_EQ(selection.decisions[1].regenerate_before, 4);
+    EXPECT_EQ(selection.peak_after, (std::vector<std::int64_t>{2300, 2100}));
+    // One re-run of ln (2 ms) regenerates both, where each decision alone
+    // would re-run it before its own read (4 ms).
+    const AugmentedTrace augmented = build_augmented_trace(trace, model, selection.decisions);
+    EXPECT_EQ(augmented.recompute_count, 1);
+    EXPECT_DOUBLE_EQ(augmented.recompute_ms, 2.0);
+    Schedule schedule;
+    schedule.actions = map_back(augmented, end_of_life_releases(augmented.trace, StorageAccesses(augmented.trace)));
+    const ValidationReport report = validate_schedule(trace, schedule);
+    EXPECT_TRUE(report.valid()) << (report.problems.empty() ? "" : report.problems.front());
+    EXPECT_EQ(report.peak_bytes, 2100);
+  }
+  // s2 = 200, s3 = 1000: s3 first (regenerated before op 5; ops 2-4 lose
+  // 1000: 2300, 2300, 300). Then s2, before op 4: the earlier decision's
+  // re-run moves there, one op early (s3 is held at op 4 again: 1300), and
+  // ops 2-3 go to 2100.
+  {
+    const Trace trace = sibling_trace(200, 1000);
+    const RecomputeModel model = model_of(trace);
+    const std::vector<std::int64_t> resident = resident_of(trace);
+    const RecomputeSelection selection = select_recomputes(trace, resident, model, {kAnyCost, 2100});
+    ASSERT_EQ(selection.decisions.size(), 2u);
+    EXPECT_EQ(selection.decisions[0].regenerate_before, 4);
+    EXPECT_EQ(selection.decisions[1].regenerate_before, 4);
+    EXPECT_EQ(selection.peak_after, (std::vector<std::int64_t>{2300, 2100}));
+    EXPECT_EQ(build_augmented_trace(trace, model, selection.decisions).recompute_count, 1);
+  }
+}
+
+// Found by the replay stress test (tests/exec/replay_stress_test.cc, seed
+// 1110, its small_trace options spelled out below): the plan keeps dead
+// storage 37 from its last access (op 8) for the re-run of op 7 before op
+// 10, while another decision's chain before op 9 needs 37 too. The augmented
+// trace regenerated 37 there into a short-lived instance and released it
+// after the chain, which mapped back to releasing the kept storage itself;
+// the re-run at op 10 then read a released storage. A chain now reads a
+// storage kept over its point where it is.
+TEST(HybridPlanner, AChainReadsADeadInputAnotherDecisionKeepsWhereItIs) {
+  RandomTraceOptions options;
+  options.seed = 1110;
+  std::mt19937_64 rng(options.seed);
+  options.op_count = 20 + static_cast<std::int32_t>(rng() % 60);
+  options.storage_count = 5 + static_cast<std::int32_t>(rng() % 40);
+  options.min_size_bytes = 8;
+  options.max_size_bytes = 16 << 10;
+  options.limit_fraction = 0.3 + 0.5 * static_cast<double>(rng() % 100) / 100.0;
+  options.recomputable_fraction = 0.6;
+  const Trace trace = generate_random_trace(options);
+  const Result<PlanResult> plan = (*make_planner("recompute"))->plan(trace, trace.memory_limit_bytes());
+  ASSERT_TRUE(plan.has_value());
+  ASSERT_TRUE(std::ranges::any_of(plan->notes, [](const std::string& note) {
+    return note.find("dead inputs kept") != std::string::npos;
+  }));
+  const ValidationReport report = validate_schedule(trace, plan->schedule);
+  EXPECT_TRUE(report.valid()) << (report.problems.empty() ? "" : report.problems.front());
+  // Storage 37 is released once, right after the re-run that keeps it.
+  std::vector<std::string> releases;
+  for (const Action& action : plan->schedule.actions) {
+    if (action.kind == ActionKind::kReleaseDevice && action.storage == 37) releases.push_back(describe(action));
+  }
+  ASSERT_FALSE(releases.empty());
+  EXPECT_EQ(releases.front(), "op 10 pre release_device storage 37");
 }
 
 // Over random traces, the decision sequence that may keep dead inputs, down

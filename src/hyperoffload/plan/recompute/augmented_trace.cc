@@ -52,8 +52,21 @@ class Builder {
         model_(model),
         decisions_(decisions),
         current_(static_cast<std::size_t>(trace.storage_count())),
-        dropped_(static_cast<std::size_t>(trace.storage_count()), false) {
+        dropped_(static_cast<std::size_t>(trace.storage_count()), false),
+        kept_until_(static_cast<std::size_t>(trace.storage_count()), -1) {
     for (std::size_t s = 0; s < current_.size(); ++s) current_[s] = static_cast<StorageId>(s);
+    // Note [Keeping a dead input] (recompute_model.h): a decision that keeps
+    // its source's dead inputs holds each on the device until its re-run.
+    for (const RecomputeDecision& decision : decisions_) {
+      if (!decision.keeps_dead_inputs) continue;
+      const OpIndex source = model_.candidates[static_cast<std::size_t>(decision.candidate)].source_op;
+      for (const Access& access : rerun_accesses(trace_, model_, source)) {
+        OpIndex& until = kept_until_[static_cast<std::size_t>(access.storage)];
+        if (access.kind == AccessKind::kRead && dead_before(trace_, model_, access.storage, decision.regenerate_before)) {
+          until = std::max(until, decision.regenerate_before);
+        }
+      }
+    }
   }
 
   AugmentedTrace run() && {
@@ -101,15 +114,23 @@ class Builder {
     return id;
   }
 
-  // An input u of a re-run before `op`: when it is dead there, regenerate it
-  // for the re-runs here (a chain). Whatever else a re-run reads is on the
+  // Whether storage u, dead before `op`, is still on the device there: a
+  // decision regenerated at `op` or later keeps it (from its last access to
+  // that decision's re-run, which reads it where it is and so is its last
+  // access). Every re-run before then reads it there too: regenerating it
+  // would write the storage that is kept, and release it under the decision
+  // that keeps it.
+  bool kept_at(StorageIndex u, OpIndex op) const { return kept_until_[static_cast<std::size_t>(u)] >= op; }
+
+  // An input u of a re-run before `op`: when it is dead there (and not kept),
+  // regenerate it for the re-runs here (a chain). Whatever else a re-run reads is on the
   // device there or regenerated before it for good (the selection makes the
   // decisions agree, recompute_selection.h), so it is read where it is.
   // A producer that heads the unit of a follower re-run here regenerates u
   // within that unit: re-run alone it would write the storage its followers
   // rewrote back to an older version (Note [In-place units] in ir/trace.h).
   void require(StorageIndex u, OpIndex op, std::map<OpIndex, Rerun>& reruns) {
-    if (dropped_[static_cast<std::size_t>(u)] || !dead_before(trace_, model_, u, op) || contains(kept_, u)) return;
+    if (dropped_[static_cast<std::size_t>(u)] || !dead_before(trace_, model_, u, op) || kept_at(u, op)) return;
     OpIndex producer = model_.regenerator[static_cast<std::size_t>(u)];
     if (producer < 0) return;  // cannot be: the chain was checked when the candidate was made
     if (trace_.has_in_place_units()) {
@@ -123,19 +144,9 @@ class Builder {
 
   void regenerate_before(OpIndex op, std::span<const std::int32_t> ending) {
     std::map<OpIndex, Rerun> reruns;
-    kept_.clear();
     for (const std::int32_t d : ending) {
       const RecomputeCandidate& c = gap(static_cast<std::size_t>(d));
       reruns[c.source_op].persistent.push_back(c.storage);
-      if (!decisions_[static_cast<std::size_t>(d)].keeps_dead_inputs) continue;
-      // Note [Keeping a dead input] (recompute_model.h): read where it is,
-      // which makes this re-run its last access.
-      for (const Access& access : rerun_accesses(trace_, model_, c.source_op)) {
-        if (access.kind == AccessKind::kRead && dead_before(trace_, model_, access.storage, op) &&
-            !contains(kept_, access.storage)) {
-          kept_.push_back(access.storage);
-        }
-      }
     }
     // Expand from the latest producer down: inputs are created by earlier ops,
     // so every producer added lies below the one being expanded, where the
@@ -151,9 +162,10 @@ class Builder {
       Rerun& self = reruns[k];
       for (const Access& access : rerun_accesses(trace_, model_, k)) {
         if (access.kind != AccessKind::kWrite || contains(self.persistent, access.storage)) continue;
-        if ((dropped_[static_cast<std::size_t>(access.storage)] || dead_before(trace_, model_, access.storage, op)) &&
-            !contains(self.transient, access.storage)) {
-          self.transient.push_back(access.storage);
+        const StorageIndex u = access.storage;
+        if ((dropped_[static_cast<std::size_t>(u)] || (dead_before(trace_, model_, u, op) && !kept_at(u, op))) &&
+            !contains(self.transient, u)) {
+          self.transient.push_back(u);
         }
       }
     }
@@ -203,7 +215,7 @@ class Builder {
   AugmentedTrace out_;
   std::vector<StorageId> current_;  // per original storage: the instance later accesses use
   std::vector<bool> dropped_;       // per original storage: off the device, inside a decision's gap
-  std::vector<StorageIndex> kept_;  // dead inputs the decisions regenerated here keep (scratch)
+  std::vector<OpIndex> kept_until_; // per original storage: the last re-run point that keeps it dead (-1: none)
 };
 
 }  // namespace

@@ -13,14 +13,16 @@
 //    that lives on to the storage's later accesses);
 //  - an input of a re-run op that is dead at b is regenerated into an instance
 //    read only by the ops re-run at b (a chain; recompute_model.h bounds its
-//    depth), unless a decision regenerated at b keeps it (its source's dead
-//    inputs, RecomputeDecision::keeps_dead_inputs): then the re-run is its
-//    last access; every other input is read where it is (the selection
-//    guarantees it is not dropped there);
+//    depth), unless a decision regenerated at b or later keeps it (its
+//    source's dead inputs, RecomputeDecision::keeps_dead_inputs): then it is
+//    still on the device, read where it is, and the keeping decision's re-run
+//    is its last access; every other input is read where it is (the
+//    selection guarantees it is not dropped there);
 //  - an output of a re-run op that is not regenerated for later is written
-//    into such a short-lived instance when it is not on the device (dead or
-//    dropped), and read where it is otherwise (the recompute semantics: each
-//    output is either released or already resident at that version).
+//    into such a short-lived instance when it is not on the device (dead and
+//    not kept, or dropped), and read where it is otherwise (the recompute
+//    semantics: each output is either released or already resident at that
+//    version).
 // Mapping a schedule of the augmented trace back: actions of real ops stay;
 // the actions of an inserted op and its recompute go to pre(b), in order —
 // its pre actions, the recompute, its post actions — ahead of b's own pre

@@ -170,7 +170,11 @@ struct RecomputeModel {
 // RecomputeDecision::keeps_dead_inputs) and adds the kept bytes to its
 // profile, and the augmented trace reads a kept input where it is, which
 // gives it a later last access there: every planner of that trace then
-// keeps it (or offloads it) until the re-run. A recorded call keeps its
+// keeps it (or offloads it) until the re-run. Any other re-run between its
+// last access and that re-run reads it where it is too, in the selection
+// and in the augmented trace: a chain that regenerated it there would write
+// the storage that is kept and release it under the decision keeping it
+// (the replay stress test's seed 1110 found that). A recorded call keeps its
 // arguments alive until the op's last re-run (docs/PYTHON.md), so the
 // runtime has the input's bytes where the schedule says they are.
 

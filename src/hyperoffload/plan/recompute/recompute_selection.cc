@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 
 #include "hyperoffload/plan/common/covering_index.h"
 #include "hyperoffload/plan/common/profile_tree.h"
@@ -146,6 +147,10 @@ class Selector {
       if (access.kind != AccessKind::kRead) continue;
       const StorageIndex u = access.storage;
       if (dead_before(trace_, model_, u, op)) {
+        // An earlier decision keeps it on the device until its own re-run at
+        // or after this one: read where it is (its bytes are in the profile
+        // already), as the augmented trace does.
+        if (!kept_until_.empty() && kept_until_[static_cast<std::size_t>(u)] >= op - 1) continue;
         if (keep_dead) {
           if (std::find(effect.kept.begin(), effect.kept.end(), u) == effect.kept.end()) effect.kept.push_back(u);
           continue;
@@ -198,6 +203,47 @@ class Selector {
     return gain;
   }
 
+  // Note [One re-run for sibling outputs]
+  // An op with several outputs (layer norm's output, mean and rstd; a
+  // dropout's output and mask) whose outputs are dropped by two decisions
+  // would re-run once before each regeneration point, though one re-run
+  // regenerates them all: a GPT-2 planned at checkpointing's memory re-ran
+  // six layer norms twice each, 7 ops apart. So a candidate whose source an
+  // earlier decision already re-runs inside the candidate's gap is
+  // regenerated at that re-run (earlier than its own point: it frees fewer
+  // ops, so only where may_regenerate_early allows, under either rule, and
+  // while it still lowers the peak op), and an earlier decision whose re-run
+  // of the source comes later than the candidate's point moves to it where a
+  // move is allowed (may_move) and the point is inside its gap. Either way the augmented trace runs the
+  // source once there (augmented_trace.h). Sharing is tried with the nearest
+  // such re-run only.
+  void share_rerun(const RecomputeCandidate& c, OpIndex peak_op, Effect& effect) {
+    const auto siblings = decisions_by_source_.find(c.source_op);
+    if (siblings == decisions_by_source_.end()) return;
+    const OpIndex own = effect.regenerate_before;
+    std::size_t nearest = 0;
+    OpIndex nearest_distance = std::numeric_limits<OpIndex>::max();
+    for (const std::size_t d : siblings->second) {
+      const OpIndex point = result_.decisions[d].regenerate_before;
+      if (point == own) return;  // already shared
+      if (point <= c.start_op + 1) continue;
+      const OpIndex distance = point < own ? own - point : point - own;
+      if (distance < nearest_distance) {
+        nearest_distance = distance;
+        nearest = d;
+      }
+    }
+    if (nearest_distance == std::numeric_limits<OpIndex>::max()) return;
+    const OpIndex point = result_.decisions[nearest].regenerate_before;
+    if (point < own) {
+      Effect earlier = effect;
+      earlier.regenerate_before = point;
+      if (may_regenerate_early(c, point) && gain_at(c, earlier, peak_op) > 0) effect.regenerate_before = point;
+    } else if (candidate(result_.decisions[nearest].candidate).start_op + 1 < own && may_move(nearest, own, effect)) {
+      effect.moves.push_back({nearest, own});
+    }
+  }
+
   // Takes candidate g, its dead inputs kept or not, when the decisions agree
   // (see the header) and it lowers op peak_op; whether it did.
   bool try_take(std::int32_t g, OpIndex peak_op, bool keep) {
@@ -214,6 +260,7 @@ class Selector {
       effect.regenerate_before = *lock;
     }
     if (effect.regenerate_before - c.start_op < 2) return false;  // frees no op
+    share_rerun(c, peak_op, effect);
     marks_.clear();
     if (!plan_rerun(c.source_op, effect.regenerate_before, effect, keep)) return false;
     if (gain_at(c, effect, peak_op) <= 0) return false;
@@ -241,6 +288,7 @@ class Selector {
       kept_until_[static_cast<std::size_t>(u)] = to;
     }
     decisions_of_[static_cast<std::size_t>(c.storage)].push_back(step);
+    decisions_by_source_[c.source_op].push_back(step);
     result_.decisions.push_back({g, effect.regenerate_before, keep});
     result_.peak_after.push_back(profile_.max());
     return true;
@@ -252,6 +300,7 @@ class Selector {
   RegenerationRule regeneration_;
   ProfileTree profile_;
   std::vector<std::vector<std::size_t>> decisions_of_;  // per storage: its decisions
+  std::unordered_map<OpIndex, std::vector<std::size_t>> decisions_by_source_;  // per source op: its decisions
   std::vector<std::vector<OpIndex>> locks_;             // per storage: sorted lock points
   // Per storage: the last op an earlier decision keeps it until (-1: none);
   // empty unless dead inputs may be kept.
