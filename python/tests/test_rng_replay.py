@@ -196,11 +196,15 @@ def test_dropout_is_replayed_under_the_sessions_dispatch_mode_too():
 def test_a_recompute_chain_runs_through_a_dropout():
     # Dropout between two linears: re-running the second linear's input needs
     # the dropout output, which needs the mask re-drawn: a chain of recomputes
-    # of one phase through hyperoffload::dropout_noise.
+    # of one phase through hyperoffload::dropout_noise. The layers widen to
+    # 512 and back, so the noise of the wide ones is among the largest
+    # storages: with all layers 64 wide, the op times measured on one machine
+    # made every recompute plan keep the noise and re-run only what follows it.
     class Chain(nn.Module):
         def __init__(self):
             super().__init__()
-            self.layers = nn.ModuleList(nn.Linear(64, 64) for _ in range(6))
+            self.layers = nn.ModuleList(nn.Linear(64 if i % 2 == 0 else 512, 512 if i % 2 == 0 else 64)
+                                        for i in range(6))
 
         def forward(self, x):
             for layer in self.layers:
