@@ -199,6 +199,22 @@ double chain_by_definition(const Trace& trace, const RecomputeModel& model, OpIn
   return cost;
 }
 
+// The random traces of the two property tests below: with in-place units,
+// recomputable ops and retained storages in proportions that vary by seed.
+RandomTraceOptions unit_trace_options(std::uint64_t seed) {
+  RandomTraceOptions options;
+  options.seed = seed;
+  options.op_count = 20 + static_cast<std::int32_t>(seed % 120);
+  options.storage_count = 10 + static_cast<std::int32_t>(seed % 60);
+  options.max_extra_accesses = 1 + static_cast<std::int32_t>(seed % 5);
+  options.write_fraction = 0.1 + 0.05 * static_cast<double>(seed % 6);
+  options.in_place_fraction = 0.05 * static_cast<double>(seed % 5);
+  options.recomputable_fraction = 0.5 + 0.1 * static_cast<double>(seed % 5);
+  options.retained_fraction = 0.1;
+  options.limit_fraction = std::nullopt;
+  return options;
+}
+
 // Over random traces with in-place units: the model's candidates are exactly
 // the gaps whose chain exists by the definition, each with its chain's
 // compute, so remembering chains that cannot be (Note [Chains that cannot be])
@@ -207,17 +223,7 @@ TEST(RecomputeModelProperty, CandidatesAreTheGapsWhoseChainsExistByTheDefinition
   int gaps_with_chains = 0;
   int gaps_without = 0;
   for (std::uint64_t seed = 0; seed < 300; ++seed) {
-    RandomTraceOptions options;
-    options.seed = seed;
-    options.op_count = 20 + static_cast<std::int32_t>(seed % 120);
-    options.storage_count = 10 + static_cast<std::int32_t>(seed % 60);
-    options.max_extra_accesses = 1 + static_cast<std::int32_t>(seed % 5);
-    options.write_fraction = 0.1 + 0.05 * static_cast<double>(seed % 6);
-    options.in_place_fraction = 0.05 * static_cast<double>(seed % 5);
-    options.recomputable_fraction = 0.5 + 0.1 * static_cast<double>(seed % 5);
-    options.retained_fraction = 0.1;
-    options.limit_fraction = std::nullopt;
-    const Trace trace = generate_random_trace(options);
+    const Trace trace = generate_random_trace(unit_trace_options(seed));
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     const StorageAccesses accesses(trace);
     const RecomputeModel model = build_recompute_model(trace, accesses);
@@ -817,17 +823,7 @@ TEST(RecomputeSelectionProperty, KeptInputsGiveValidPlansWithinTheSelectionsProf
   int kept = 0;
   int chained = 0;
   for (std::uint64_t seed = 0; seed < 300; ++seed) {
-    RandomTraceOptions options;
-    options.seed = seed;
-    options.op_count = 20 + static_cast<std::int32_t>(seed % 120);
-    options.storage_count = 10 + static_cast<std::int32_t>(seed % 60);
-    options.max_extra_accesses = 1 + static_cast<std::int32_t>(seed % 5);
-    options.write_fraction = 0.1 + 0.05 * static_cast<double>(seed % 6);
-    options.in_place_fraction = 0.05 * static_cast<double>(seed % 5);
-    options.recomputable_fraction = 0.5 + 0.1 * static_cast<double>(seed % 5);
-    options.retained_fraction = 0.1;
-    options.limit_fraction = std::nullopt;
-    const Trace trace = generate_random_trace(options);
+    const Trace trace = generate_random_trace(unit_trace_options(seed));
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     const RecomputeModel model = model_of(trace);
     const std::vector<std::int64_t> resident = resident_of(trace);

@@ -122,10 +122,11 @@ class Builder {
   // that keeps it.
   bool kept_at(StorageIndex u, OpIndex op) const { return kept_until_[static_cast<std::size_t>(u)] >= op; }
 
-  // An input u of a re-run before `op`: when it is dead there (and not kept),
-  // regenerate it for the re-runs here (a chain). Whatever else a re-run reads is on the
-  // device there or regenerated before it for good (the selection makes the
-  // decisions agree, recompute_selection.h), so it is read where it is.
+  // An input u of a re-run before `op`: when it is dead there and not kept,
+  // regenerate it for the re-runs here (a chain). Whatever else a re-run
+  // reads is on the device there or regenerated before it for good (the
+  // selection makes the decisions agree, recompute_selection.h), so it is
+  // read where it is.
   // A producer that heads the unit of a follower re-run here regenerates u
   // within that unit: re-run alone it would write the storage its followers
   // rewrote back to an older version (Note [In-place units] in ir/trace.h).
@@ -215,7 +216,7 @@ class Builder {
   AugmentedTrace out_;
   std::vector<StorageId> current_;  // per original storage: the instance later accesses use
   std::vector<bool> dropped_;       // per original storage: off the device, inside a decision's gap
-  std::vector<OpIndex> kept_until_; // per original storage: the last re-run point that keeps it dead (-1: none)
+  std::vector<OpIndex> kept_until_;  // per original storage: the last point a decision keeps it to (-1: none)
 };
 
 }  // namespace

@@ -213,10 +213,11 @@ class Selector {
   // regenerated at that re-run (earlier than its own point: it frees fewer
   // ops, so only where may_regenerate_early allows, under either rule, and
   // while it still lowers the peak op), and an earlier decision whose re-run
-  // of the source comes later than the candidate's point moves to it where a
-  // move is allowed (may_move) and the point is inside its gap. Either way the augmented trace runs the
-  // source once there (augmented_trace.h). Sharing is tried with the nearest
-  // such re-run only.
+  // of the source comes later than the candidate's point moves to it where
+  // the point is inside that decision's gap and a move is allowed
+  // (may_move). Either way the augmented trace runs the source once there
+  // (augmented_trace.h). Sharing is tried with the nearest such re-run only:
+  // O(decisions of the source) per candidate tried.
   void share_rerun(const RecomputeCandidate& c, OpIndex peak_op, Effect& effect) {
     const auto siblings = decisions_by_source_.find(c.source_op);
     if (siblings == decisions_by_source_.end()) return;
