@@ -216,15 +216,19 @@ class Selector {
   // of the source comes later than the candidate's point moves to it where
   // the point is inside that decision's gap and a move is allowed
   // (may_move). Either way the augmented trace runs the source once there
-  // (augmented_trace.h). Sharing is tried with the nearest such re-run only:
-  // O(decisions of the source) per candidate tried.
+  // (augmented_trace.h). Sharing is tried with the nearest such re-run
+  // among the source's last kMaxSiblings decisions only, so a storage read
+  // after thousands of gaps (each a candidate of the same source) costs
+  // O(1) per candidate tried, not O(its decisions).
+  static constexpr std::size_t kMaxSiblings = 16;
   void share_rerun(const RecomputeCandidate& c, OpIndex peak_op, Effect& effect) {
     const auto siblings = decisions_by_source_.find(c.source_op);
     if (siblings == decisions_by_source_.end()) return;
     const OpIndex own = effect.regenerate_before;
     std::size_t nearest = 0;
     OpIndex nearest_distance = std::numeric_limits<OpIndex>::max();
-    for (const std::size_t d : siblings->second) {
+    const std::vector<std::size_t>& list = siblings->second;
+    for (const std::size_t d : std::span(list).last(std::min(list.size(), kMaxSiblings))) {
       const OpIndex point = result_.decisions[d].regenerate_before;
       if (point == own) return;  // already shared
       if (point <= c.start_op + 1) continue;
