@@ -778,6 +778,57 @@ TEST(RecomputeSelection, SiblingOutputsShareOneReRun) {
   }
 }
 
+TEST(RecomputeSelection, DecisionsSharingAReRunMoveTogether) {
+  // ln writes s2 (1000) and s3 (200); f reads s2 and writes s5 (400, 10 ms);
+  // s1 (100) lives to op 8 and s4 (2000) over ops 3-4; a and big are not
+  // recomputable. Resident: 100, 1300, 1700, 3700, 3700, 1700, 1300, 300,
+  // 100. Stop at 2100. Gaps: s2 2->6, s3 1->7, s5 2->5.
+  //  1. s2 (500 per ms of the excess 1600): ops 3-4 2700, op 5 700.
+  //  2. s3 (100 per ms; s5 is 40): its point 7 shares ln's re-run before op
+  //     6, one op early: ops 2-5 lose 200 (op 3: 2500).
+  //  3. s5 (its 400 covers the excess of 400): f re-runs before op 5 and
+  //     reads s2, dropped there: s2's regeneration moves to op 5 (one op
+  //     early), and s3, which shared it, moves with it (two ops early; op 5
+  //     then holds 500 + 1000 + 200 = 1700, below the peak of 2500).
+  // ln and f re-run once each, before op 5 (2 + 10 ms); peak 2100.
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 1000)
+                          .storage(3, 200)
+                          .storage(4, 2000)
+                          .storage(5, 400)
+                          .op("a", "W1", 1.0)
+                          .op("ln", "R1 W2 W3", 2.0, kRec)
+                          .op("f", "R2 W5", 10.0, kRec)
+                          .op("big", "W4", 1.0)
+                          .op("use", "R4", 1.0)
+                          .op("g", "R5", 1.0)
+                          .op("bwd2", "R2", 1.0)
+                          .op("bwd3", "R3", 1.0)
+                          .op("last", "R1", 1.0)
+                          .build();
+  const RecomputeModel model = model_of(trace);
+  const std::vector<std::int64_t> resident = resident_of(trace);
+  ASSERT_EQ(resident, (std::vector<std::int64_t>{100, 1300, 1700, 3700, 3700, 1700, 1300, 300, 100}));
+  const RecomputeSelection selection = select_recomputes(trace, resident, model, {kAnyCost, 2100});
+  ASSERT_EQ(selection.decisions.size(), 3u);
+  std::vector<std::pair<StorageIndex, OpIndex>> points;
+  for (const RecomputeDecision& d : selection.decisions) {
+    points.push_back({model.candidates[static_cast<std::size_t>(d.candidate)].storage, d.regenerate_before});
+  }
+  // Storage indices: s2 is 1, s3 is 2, s5 is 4.
+  EXPECT_EQ(points, (std::vector<std::pair<StorageIndex, OpIndex>>{{1, 5}, {2, 5}, {4, 5}}));
+  EXPECT_EQ(selection.peak_after, (std::vector<std::int64_t>{2700, 2500, 2100}));
+  const AugmentedTrace augmented = build_augmented_trace(trace, model, selection.decisions);
+  EXPECT_EQ(augmented.recompute_count, 2);
+  EXPECT_DOUBLE_EQ(augmented.recompute_ms, 12.0);
+  Schedule schedule;
+  schedule.actions = map_back(augmented, end_of_life_releases(augmented.trace, StorageAccesses(augmented.trace)));
+  const ValidationReport report = validate_schedule(trace, schedule);
+  EXPECT_TRUE(report.valid()) << (report.problems.empty() ? "" : report.problems.front());
+  EXPECT_EQ(report.peak_bytes, 2100);
+}
+
 // Found by the replay stress test (tests/exec/replay_stress_test.cc, seed
 // 1110, its small_trace options spelled out below): the plan keeps dead
 // storage 37 from its last access (op 8) for the re-run of op 7 before op

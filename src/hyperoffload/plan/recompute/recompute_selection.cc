@@ -170,6 +170,7 @@ class Selector {
       if (moved) continue;
       if (!may_move(d, op, effect)) return false;
       effect.moves.push_back({d, op});
+      move_siblings(d, op, effect);
       if (!plan_rerun(candidate(result_.decisions[d].candidate).source_op, op, effect)) return false;
     }
     return true;
@@ -216,7 +217,9 @@ class Selector {
   // of the source comes later than the candidate's point moves to it where
   // the point is inside that decision's gap and a move is allowed
   // (may_move). Either way the augmented trace runs the source once there
-  // (augmented_trace.h). Sharing is tried with the nearest such re-run
+  // (augmented_trace.h). When a later re-run moves one of them earlier (a
+  // dropped input it reads), the others move with it where they may
+  // (move_siblings). Sharing is tried with the nearest such re-run
   // among the source's last kMaxSiblings decisions only, so a storage read
   // after thousands of gaps (each a candidate of the same source) costs
   // O(1) per candidate tried, not O(its decisions).
@@ -246,6 +249,25 @@ class Selector {
       if (may_regenerate_early(c, point) && gain_at(c, earlier, peak_op) > 0) effect.regenerate_before = point;
     } else if (candidate(result_.decisions[nearest].candidate).start_op + 1 < own && may_move(nearest, own, effect)) {
       effect.moves.push_back({nearest, own});
+    }
+  }
+
+  // Decision d's re-run moves to `op`: the decisions that share it (the same
+  // source re-run at the same point, Note [One re-run for sibling outputs])
+  // move with it where `op` is inside their gaps and a move is allowed, so
+  // the source still runs once. Those that may not stay where they were.
+  void move_siblings(std::size_t d, OpIndex op, Effect& effect) const {
+    const RecomputeDecision& moved = result_.decisions[d];
+    const auto siblings = decisions_by_source_.find(candidate(moved.candidate).source_op);
+    if (siblings == decisions_by_source_.end()) return;
+    const std::vector<std::size_t>& list = siblings->second;
+    for (const std::size_t s : std::span(list).last(std::min(list.size(), kMaxSiblings))) {
+      if (s == d || result_.decisions[s].regenerate_before != moved.regenerate_before) continue;
+      if (candidate(result_.decisions[s].candidate).start_op + 1 >= op) continue;
+      if (std::any_of(effect.moves.begin(), effect.moves.end(), [&](const auto& move) { return move.first == s; })) {
+        continue;
+      }
+      if (may_move(s, op, effect)) effect.moves.push_back({s, op});
     }
   }
 

@@ -22,8 +22,9 @@
 // point, and the augmented trace (augmented_trace.h) needs no other rule. A
 // candidate that no longer lowers the peak op is passed over. A candidate
 // whose source an earlier decision re-runs nearby (another output of the
-// same op) shares that re-run where the same rules allow (Note [One re-run
-// for sibling outputs], recompute_selection.cc).
+// same op) shares that re-run where the same rules allow, and decisions
+// sharing a re-run move together (Note [One re-run for sibling outputs],
+// recompute_selection.cc).
 //
 // A candidate that can keep its source's dead inputs instead (Note [Keeping a
 // dead input], recompute_model.h) has two ways, each with its bytes and cost:
