@@ -22,6 +22,7 @@
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/planner.h"
+#include "testing/stress_traces.h"
 
 namespace hyperoffload {
 namespace {
@@ -37,21 +38,6 @@ int iterations() {
     if (value > 0) return value;
   }
   return kDefaultIterations;
-}
-
-RandomTraceOptions small_trace(std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  RandomTraceOptions options;
-  options.seed = seed;
-  options.op_count = 20 + static_cast<std::int32_t>(rng() % 60);
-  options.storage_count = 5 + static_cast<std::int32_t>(rng() % 40);
-  options.min_size_bytes = 8;
-  options.max_size_bytes = 16 << 10;
-  options.limit_fraction = 0.3 + 0.5 * static_cast<double>(rng() % 100) / 100.0;
-  // Half the traces have recomputable ops, so the hybrid and recompute-only
-  // planners' schedules re-run ops through the program (ChecksumProgram::recompute).
-  options.recomputable_fraction = seed % 2 == 0 ? 0.6 : 0.0;
-  return options;
 }
 
 // Replays `schedule` on `trace` for two steps (different caller ids); returns
@@ -79,7 +65,7 @@ TEST(ReplayStress, EveryPlannersScheduleKeepsEveryByteIntactAndMatchesTheValidat
   std::int64_t replayed = 0, offloaded = 0, faulted = 0, host_reused = 0, recomputed = 0;
   for (int i = 0; i < n; ++i) {
     const std::uint64_t seed = 1000 + static_cast<std::uint64_t>(i);
-    const Trace trace = generate_random_trace(small_trace(seed));
+    const Trace trace = generate_random_trace(testing::stress_trace_options(seed));
     // One or two copy engines; waiters that spin first or sleep at once.
     const CopyEngines engines = i % 3 == 0 ? CopyEngines::kOne : CopyEngines::kTwo;
     HostRuntime rt(64 << 20, std::int64_t{1} << 40, engines, i % 2 == 0 ? 50 : 0);
@@ -238,7 +224,7 @@ TEST(ReplayProperty, RandomSchedulesFailExactlyWhereTheValidatorSaysSo) {
   int valid = 0, invalid = 0, restored = 0;
   for (int i = 0; i < n; ++i) {
     const std::uint64_t seed = 5000 + static_cast<std::uint64_t>(i);
-    RandomTraceOptions options = small_trace(seed);
+    RandomTraceOptions options = testing::stress_trace_options(seed);
     options.op_count = std::min(options.op_count, 30);
     options.storage_count = std::min(options.storage_count, 10);
     const Trace trace = generate_random_trace(options);
@@ -319,7 +305,7 @@ TEST(SessionStress, RandomProgramsRunCorrectlyThroughWarmupAndReplays) {
   int cases = 0, below_peak = 0, recomputed_steps = 0;
   for (int i = 0; i < n; ++i) {
     const std::uint64_t seed = 9000 + static_cast<std::uint64_t>(i);
-    RandomTraceOptions options = small_trace(seed);
+    RandomTraceOptions options = testing::stress_trace_options(seed);
     options.zero_size_fraction = 0.0;
     const Trace trace = generate_random_trace(options);
     const std::int64_t unplanned = unplanned_peak(trace).bytes;
@@ -410,7 +396,7 @@ TEST(SessionStress, OnASlowLinkEveryStepHoldsAtMostTheBudgetInTime) {
   int steps_that_waited = 0, replays = 0;
   for (int i = 0; i < n; ++i) {
     const std::uint64_t seed = 12000 + static_cast<std::uint64_t>(i);
-    RandomTraceOptions options = small_trace(seed);
+    RandomTraceOptions options = testing::stress_trace_options(seed);
     options.zero_size_fraction = 0.0;
     options.op_count = 12 + static_cast<std::int32_t>(seed % 12);  // a short step: the link is slow
     options.storage_count = 6 + static_cast<std::int32_t>(seed % 10);

@@ -22,12 +22,14 @@
 #include "hyperoffload/plan/recompute/augmented_trace.h"
 #include "hyperoffload/plan/recompute/recompute_model.h"
 #include "hyperoffload/plan/recompute/recompute_selection.h"
+#include "testing/stress_traces.h"
 #include "testing/trace_dsl.h"
 
 namespace hyperoffload::internal {
 namespace {
 
 using ::hyperoffload::testing::actions;
+using ::hyperoffload::testing::stress_trace_options;
 using ::hyperoffload::testing::TraceDsl;
 constexpr Recomputable kRec = Recomputable::kYes;
 constexpr double kAnyCost = std::numeric_limits<double>::infinity();
@@ -830,7 +832,7 @@ TEST(RecomputeSelection, DecisionsSharingAReRunMoveTogether) {
 }
 
 // Found by the replay stress test (tests/exec/replay_stress_test.cc, seed
-// 1110, its small_trace options spelled out below): the plan keeps dead
+// 1110, testing/stress_traces.h): the plan keeps dead
 // storage 37 from its last access (op 8) for the re-run of op 7 before op
 // 10, while another decision's chain before op 9 needs 37 too. The augmented
 // trace regenerated 37 there into a short-lived instance and released it
@@ -838,16 +840,7 @@ TEST(RecomputeSelection, DecisionsSharingAReRunMoveTogether) {
 // the re-run at op 10 then read a released storage. A chain now reads a
 // storage kept over its point where it is.
 TEST(HybridPlanner, AChainReadsADeadInputAnotherDecisionKeepsWhereItIs) {
-  RandomTraceOptions options;
-  options.seed = 1110;
-  std::mt19937_64 rng(options.seed);
-  options.op_count = 20 + static_cast<std::int32_t>(rng() % 60);
-  options.storage_count = 5 + static_cast<std::int32_t>(rng() % 40);
-  options.min_size_bytes = 8;
-  options.max_size_bytes = 16 << 10;
-  options.limit_fraction = 0.3 + 0.5 * static_cast<double>(rng() % 100) / 100.0;
-  options.recomputable_fraction = 0.6;
-  const Trace trace = generate_random_trace(options);
+  const Trace trace = generate_random_trace(stress_trace_options(1110));
   const Result<PlanResult> plan = (*make_planner("recompute"))->plan(trace, trace.memory_limit_bytes());
   ASSERT_TRUE(plan.has_value());
   ASSERT_TRUE(std::ranges::any_of(plan->notes, [](const std::string& note) {

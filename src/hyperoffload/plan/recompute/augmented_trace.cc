@@ -57,14 +57,14 @@ class Builder {
     for (std::size_t s = 0; s < current_.size(); ++s) current_[s] = static_cast<StorageId>(s);
     // Note [Keeping a dead input] (recompute_model.h): a decision that keeps
     // its source's dead inputs holds each on the device until its re-run.
+    std::vector<StorageIndex> kept;
     for (const RecomputeDecision& decision : decisions_) {
       if (!decision.keeps_dead_inputs) continue;
       const OpIndex source = model_.candidates[static_cast<std::size_t>(decision.candidate)].source_op;
-      for (const Access& access : rerun_accesses(trace_, model_, source)) {
-        OpIndex& until = kept_until_[static_cast<std::size_t>(access.storage)];
-        if (access.kind == AccessKind::kRead && dead_before(trace_, model_, access.storage, decision.regenerate_before)) {
-          until = std::max(until, decision.regenerate_before);
-        }
+      dead_inputs(trace_, model_, source, decision.regenerate_before, kept);
+      for (const StorageIndex u : kept) {
+        OpIndex& until = kept_until_[static_cast<std::size_t>(u)];
+        until = std::max(until, decision.regenerate_before);
       }
     }
   }
@@ -216,7 +216,9 @@ class Builder {
   AugmentedTrace out_;
   std::vector<StorageId> current_;  // per original storage: the instance later accesses use
   std::vector<bool> dropped_;       // per original storage: off the device, inside a decision's gap
-  std::vector<OpIndex> kept_until_;  // per original storage: the last point a decision keeps it to (-1: none)
+  // Per original storage: the point of the latest re-run that keeps it (it is
+  // held over the ops before it; -1: none), as in the selection's Selector.
+  std::vector<OpIndex> kept_until_;
 };
 
 }  // namespace

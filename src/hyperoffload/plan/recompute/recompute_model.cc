@@ -190,13 +190,8 @@ void version_copy_ops(std::span<const StorageAccess> list, std::vector<OpIndex>&
 // whether keeping them frees anything. `kept` is scratch space.
 void offer_kept_inputs(const Trace& trace, const RecomputeModel& model, RecomputeCandidate& c,
                        std::vector<StorageIndex>& kept) {
-  kept.clear();
-  for (const Access& access : rerun_accesses(trace, model, c.source_op)) {
-    if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, c.end_op)) continue;
-    if (std::find(kept.begin(), kept.end(), access.storage) != kept.end()) continue;
-    kept.push_back(access.storage);
-    c.keep_bytes += trace.storage(access.storage).size_bytes;
-  }
+  dead_inputs(trace, model, c.source_op, c.end_op, kept);
+  for (const StorageIndex u : kept) c.keep_bytes += trace.storage(u).size_bytes;
   if (kept.empty() || c.keep_bytes >= c.size_bytes) {
     c.keep_bytes = 0;
     return;
@@ -205,6 +200,15 @@ void offer_kept_inputs(const Trace& trace, const RecomputeModel& model, Recomput
 }
 
 }  // namespace
+
+void dead_inputs(const Trace& trace, const RecomputeModel& model, OpIndex source, OpIndex op,
+                 std::vector<StorageIndex>& out) {
+  out.clear();
+  for (const Access& access : rerun_accesses(trace, model, source)) {
+    if (access.kind != AccessKind::kRead || !dead_before(trace, model, access.storage, op)) continue;
+    if (std::find(out.begin(), out.end(), access.storage) == out.end()) out.push_back(access.storage);
+  }
+}
 
 bool dead_before(const Trace& trace, const RecomputeModel& model, StorageIndex s, OpIndex op) {
   const StorageInfo& info = trace.storage(s);

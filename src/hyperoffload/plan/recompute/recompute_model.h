@@ -229,4 +229,11 @@ RecomputeModel build_recompute_model(const Trace& trace, const StorageAccesses& 
 // Whether storage s is dead before op `op` (see above).
 bool dead_before(const Trace& trace, const RecomputeModel& model, StorageIndex s, OpIndex op);
 
+// The storages a re-run of `source` before `op` reads that are dead there,
+// each once, in access order, into `out` (cleared first): what a decision
+// keeps on the device (Note [Keeping a dead input]). O(the re-run's accesses
+// × (1 + those storages)).
+void dead_inputs(const Trace& trace, const RecomputeModel& model, OpIndex source, OpIndex op,
+                 std::vector<StorageIndex>& out);
+
 }  // namespace hyperoffload::internal

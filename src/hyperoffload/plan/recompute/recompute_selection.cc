@@ -111,7 +111,7 @@ class Selector {
   // The first op a kept input u adds its bytes at: after its last access and
   // after what earlier decisions keep it for.
   OpIndex keep_from(StorageIndex u) const {
-    return std::max(model_.last_op[static_cast<std::size_t>(u)], kept_until_[static_cast<std::size_t>(u)]) + 1;
+    return std::max(model_.last_op[static_cast<std::size_t>(u)] + 1, kept_until_[static_cast<std::size_t>(u)]);
   }
 
   // The decision whose storage u is off the device before `op`: taken with a
@@ -150,7 +150,7 @@ class Selector {
         // An earlier decision keeps it on the device until its own re-run at
         // or after this one: read where it is (its bytes are in the profile
         // already), as the augmented trace does.
-        if (!kept_until_.empty() && kept_until_[static_cast<std::size_t>(u)] >= op - 1) continue;
+        if (!kept_until_.empty() && kept_until_[static_cast<std::size_t>(u)] >= op) continue;
         if (keep_dead) {
           if (std::find(effect.kept.begin(), effect.kept.end(), u) == effect.kept.end()) effect.kept.push_back(u);
           continue;
@@ -224,14 +224,18 @@ class Selector {
   // after thousands of gaps (each a candidate of the same source) costs
   // O(1) per candidate tried, not O(its decisions).
   static constexpr std::size_t kMaxSiblings = 16;
+  std::span<const std::size_t> recent_decisions_of(OpIndex source) const {
+    const auto siblings = decisions_by_source_.find(source);
+    if (siblings == decisions_by_source_.end()) return {};
+    const std::vector<std::size_t>& list = siblings->second;
+    return std::span(list).last(std::min(list.size(), kMaxSiblings));
+  }
+
   void share_rerun(const RecomputeCandidate& c, OpIndex peak_op, Effect& effect) {
-    const auto siblings = decisions_by_source_.find(c.source_op);
-    if (siblings == decisions_by_source_.end()) return;
     const OpIndex own = effect.regenerate_before;
     std::size_t nearest = 0;
     OpIndex nearest_distance = std::numeric_limits<OpIndex>::max();
-    const std::vector<std::size_t>& list = siblings->second;
-    for (const std::size_t d : std::span(list).last(std::min(list.size(), kMaxSiblings))) {
+    for (const std::size_t d : recent_decisions_of(c.source_op)) {
       const OpIndex point = result_.decisions[d].regenerate_before;
       if (point == own) return;  // already shared
       if (point <= c.start_op + 1) continue;
@@ -258,10 +262,7 @@ class Selector {
   // the source still runs once. Those that may not stay where they were.
   void move_siblings(std::size_t d, OpIndex op, Effect& effect) const {
     const RecomputeDecision& moved = result_.decisions[d];
-    const auto siblings = decisions_by_source_.find(candidate(moved.candidate).source_op);
-    if (siblings == decisions_by_source_.end()) return;
-    const std::vector<std::size_t>& list = siblings->second;
-    for (const std::size_t s : std::span(list).last(std::min(list.size(), kMaxSiblings))) {
+    for (const std::size_t s : recent_decisions_of(candidate(moved.candidate).source_op)) {
       if (s == d || result_.decisions[s].regenerate_before != moved.regenerate_before) continue;
       if (candidate(result_.decisions[s].candidate).start_op + 1 >= op) continue;
       if (std::any_of(effect.moves.begin(), effect.moves.end(), [&](const auto& move) { return move.first == s; })) {
@@ -312,7 +313,7 @@ class Selector {
       const OpIndex to = effect.regenerate_before - 1;
       if (from > to) continue;
       profile_.add(static_cast<std::size_t>(from), static_cast<std::size_t>(to), trace_.storage(u).size_bytes);
-      kept_until_[static_cast<std::size_t>(u)] = to;
+      kept_until_[static_cast<std::size_t>(u)] = effect.regenerate_before;
     }
     decisions_of_[static_cast<std::size_t>(c.storage)].push_back(step);
     decisions_by_source_[c.source_op].push_back(step);
@@ -329,8 +330,9 @@ class Selector {
   std::vector<std::vector<std::size_t>> decisions_of_;  // per storage: its decisions
   std::unordered_map<OpIndex, std::vector<std::size_t>> decisions_by_source_;  // per source op: its decisions
   std::vector<std::vector<OpIndex>> locks_;             // per storage: sorted lock points
-  // Per storage: the last op an earlier decision keeps it until (-1: none);
-  // empty unless dead inputs may be kept.
+  // Per storage: the point of the latest re-run an earlier decision keeps it
+  // for (it is held over the ops before it; -1: none), as in the augmented
+  // trace's Builder; empty unless dead inputs may be kept.
   std::vector<OpIndex> kept_until_;
   std::vector<std::uint8_t> ways_;  // per candidate: way_bit of each way within the cost limit
   std::vector<bool> keeps_first_;   // per candidate: whether keeping is its better way
