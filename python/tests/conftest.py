@@ -99,3 +99,30 @@ def activation_peak(build: Callable) -> Tuple[int, dict]:
     session = ho.OffloadSession()
     train(build, session, steps=1)
     return session.unplanned_peak_bytes(), session.trace()
+
+
+def recompute_budgets_until_a_plan(build: Callable, fractions, note: str) -> bool:
+    """Trains the case `build` (train, above) under planner="recompute" at each of `fractions` of its activation
+    peak in turn and checks every budget: each step bit-identical to eager, the first a warmup, the others replays
+    that re-run ops and hold at most the budget. Stops at the first budget whose session's notes contain `note`
+    (the kind of plan the caller looks for: which budget gets it depends on the op times the warmup measures) and
+    returns True; False when no budget got one.
+    """
+    peak, _ = activation_peak(build)
+    eager = train(build)
+    for fraction in fractions:
+        budget = int(peak * fraction)
+        session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="recompute"))
+        results = train(build, session)
+        try:
+            assert_bit_identical(eager, results)
+        except AssertionError as error:
+            raise AssertionError(f"{fraction:.0%}: {error}") from None
+        assert [r.stats["kind"] for r in results] == ["warmup"] + ["replay"] * (len(results) - 1), \
+            (fraction, session.notes())
+        for step, r in enumerate(results[1:], start=1):
+            assert r.stats["recompute_count"] > 0, f"{fraction:.0%}, step {step}"
+            assert r.stats["peak_held_bytes"] <= budget, f"{fraction:.0%}, step {step}"
+        if any(note in n for n in session.notes()):
+            return True
+    return False

@@ -27,9 +27,9 @@ import pytest
 import torch
 
 import hyperoffload as ho
+from conftest import activation_peak, recompute_budgets_until_a_plan
 from torchvision_models import torchvision
 
-STEPS = 3
 FRACTIONS = (0.25, 0.3, 0.35, 0.4, 0.45)
 NO_SEGMENT_PLAN = ("every budget replayed as eager did, but the op times measured here gave none of them a segment "
                    "plan (see the module's docstring)")
@@ -44,42 +44,15 @@ def build_densenet():
     return model, images, labels
 
 
-def train(session=None, steps=STEPS):
-    """Losses and gradients of `steps` steps (gradients zeroed in place between them)."""
+def densenet_case():
+    """build_densenet as a model case of conftest.train: (model, batch, loss_fn)."""
     model, images, labels = build_densenet()
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p)
-    results = []
-    for _ in range(steps):
-        for p in model.parameters():
-            p.grad.zero_()
-        with session if session is not None else contextlib.nullcontext():
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
-            loss.backward()
-        results.append((loss.detach().clone(), [p.grad.clone() for p in model.parameters()],
-                        session.stats() if session is not None else None))
-    return results
+    return model, (images, labels), lambda m, batch: torch.nn.functional.cross_entropy(m(batch[0]), batch[1])
 
 
 def test_segment_plans_replay_bit_identically_within_the_budget():
-    probe = ho.OffloadSession()
-    train(probe, steps=1)
-    peak = probe.unplanned_peak_bytes()
-    eager = train()
-    for fraction in FRACTIONS:
-        budget = int(peak * fraction)
-        session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="recompute"))
-        results = train(session)
-        for step, ((loss, grads, _), (e_loss, e_grads, _)) in enumerate(zip(results, eager)):
-            assert torch.equal(loss, e_loss), f"{fraction:.0%}, step {step}: loss differs"
-            for p, (g, e) in enumerate(zip(grads, e_grads)):
-                assert torch.equal(g, e), f"{fraction:.0%}, step {step}: gradient of parameter {p} differs"
-        assert [r[2]["kind"] for r in results] == ["warmup", "replay", "replay"]
-        for step, (_, _, stats) in enumerate(results[1:], start=1):
-            assert stats["peak_held_bytes"] <= budget, f"{fraction:.0%}, step {step}"
-        if any("segment re-runs" in note for note in session.notes()):
-            return
-    pytest.skip(NO_SEGMENT_PLAN)
+    if not recompute_budgets_until_a_plan(densenet_case, FRACTIONS, "segment re-runs"):
+        pytest.skip(NO_SEGMENT_PLAN)
 
 
 def accumulate_two(session=None, sizes=(4, 4, 4, 4, 2, 2, 4, 4)):
@@ -114,9 +87,7 @@ def test_segment_plans_under_gradient_accumulation_and_two_batch_sizes():
     # zeroed gradients like the second, so one program per batch size), the
     # batch size changing to 2 and back: every micro-batch and the trained
     # weights, batch-norm running statistics included, equal eager's.
-    probe = ho.OffloadSession()
-    train(probe, steps=1)
-    peak = probe.unplanned_peak_bytes()
+    peak, _ = activation_peak(densenet_case)
     e_losses, e_state, _, _ = accumulate_two()
     for fraction in FRACTIONS:
         budget = int(peak * fraction)
