@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import os
+import platform
 import warnings
 from typing import Optional, Union
 
@@ -71,6 +74,50 @@ def _mib_or_deprecated_mb(mib: Optional[float], mb: Optional[float], what: str) 
     if mib is not None:
         raise ValueError(f"give {what}_mib, not also its old name {what}_mb")
     return mb, "mb"
+
+
+def default_op_times_store() -> str:
+    """Where OffloadConfig(op_times_store=True) keeps recorded op times.
+
+    ``$HYPEROFFLOAD_CACHE_DIR/op_times``; without that variable,
+    ``$XDG_CACHE_HOME/hyperoffload/op_times``, and without that,
+    ``~/.cache/hyperoffload/op_times``.
+    """
+    cache = os.environ.get("HYPEROFFLOAD_CACHE_DIR")
+    if not cache:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        cache = os.path.join(xdg if xdg else os.path.join(os.path.expanduser("~"), ".cache"), "hyperoffload")
+    return os.path.join(cache, "op_times")
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown cpu"
+
+
+def _machine(device: Optional[str]) -> str:
+    """What a warmup's op times are measured on: they are kept per machine (exec/op_time_store.h).
+
+    The PyTorch version, the CPU and its thread count, and the CUDA device
+    when the session's device is CUDA (or not yet known, where CUDA is
+    available: the current device).
+    """
+    parts = [f"torch {torch.__version__}", f"{platform.machine()} {_cpu_model()}",
+             f"{torch.get_num_threads()} thread(s)"]
+    kind = torch.device(device).type if device is not None else None
+    if kind == "cuda" or (kind is None and torch.cuda.is_available()):
+        index = torch.device(device).index if device is not None else None
+        index = torch.cuda.current_device() if index is None else index
+        major, minor = torch.cuda.get_device_capability(index)
+        parts.append(f"{torch.cuda.get_device_name(index)} (sm {major}.{minor})")
+    return "; ".join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +188,17 @@ class OffloadConfig:
             another plan from run to run (``stats()["plan_fingerprint"]`` names
             the plan; exec/warmup_executor.h, Note [Reproducible plans]);
             ``"measured"``: as measured.
+        op_times_store: with quantized op times, keep each step program's
+            recorded times on disk, per machine, so that every later warmup
+            of the same program — in this run or a later one, at any budget —
+            plans from the same times and gets the same plan
+            (``stats()["plan_fingerprint"]``). ``True`` (the default): in
+            :func:`default_op_times_store`'s directory
+            (``$HYPEROFFLOAD_CACHE_DIR/op_times``, else
+            ``~/.cache/hyperoffload/op_times``); a path: in that directory;
+            ``False``: nowhere, each warmup plans from its own times. The
+            times stay those of the first run on the machine until the file
+            is removed (exec/warmup_executor.h, Note [Reproducible plans]).
         record_timeline: record every replayed step's timeline
             (:meth:`OffloadSession.last_timeline`): op spans, stalls, faults
             and copies with their times, and the held device bytes over time,
@@ -174,6 +232,7 @@ class OffloadConfig:
     emulate_copy_bandwidth: bool = False
     record_timeline: bool = False
     op_times: Optional[str] = None
+    op_times_store: Union[bool, str, os.PathLike] = True
     # Deprecated names of the *_mib fields (they always meant MiB; MB is 10**6
     # bytes everywhere in hyperoffload): a DeprecationWarning, same meaning.
     max_resident_activation_mb: Optional[float] = None
@@ -218,6 +277,11 @@ class OffloadConfig:
                                  "link to emulate, in GiB/s")
             if self.device is not None and torch.device(self.device).type != "cpu":
                 raise ValueError(f"emulate_copy_bandwidth applies to CPU sessions only, got device {self.device!r}")
+        store = self.op_times_store
+        if not isinstance(store, (bool, str, os.PathLike)):
+            raise TypeError(f"op_times_store must be a bool or a path, got {type(store).__name__}")
+        if not isinstance(store, bool) and not os.fspath(store):
+            raise ValueError("op_times_store must not be an empty path (False: no store)")
         if not isinstance(self.record_timeline, bool):
             raise TypeError(f"record_timeline must be a bool, got {type(self.record_timeline).__name__}")
         if self.interception not in INTERCEPTIONS:
@@ -268,6 +332,9 @@ class OffloadConfig:
             if not isinstance(self.op_times, str):
                 raise TypeError(f"op_times must be a str, got {type(self.op_times).__name__}")
             options.op_times = self.op_times  # the setter's ValueError names the field
+        if bind_device and self.op_times_store is not False:
+            directory = default_op_times_store() if self.op_times_store is True else os.fspath(self.op_times_store)
+            options.op_time_store = (directory, _machine(self.device_name()))
         return options
 
     def device_name(self) -> Optional[str]:

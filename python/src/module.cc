@@ -922,6 +922,17 @@ PYBIND11_MODULE(_C, m) {
             }
           })
       .def_property(
+          "op_time_store",
+          [](const TorchSessionOptions& o) -> std::optional<std::pair<std::string, std::string>> {
+            if (!o.session.op_time_store) return std::nullopt;
+            return std::make_pair(o.session.op_time_store->directory.string(), o.session.op_time_store->machine);
+          },
+          [](TorchSessionOptions& o, const std::optional<std::pair<std::string, std::string>>& store) {
+            o.session.op_time_store.reset();
+            if (store) o.session.op_time_store = hyperoffload::OpTimeStoreOptions{store->first, store->second};
+          },
+          "(directory, machine) of the op-time store (exec/op_time_store.h), or None")
+      .def_property(
           "record_timeline",
           [](const TorchSessionOptions& o) { return o.session.record_timeline == RecordTimeline::kYes; },
           [](TorchSessionOptions& o, bool record) {

@@ -21,6 +21,14 @@ import hyperoffload as ho  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _op_times_store_per_test(tmp_path_factory, monkeypatch):
+    """Each test its own op-time store (OffloadConfig.op_times_store's default directory, under
+    HYPEROFFLOAD_CACHE_DIR): sessions within a test share recorded op times, as in one user's runs,
+    and no test reads another's or the user's ~/.cache. Subprocesses inherit the variable."""
+    monkeypatch.setenv("HYPEROFFLOAD_CACHE_DIR", str(tmp_path_factory.mktemp("hyperoffload-cache")))
+
+
 def load_bench(name: str):
     """The benchmark script python/bench/<name>.py as a module (its main() is what its test runs)."""
     import importlib.util

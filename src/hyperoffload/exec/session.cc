@@ -29,6 +29,9 @@ Status validate_session_options(const SessionOptions& options) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("copy_bandwidth_gib_per_s must be a finite number > 0, got {}", *gib_per_s));
   }
+  if (options.op_time_store && options.op_time_store->directory.empty()) {
+    return make_error(ErrorCode::kInvalidArgument, "op_time_store.directory must not be empty");
+  }
   if (options.max_plans < 1) {
     return make_error(ErrorCode::kInvalidArgument, fmt::format("max_plans must be >= 1, got {}", options.max_plans));
   }
@@ -115,7 +118,8 @@ Status Session::start_warmup(std::optional<StepOrigin> continues) {
   HO_ASSIGN_OR_RETURN(warmup_, WarmupExecutor::start(*residency_, WarmupOptions{target_.budget_bytes,
                                                                                 options_.calibration_bytes,
                                                                                 options_.copy_bandwidth_gib_per_s,
-                                                                                options_.op_times, continues}));
+                                                                                options_.op_times,
+                                                                                options_.op_time_store, continues}));
   return ok_status();
 }
 

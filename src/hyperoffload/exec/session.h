@@ -177,6 +177,7 @@ struct SessionOptions {
   std::int64_t calibration_bytes = kDefaultCalibrationBytes;  // see WarmupOptions
   std::optional<double> copy_bandwidth_gib_per_s;          // see WarmupOptions
   OpTimes op_times = kDefaultOpTimes;                      // see WarmupOptions, Note [Reproducible plans]
+  std::optional<OpTimeStoreOptions> op_time_store;         // see WarmupOptions, Note [Reproducible plans]
   RewarmPolicy rewarm = kDefaultRewarmPolicy;              // see above
   // The most plans cached, one per step program (Note [Plan per step
   // program]); >= 1. Least recently used evicted.

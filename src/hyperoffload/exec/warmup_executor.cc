@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <span>
 #include <utility>
 
 #include "hyperoffload/exec/internal/hook_util.h"
+#include "hyperoffload/exec/op_time_store.h"
 #include "hyperoffload/exec/internal/step_skeleton.h"
 
 namespace hyperoffload {
@@ -385,13 +387,6 @@ Result<WarmupResult> WarmupExecutor::finish() {
 
   // Durations: the compute stream's events, resolved now that they completed.
   if (!ops_.empty()) HO_RETURN_IF_ERROR(ops_.back().end.wait());
-  TraceBuilder builder;
-  builder.reserve(ops_.size(), declared_.size(), accesses_.size());
-  for (StorageId id : declared_) {
-    const StorageRecord& record = storages_.at(id);
-    HO_RETURN_IF_ERROR(
-        builder.add_storage(id, record.size_bytes, record.alive ? Retention::kRetained : Retention::kReleasable));
-  }
   Backend& backend = residency_.backend();
   std::vector<double> durations_ms;
   durations_ms.reserve(ops_.size());
@@ -404,11 +399,12 @@ Result<WarmupResult> WarmupExecutor::finish() {
   if (options_.op_times == OpTimes::kQuantized) {
     // Note [Reproducible plans]: ops alike (same name, same tracked accesses'
     // kinds and sizes: a layer's op and its twins in the other layers) take
-    // their median, so one slow first call (lazy initialisation, a cold
-    // cache) does not decide, then the median is rounded.
+    // the median of those measured, so one slow first call (lazy
+    // initialisation, a cold cache) does not decide, then the median is
+    // rounded. A re-fed op takes its measured twins' time too (it has none
+    // of its own).
     std::map<std::pair<std::string_view, std::vector<std::int64_t>>, std::vector<std::size_t>> alike;
     for (std::size_t i = 0; i < ops_.size(); ++i) {
-      if (ops_[i].refed) continue;
       std::vector<std::int64_t> shape;
       for (std::uint32_t a = ops_[i].access_begin; a < ops_[i].access_end; ++a) {
         const auto& [id, kind] = accesses_[a];
@@ -419,20 +415,57 @@ Result<WarmupResult> WarmupExecutor::finish() {
     std::vector<double> group;
     for (const auto& [key, members] : alike) {
       group.clear();
-      for (std::size_t i : members) group.push_back(durations_ms[i]);
+      for (std::size_t i : members) {
+        if (!ops_[i].refed) group.push_back(durations_ms[i]);
+      }
+      if (group.empty()) continue;  // re-fed ops only: 0
       std::nth_element(group.begin(), group.begin() + static_cast<std::ptrdiff_t>(group.size() / 2), group.end());
       const double median = recorded_duration_ms(group[group.size() / 2], OpTimes::kQuantized);
       for (std::size_t i : members) durations_ms[i] = median;
     }
   }
-  for (std::size_t i = 0; i < ops_.size(); ++i) {
-    const OpRecord& op = ops_[i];
-    HO_RETURN_IF_ERROR(builder.add_op(op.name, durations_ms[i], op.recomputable));
-    for (std::uint32_t a = op.access_begin; a < op.access_end; ++a) {
-      builder.add_access(accesses_[a].first, accesses_[a].second);
+  // The trace, with the given times.
+  auto build_trace = [&](std::span<const double> durations, double d2h, double h2d) -> Result<Trace> {
+    TraceBuilder builder;
+    builder.reserve(ops_.size(), declared_.size(), accesses_.size());
+    for (StorageId id : declared_) {
+      const StorageRecord& record = storages_.at(id);
+      HO_RETURN_IF_ERROR(
+          builder.add_storage(id, record.size_bytes, record.alive ? Retention::kRetained : Retention::kReleasable));
+    }
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      const OpRecord& op = ops_[i];
+      HO_RETURN_IF_ERROR(builder.add_op(op.name, durations[i], op.recomputable));
+      for (std::uint32_t a = op.access_begin; a < op.access_end; ++a) {
+        builder.add_access(accesses_[a].first, accesses_[a].second);
+      }
+    }
+    builder.set_memory_limit_bytes(options_.budget_bytes);
+    builder.set_d2h_bandwidth_gib_per_s(d2h);
+    builder.set_h2d_bandwidth_gib_per_s(h2d);
+    return std::move(builder).build();
+  };
+  // Note [Reproducible plans]: the times an earlier warmup of this step
+  // program recorded on this machine, when the store has them.
+  std::optional<OpTimeStoreOptions> store;
+  std::optional<std::uint64_t> program;
+  std::optional<OpTimesRecord> stored;
+  if (options_.op_time_store && options_.op_times == OpTimes::kQuantized) {
+    store = *options_.op_time_store;
+    // A given link is not a measured one: its records are kept apart.
+    if (options_.copy_bandwidth_gib_per_s) store->machine += "; copy bandwidth given";
+    HO_ASSIGN_OR_RETURN(const Trace measured,
+                        build_trace(durations_ms, kDefaultBandwidthGiBPerS, kDefaultBandwidthGiBPerS));
+    program = step_program_key(measured, store->machine);
+    Result<std::optional<OpTimesRecord>> loaded = load_op_times(*store, *program, measured.op_count());
+    if (loaded) {
+      stored = std::move(*loaded);
+    } else {
+      result.notes.push_back(fmt::format("op times: ignored a stored record that cannot be used ({}); this "
+                                         "warmup's times replace it",
+                                         loaded.error().message));
     }
   }
-  builder.set_memory_limit_bytes(options_.budget_bytes);
 
   // Bandwidth: total bytes over total time of the step's copies per direction
   // (faults are host→device copies too).
@@ -465,9 +498,26 @@ Result<WarmupResult> WarmupExecutor::finish() {
     }
     return kDefaultBandwidthGiBPerS;
   };
-  builder.set_d2h_bandwidth_gib_per_s(resolve(d2h_bytes, d2h_ms, CopyKind::kDeviceToHost, "d2h"));
-  builder.set_h2d_bandwidth_gib_per_s(resolve(h2d_bytes, h2d_ms, CopyKind::kHostToDevice, "h2d"));
-  HO_ASSIGN_OR_RETURN(result.trace, std::move(builder).build());
+  if (stored) {
+    HO_ASSIGN_OR_RETURN(result.trace,
+                        build_trace(stored->durations_ms,
+                                    options_.copy_bandwidth_gib_per_s.value_or(stored->d2h_gib_per_s),
+                                    options_.copy_bandwidth_gib_per_s.value_or(stored->h2d_gib_per_s)));
+    result.notes.push_back(fmt::format("op times: as an earlier warmup of this step program recorded them on this "
+                                       "machine ({})",
+                                       op_times_path(*store, *program).string()));
+  } else {
+    const double d2h = resolve(d2h_bytes, d2h_ms, CopyKind::kDeviceToHost, "d2h");
+    const double h2d = resolve(h2d_bytes, h2d_ms, CopyKind::kHostToDevice, "h2d");
+    HO_ASSIGN_OR_RETURN(result.trace, build_trace(durations_ms, d2h, h2d));
+    if (program) {
+      Result<std::filesystem::path> saved =
+          save_op_times(*store, OpTimesRecord{store->machine, *program, durations_ms, d2h, h2d});
+      result.notes.push_back(saved ? fmt::format("op times: recorded for later warmups of this step program ({})",
+                                                 saved->string())
+                                   : fmt::format("op times: not stored: {}", saved.error().message));
+    }
+  }
   HO_ASSIGN_OR_RETURN(result.guide, ReplayGuide::from_trace(result.trace));
 
   result.stats = internal::step_stats_between(StepKind::kWarmup, static_cast<OpIndex>(ops_.size()), start_stats_,

@@ -48,6 +48,7 @@
 
 #include "hyperoffload/exec/hooks.h"
 #include "hyperoffload/exec/internal/op_allocations.h"
+#include "hyperoffload/exec/op_time_store.h"
 #include "hyperoffload/exec/replay_guide.h"
 #include "hyperoffload/exec/step_stats.h"
 #include "hyperoffload/ir/trace.h"
@@ -58,20 +59,39 @@ namespace hyperoffload {
 // Note [Reproducible plans]. A plan is made from the warmup's trace, whose op
 // durations and copy bandwidths are measured, so timing noise alone could
 // give the same step program another plan from run to run: other step times,
-// and other tensors offloaded or re-run. With OpTimes::kQuantized (the
-// default) the trace records, for each group of ops alike (same name, same
-// kinds and sizes of tracked accesses: an op and its twins in the model's
-// other layers), the median of their measured durations rounded to the
-// nearest power of two of milliseconds (0 below 10 microseconds), and each
-// copy bandwidth rounded to the nearest power of two of GiB/s. Ops re-fed
-// while catching up (another executor ran them) record 0. A recorded time
-// changes only when noise carries a median across the midpoint between two
-// powers of two (a factor of 1.41). Measured on a Llama loop (accumulation 2,
-// the optimizer inside, hybrid at 30%), 6 processes: every plan after the
-// first step had the same fingerprint in all 6; the first step's plan (a cold
-// process: first calls pay for lazy initialisation) came out 4 ways. The
-// fingerprint (Session::plan_fingerprint) names a plan. kMeasured keeps the
-// measured values (the planner's estimates follow the machine more closely).
+// and other tensors offloaded or re-run. Two steps keep it from doing so.
+//
+// Quantized times. With OpTimes::kQuantized (the default) the trace records,
+// for each group of ops alike (same name, same kinds and sizes of tracked
+// accesses: an op and its twins in the model's other layers), the median of
+// their measured durations rounded to the nearest power of two of
+// milliseconds (0 below 10 microseconds), and each copy bandwidth rounded to
+// the nearest power of two of GiB/s. An op re-fed while catching up (another
+// executor ran it, so it has no time of its own) takes its measured twins'
+// time, or 0 without one. A recorded time changes only when noise
+// carries a median across the midpoint between two powers of two (a factor
+// of 1.41) — which does happen: in 20 runs of a Llama loop, 118 of 1,137
+// recorded times differed between two runs, and the first plan of one step
+// program came out two ways (docs/PYTHON.md).
+//
+// The op-time store (op_time_store.h). So rounding alone cannot make plans
+// reproducible: any rounding has edges that noise crosses. With a store
+// (WarmupOptions::op_time_store; the Python session's default), the first
+// complete warmup of a step program on a machine writes its recorded times to
+// the store, and every later warmup of that program on that machine — in
+// this process or another, at any budget — plans from those times instead of
+// its own. The planners are deterministic functions of the trace, so the same
+// program, budget and configuration give the same plan, with the same
+// fingerprint (Session::plan_fingerprint), in every run after the first, and
+// in the first too. A warmup that continued a replay (the second step of a
+// training loop, whose first AccumulateGrad adds where the first step's
+// created) writes what it recorded, re-fed ops as above: the same loop leaves
+// the replay at the same op in every run. A record that cannot
+// be used (unreadable, another program's) is replaced, with a note. The price
+// is that the times are those of the first run: a machine that later runs
+// faster or slower keeps planning from them until the store's file is
+// removed. kMeasured keeps the measured values and uses no store (the
+// planner's estimates follow the machine more closely).
 enum class OpTimes : std::uint8_t { kQuantized, kMeasured };
 inline constexpr OpTimes kDefaultOpTimes = OpTimes::kQuantized;
 // The recorded value of a measured duration or bandwidth under `op_times`.
@@ -96,6 +116,10 @@ struct WarmupOptions {
   // How measured op durations and bandwidths enter the trace (Note
   // [Reproducible plans]); a given copy_bandwidth_gib_per_s is kept as it is.
   OpTimes op_times = kDefaultOpTimes;
+  // Where recorded times are kept per step program and machine (Note
+  // [Reproducible plans]); nullopt: none (each warmup plans from its own
+  // times). Used with OpTimes::kQuantized only.
+  std::optional<OpTimeStoreOptions> op_time_store;
   // Continues a step another executor of the same step began (Session: a
   // replay that diverged before any irreversible action becomes a warmup): as
   // ReplayOptions::continues — outputs the residency already tracks are taken

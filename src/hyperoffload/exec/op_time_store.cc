@@ -1,0 +1,104 @@
+#include "hyperoffload/exec/op_time_store.h"
+
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "hyperoffload/io/file.h"
+
+namespace hyperoffload {
+namespace {
+
+// FNV-1a, 64 bits.
+class Fnv1a {
+ public:
+  void mix(std::uint64_t value) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash_ ^= (value >> (8 * byte)) & 0xffu;
+      hash_ *= 1099511628211ull;
+    }
+  }
+  // Length first, so that ("ab", "c") and ("a", "bc") differ.
+  void mix(std::string_view text) {
+    mix(static_cast<std::uint64_t>(text.size()));
+    for (char c : text) {
+      hash_ ^= static_cast<unsigned char>(c);
+      hash_ *= 1099511628211ull;
+    }
+  }
+  std::uint64_t value() const { return hash_; }
+
+ private:
+  std::uint64_t hash_ = 14695981039346656037ull;
+};
+
+}  // namespace
+
+std::uint64_t step_program_key(const Trace& trace, std::string_view machine) {
+  Fnv1a hash;
+  hash.mix(std::string_view("hyperoffload step program 1"));
+  hash.mix(machine);
+  hash.mix(static_cast<std::uint64_t>(trace.storage_count()));
+  for (const StorageInfo& storage : trace.storages()) {
+    hash.mix(static_cast<std::uint64_t>(storage.size_bytes));
+    hash.mix(static_cast<std::uint64_t>(storage.retention));
+  }
+  hash.mix(static_cast<std::uint64_t>(trace.op_count()));
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    hash.mix(trace.op_name(op));
+    hash.mix(static_cast<std::uint64_t>(trace.op_recomputability(op)));
+    hash.mix(static_cast<std::uint64_t>(trace.op_unit_previous(op)));
+    const std::span<const Access> accesses = trace.accesses(op);
+    hash.mix(static_cast<std::uint64_t>(accesses.size()));
+    for (const Access& access : accesses) {
+      // The storage's position among the trace's storages, not its id.
+      hash.mix(static_cast<std::uint64_t>(access.storage));
+      hash.mix(static_cast<std::uint64_t>(access.kind));
+    }
+  }
+  return hash.value();
+}
+
+std::filesystem::path op_times_path(const OpTimeStoreOptions& store, std::uint64_t key) {
+  return store.directory / fmt::format("op-times-{:016x}.json", key);
+}
+
+Result<std::optional<OpTimesRecord>> load_op_times(const OpTimeStoreOptions& store, std::uint64_t key,
+                                                   std::int64_t op_count) {
+  const std::filesystem::path path = op_times_path(store, key);
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) {
+    if (error) return make_error(ErrorCode::kIo, fmt::format("{}: {}", path.string(), error.message()));
+    return std::optional<OpTimesRecord>();
+  }
+  Result<std::string> text = read_file(path);
+  if (!text) return std::unexpected(std::move(text.error()));
+  Result<OpTimesRecord> record = parse_op_times_json(*text);
+  if (!record) {
+    return make_error(record.error().code, fmt::format("{}: {}", path.string(), record.error().message));
+  }
+  if (record->program != key || record->machine != store.machine ||
+      static_cast<std::int64_t>(record->durations_ms.size()) != op_count) {
+    return make_error(ErrorCode::kInvalidInput,
+                      fmt::format("{}: a record of another step program or machine (program {:016x}, {} ops, "
+                                  "machine \"{}\"; expected {:016x}, {} ops, \"{}\")",
+                                  path.string(), record->program, record->durations_ms.size(), record->machine, key,
+                                  op_count, store.machine));
+  }
+  return std::optional<OpTimesRecord>(std::move(*record));
+}
+
+Result<std::filesystem::path> save_op_times(const OpTimeStoreOptions& store, const OpTimesRecord& record) {
+  std::error_code error;
+  std::filesystem::create_directories(store.directory, error);
+  if (error) {
+    return make_error(ErrorCode::kIo, fmt::format("{}: cannot create the directory: {}", store.directory.string(),
+                                                  error.message()));
+  }
+  const std::filesystem::path path = op_times_path(store, record.program);
+  HO_RETURN_IF_ERROR(write_file_atomically(path, op_times_to_json(record)));
+  return path;
+}
+
+}  // namespace hyperoffload
