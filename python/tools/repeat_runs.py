@@ -9,7 +9,10 @@ whether every loss, every gradient after every micro-batch and every final
 weight is `torch.equal` to eager's, and the plan fingerprint after each
 micro-batch (`stats()["plan_fingerprint"]`). The plans depend on measured op
 times (Note [Reproducible plans] in src/hyperoffload/exec/warmup_executor.h),
-so only fresh processes show whether they come out the same.
+so only fresh processes show whether they come out the same. The runs share
+one op-time store, a fresh directory (HYPEROFFLOAD_CACHE_DIR), as one user's
+runs share ~/.cache/hyperoffload; --no-store plans each warmup from its own
+times (OffloadConfig(op_times_store=False)).
 
     PYTHONPATH=build/python OMP_NUM_THREADS=1 .venv/bin/python python/tools/repeat_runs.py --runs 20
 """
@@ -22,13 +25,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 
 MICRO_BATCHES = 12
 ACCUMULATE = 2
 
 
-def one_run(planner: str, fraction: float) -> dict:
+def one_run(planner: str, fraction: float, store: bool) -> dict:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
     import torchvision_models  # noqa: F401  (before transformers: tests/torchvision_models.py says why)
     import torch
@@ -60,11 +64,11 @@ def one_run(planner: str, fraction: float) -> dict:
                 on_micro_batch()
         return losses, grads, [p.detach().clone() for p in model.parameters()]
 
-    probe = ho.OffloadSession()
+    probe = ho.OffloadSession(ho.OffloadConfig(op_times_store=store))
     peaks = []
     loop(probe, lambda: peaks.append(probe.stats()["peak_held_bytes"]))
     session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=int(max(peaks) * fraction),
-                                                 planner=planner))
+                                                 planner=planner, op_times_store=store))
     fingerprints = []
     got = loop(session, lambda: fingerprints.append(session.stats()["plan_fingerprint"]))
     eager = loop(None)
@@ -81,15 +85,20 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--planner", default="hybrid")
     parser.add_argument("--fraction", type=float, default=0.3)
+    parser.add_argument("--no-store", action="store_true", help="no op-time store: each warmup plans from its "
+                        "own times")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child process
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one_run(args.planner, args.fraction)))
+        print(json.dumps(one_run(args.planner, args.fraction, not args.no_store)))
         return 0
     results = []
+    cache = tempfile.TemporaryDirectory(prefix="repeat-runs-cache-")
+    env = dict(os.environ, HYPEROFFLOAD_CACHE_DIR=cache.name)
     for run in range(args.runs):
         child = subprocess.run([sys.executable, __file__, "--one", "--planner", args.planner,
-                                "--fraction", str(args.fraction)], capture_output=True, text=True, check=False)
+                                "--fraction", str(args.fraction)] + (["--no-store"] if args.no_store else []),
+                               capture_output=True, text=True, check=False, env=env)
         if child.returncode != 0:
             print(f"run {run + 1}: exit {child.returncode}\n{child.stderr[-2000:]}", file=sys.stderr)
             return 1

@@ -11,6 +11,9 @@
 
 #include "exec/exec_fixture.h"
 #include "exec/step_driver.h"
+#include "hyperoffload/exec/op_time_store.h"
+#include "hyperoffload/io/file.h"
+#include "testing/cli_runner.h"
 
 namespace hyperoffload {
 namespace {
@@ -339,6 +342,110 @@ TEST(WarmupExecutor, QuantizedTimesTakeTheMedianOfOpsAlike) {
   ASSERT_TRUE(result.has_value());
   for (OpIndex op = 0; op < 3; ++op) EXPECT_EQ(result->trace.op_duration_ms(op), 16.0) << op;
   EXPECT_EQ(result->trace.op_duration_ms(3), 0.0);
+}
+
+TEST(WarmupExecutor, AReFedOpTakesItsMeasuredTwinsTime) {
+  // The first "sleep" is re-fed (catching up: another executor ran it, about
+  // 0 ms here); its twin sleeps 13 ms, which records 16 (as above). The re-fed
+  // op takes 16 too. "lonely" is re-fed with no measured twin: 0.
+  HostRuntime rt;
+  auto warmup = start(rt, std::nullopt, OpTimes::kQuantized);
+  warmup->begin_catch_up();
+  for (const char* name : {"sleep", "lonely"}) {
+    ASSERT_TRUE(warmup->on_op_begin(name, {}, {}));
+    ASSERT_TRUE(warmup->on_op_end({}, {}));
+  }
+  warmup->end_catch_up();
+  ASSERT_TRUE(warmup->on_op_begin("sleep", {}, {}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(13));
+  ASSERT_TRUE(warmup->on_op_end({}, {}));
+  Result<WarmupResult> result = warmup->finish();
+  ASSERT_TRUE(result.has_value()) << result.error().message;
+  EXPECT_EQ(result->trace.op_duration_ms(0), 16.0);
+  EXPECT_EQ(result->trace.op_duration_ms(1), 0.0);
+  EXPECT_EQ(result->trace.op_duration_ms(2), 16.0);
+}
+
+// A step program of two ops, the first sleeping `sleep_ms` (a 4 KiB output,
+// storage `id`), under a warmup with the store; returns the result.
+WarmupResult warm_up_with_store(const OpTimeStoreOptions& store, int sleep_ms, StorageId id = 1,
+                                std::int64_t size_bytes = 4096, OpTimes op_times = OpTimes::kQuantized) {
+  HostRuntime rt;
+  WarmupOptions options;
+  options.op_times = op_times;
+  options.op_time_store = store;
+  auto warmup = std::move(*WarmupExecutor::start(rt.residency, options));
+  StepDriver step(*warmup);
+  EXPECT_TRUE(warmup->on_op_begin("sleep", {}, {}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+  EXPECT_TRUE(warmup->on_op_end({}, {}));
+  EXPECT_TRUE(step.op("write", {}, {{id, size_bytes}}));
+  Result<WarmupResult> result = warmup->finish();
+  EXPECT_TRUE(result.has_value()) << result.error().message;
+  return std::move(*result);
+}
+
+// Note [Reproducible plans]: the first warmup of a program writes its
+// recorded times, later ones plan from them. A 13 ms sleep records 16 and a
+// 40 ms one 32 (log2 40 = 5.32 -> 5; a loaded machine only lengthens a
+// sleep, and 40 ms stays below 45.25, the midpoint to 64, unless slowed 1.13
+// times: so the second warmup's own time differs from the first's).
+TEST(WarmupExecutor, OpTimeStoreGivesLaterWarmupsOfAProgramTheFirstOnesTimes) {
+  const testing::ScratchDir dir;
+  const OpTimeStoreOptions store{dir / "op_times", "test machine"};
+  const WarmupResult first = warm_up_with_store(store, 13);
+  EXPECT_EQ(first.trace.op_duration_ms(0), 16.0);
+  const std::filesystem::path file = op_times_path(store, step_program_key(first.trace, store.machine));
+  ASSERT_TRUE(std::filesystem::exists(file));
+  EXPECT_THAT(first.notes, ElementsAre("op times: recorded for later warmups of this step program (" +
+                                       file.string() + ")"));
+
+  // The same program (its storage under another id): the first one's times.
+  const WarmupResult second = warm_up_with_store(store, 40, /*id=*/7);
+  EXPECT_EQ(second.trace.op_duration_ms(0), 16.0);
+  EXPECT_EQ(second.trace.d2h_bandwidth_gib_per_s(), first.trace.d2h_bandwidth_gib_per_s());
+  EXPECT_EQ(second.trace.h2d_bandwidth_gib_per_s(), first.trace.h2d_bandwidth_gib_per_s());
+  EXPECT_THAT(second.notes, ElementsAre("op times: as an earlier warmup of this step program recorded them on "
+                                        "this machine (" + file.string() + ")"));
+
+  // Another machine, another program (a larger output) or measured times: their own.
+  EXPECT_EQ(warm_up_with_store({store.directory, "other machine"}, 40).trace.op_duration_ms(0), 32.0);
+  EXPECT_EQ(warm_up_with_store(store, 40, 1, 8192).trace.op_duration_ms(0), 32.0);
+  const WarmupResult measured = warm_up_with_store(store, 40, 1, 4096, OpTimes::kMeasured);
+  EXPECT_GE(measured.trace.op_duration_ms(0), 39.5);
+  EXPECT_THAT(measured.notes, ElementsAre());  // no store with measured times
+  // 3 files: the program on two machines, and the larger program.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(store.directory), {}), 3);
+}
+
+TEST(WarmupExecutor, AStoredRecordThatCannotBeUsedIsReplaced) {
+  const testing::ScratchDir dir;
+  const OpTimeStoreOptions store{dir.path(), "test machine"};
+  const std::uint64_t key = step_program_key(warm_up_with_store({dir / "elsewhere", store.machine}, 0).trace,
+                                             store.machine);
+  const std::filesystem::path file = op_times_path(store, key);
+  for (const std::string& bad : {std::string("{not json"),
+                                 op_times_to_json(OpTimesRecord{"test machine", key, {1.0}, 1.0, 1.0})}) {
+    ASSERT_TRUE(write_file_atomically(file, bad));
+    const WarmupResult result = warm_up_with_store(store, 40);
+    EXPECT_EQ(result.trace.op_duration_ms(0), 32.0);  // its own
+    ASSERT_EQ(result.notes.size(), 2U);
+    EXPECT_THAT(result.notes[0], HasSubstr("op times: ignored a stored record that cannot be used (" + file.string()));
+    EXPECT_THAT(result.notes[1], HasSubstr("op times: recorded for later warmups"));
+    Result<std::optional<OpTimesRecord>> now = load_op_times(store, key, 2);
+    ASSERT_TRUE(now.has_value()) << now.error().message;
+    ASSERT_TRUE(now->has_value());
+    EXPECT_EQ((*now)->durations_ms[0], 32.0);
+  }
+}
+
+TEST(WarmupExecutor, OpTimeStoreThatCannotBeWrittenIsANote) {
+  const testing::ScratchDir dir;
+  const std::string blocker = dir.write("file", "not a directory");
+  const WarmupResult result = warm_up_with_store({std::filesystem::path(blocker) / "op_times", "m"}, 0);
+  ASSERT_EQ(result.notes.size(), 1U);
+  EXPECT_THAT(result.notes[0], HasSubstr("op times: not stored: "));
+  EXPECT_THAT(result.notes[0], HasSubstr("cannot create the directory"));
 }
 
 TEST(WarmupExecutor, MeasuresCopyBandwidthFromTheStepOrACalibrationCopy) {
