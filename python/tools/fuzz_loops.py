@@ -15,7 +15,9 @@ loop shape, what went wrong and the one command that runs it again:
 accumulate=2, budget_fraction=none, ...: the fields of loop_fuzz.LoopShape);
 --no-budget runs every loop without a device budget (the session traces and
 replays, offloads nothing: a harness check, which must find nothing);
---repeat K runs each loop K times (plans depend on measured op times);
+--repeat K runs each loop K times (plans depend on measured op times: each
+run has an op-time store of its own, OffloadConfig.op_times_store, so that
+runs explore the plans that timing noise gives);
 --minimize simplifies each finding's shape while it keeps its verdict.
 A harness error (the eager run failed or gave a non-finite result, the two
 runs reached different checkpoints) is the fuzzer's own bug: listed apart,
@@ -31,6 +33,7 @@ import json
 import os
 import pathlib
 import sys
+import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -61,10 +64,12 @@ def main(argv=None) -> int:
             shape = shape.replace(budget_fraction=None)
         shape = loop_fuzz.apply_overrides(shape, args.set)
         for attempt in range(args.repeat):
-            try:
-                outcome = loop_fuzz.run_loop(shape)
-            except loop_fuzz.HarnessError as error:  # the harness's own bug: reported, never a verdict
-                outcome = loop_fuzz.Outcome(shape=shape, verdict="harness-error", detail=str(error))
+            with tempfile.TemporaryDirectory(prefix="fuzz-loops-cache-") as cache:
+                os.environ["HYPEROFFLOAD_CACHE_DIR"] = cache
+                try:
+                    outcome = loop_fuzz.run_loop(shape)
+                except loop_fuzz.HarnessError as error:  # the harness's own bug: reported, never a verdict
+                    outcome = loop_fuzz.Outcome(shape=shape, verdict="harness-error", detail=str(error))
             outcomes.append(outcome)
             counts[outcome.category()] += 1
             kinds = collections.Counter(outcome.kinds)

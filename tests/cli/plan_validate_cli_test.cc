@@ -16,6 +16,7 @@ namespace hyperoffload {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::run_cli;
 using testing::ScratchDir;
 
@@ -75,6 +76,19 @@ TEST(PlanCli, RecordsTheBudgetInTheScheduleForSimulateAndReportsTheTimedPeak) {
   // --budget still wins.
   const testing::CliRun overridden = run_cli({"simulate", trace, out, "--budget", "150"});
   EXPECT_THAT(overridden.out, HasSubstr("budget    150 B: timed peak within"));
+}
+
+TEST(PlanCli, WithoutABudgetPlansNothingAndReportsTheUnplannedPeakOnly) {
+  // No --budget and no memory_limit_bytes: an empty schedule. An empty
+  // schedule frees nothing (release_device actions are its only frees), so its
+  // own op-granular peak is every storage at once (the demo's 57 GiB step
+  // read "116.66 GiB planned"); the report names the unplanned peak only.
+  ScratchDir dir;
+  const testing::CliRun run = run_cli({"plan", dir.write("t.json", trace_without_limit())});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("budget    unlimited (no --budget and no memory_limit_bytes): nothing to offload\n"));
+  EXPECT_THAT(run.out, HasSubstr("peak      150 B unplanned (op 1), op-granular; nothing planned\n"));
+  EXPECT_THAT(run.out, Not(HasSubstr(" planned (op")));
 }
 
 TEST(PlanCli, AcceptsPercentageBudgets) {

@@ -87,8 +87,16 @@ int run_plan(const PlanArgs& args) {
              plan.result.schedule.planner != args.planner
                  ? fmt::format(" (the plan is {}'s: see the note)", plan.result.schedule.planner)
                  : std::string());
-  fmt::print("peak      {} unplanned (op {}) -> {} planned (op {}), op-granular\n", format_bytes(unplanned.bytes),
-             unplanned.op, format_bytes(check.peak_bytes), check.peak_op);
+  if (budget) {
+    fmt::print("peak      {} unplanned (op {}) -> {} planned (op {}), op-granular\n", format_bytes(unplanned.bytes),
+               unplanned.op, format_bytes(check.peak_bytes), check.peak_op);
+  } else {
+    // Without a budget the schedule is empty, and an empty schedule frees
+    // nothing (release_device actions are a schedule's only frees): its peak
+    // is every storage at once, which no run of the step holds.
+    fmt::print("peak      {} unplanned (op {}), op-granular; nothing planned\n", format_bytes(unplanned.bytes),
+               unplanned.op);
+  }
   if (budget && check.peak_bytes > *budget) {
     fmt::print("shortfall planned peak exceeds the budget by {}\n", format_bytes(check.peak_bytes - *budget));
   }
