@@ -106,13 +106,14 @@ def _machine(device: Optional[str]) -> str:
     """What a warmup's op times are measured on: they are kept per machine (exec/op_time_store.h).
 
     The PyTorch version, the CPU and its thread count, and the CUDA device
-    when the session's device is CUDA (or not yet known, where CUDA is
-    available: the current device).
+    when the session's device is CUDA (or not yet known while CUDA is
+    initialized: the current device; naming it would initialize CUDA
+    otherwise). The runtime adds the backend it binds (cpu or cuda).
     """
     parts = [f"torch {torch.__version__}", f"{platform.machine()} {_cpu_model()}",
              f"{torch.get_num_threads()} thread(s)"]
     kind = torch.device(device).type if device is not None else None
-    if kind == "cuda" or (kind is None and torch.cuda.is_available()):
+    if kind == "cuda" or (kind is None and torch.cuda.is_initialized()):
         index = torch.device(device).index if device is not None else None
         index = torch.cuda.current_device() if index is None else index
         major, minor = torch.cuda.get_device_capability(index)

@@ -395,7 +395,9 @@ TEST(WarmupExecutor, OpTimeStoreGivesLaterWarmupsOfAProgramTheFirstOnesTimes) {
   const OpTimeStoreOptions store{dir / "op_times", "test machine"};
   const WarmupResult first = warm_up_with_store(store, 13);
   EXPECT_EQ(first.trace.op_duration_ms(0), 16.0);
-  const std::filesystem::path file = op_times_path(store, step_program_key(first.trace, store.machine));
+  // The warmup keys the program by the machine and its backend (the host backend here).
+  const std::filesystem::path file =
+      op_times_path(store, step_program_key(first.trace, store.machine + "; host backend"));
   ASSERT_TRUE(std::filesystem::exists(file));
   EXPECT_THAT(first.notes, ElementsAre("op times: recorded for later warmups of this step program (" +
                                        file.string() + ")"));
@@ -421,18 +423,18 @@ TEST(WarmupExecutor, OpTimeStoreGivesLaterWarmupsOfAProgramTheFirstOnesTimes) {
 TEST(WarmupExecutor, AStoredRecordThatCannotBeUsedIsReplaced) {
   const testing::ScratchDir dir;
   const OpTimeStoreOptions store{dir.path(), "test machine"};
-  const std::uint64_t key = step_program_key(warm_up_with_store({dir / "elsewhere", store.machine}, 0).trace,
-                                             store.machine);
+  const std::string machine = store.machine + "; host backend";  // as the warmup keys it
+  const std::uint64_t key = step_program_key(warm_up_with_store({dir / "elsewhere", store.machine}, 0).trace, machine);
   const std::filesystem::path file = op_times_path(store, key);
   for (const std::string& bad : {std::string("{not json"),
-                                 op_times_to_json(OpTimesRecord{"test machine", key, {1.0}, 1.0, 1.0})}) {
+                                 op_times_to_json(OpTimesRecord{machine, key, {1.0}, 1.0, 1.0})}) {
     ASSERT_TRUE(write_file_atomically(file, bad));
     const WarmupResult result = warm_up_with_store(store, 40);
     EXPECT_EQ(result.trace.op_duration_ms(0), 32.0);  // its own
     ASSERT_EQ(result.notes.size(), 2U);
     EXPECT_THAT(result.notes[0], HasSubstr("op times: ignored a stored record that cannot be used (" + file.string()));
     EXPECT_THAT(result.notes[1], HasSubstr("op times: recorded for later warmups"));
-    Result<std::optional<OpTimesRecord>> now = load_op_times(store, key, 2);
+    Result<std::optional<OpTimesRecord>> now = load_op_times({store.directory, machine}, key, 2);
     ASSERT_TRUE(now.has_value()) << now.error().message;
     ASSERT_TRUE(now->has_value());
     EXPECT_EQ((*now)->durations_ms[0], 32.0);

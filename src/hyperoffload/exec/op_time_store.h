@@ -10,8 +10,9 @@
 // retained or not). The memory budgets are not part of it: a warmup's op
 // times do not depend on the budget, so runs at other budgets plan from the
 // same times too. The machine string names what the times were measured on
-// (the Python session: the PyTorch version, the device's name, the thread
-// count); other machines get other files.
+// (the Python session: the PyTorch version, the CPU, the thread count, the
+// CUDA device; the warmup adds the backend's name and whether the copy
+// bandwidth was given rather than measured); other machines get other files.
 //
 // Files are written atomically (temporary file and rename), so processes
 // sharing a directory (ranks of one job, runs one after the other) read

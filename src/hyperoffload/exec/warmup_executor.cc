@@ -452,7 +452,9 @@ Result<WarmupResult> WarmupExecutor::finish() {
   std::optional<OpTimesRecord> stored;
   if (options_.op_time_store && options_.op_times == OpTimes::kQuantized) {
     store = *options_.op_time_store;
-    // A given link is not a measured one: its records are kept apart.
+    // Times on another backend, or with a given link instead of a measured
+    // one, are kept apart.
+    store->machine += fmt::format("; {} backend", residency_.backend().name());
     if (options_.copy_bandwidth_gib_per_s) store->machine += "; copy bandwidth given";
     HO_ASSIGN_OR_RETURN(const Trace measured,
                         build_trace(durations_ms, kDefaultBandwidthGiBPerS, kDefaultBandwidthGiBPerS));

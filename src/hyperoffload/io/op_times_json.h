@@ -5,7 +5,7 @@
 // the files).
 //
 //   {"format": "hyperoffload.op_times", "version": 1,
-//    "machine": "torch 2.13.0; cpu x86_64 ...; 1 thread(s)",
+//    "machine": "torch 2.13.0+cpu; x86_64 ...; 1 thread(s); host backend",
 //    "program": "9f2c0d4e1a7b3c55", "op_count": 3,
 //    "d2h_gib_per_s": 16, "h2d_gib_per_s": 16,
 //    "durations_ms": [0.25, 0.5, 0]}
