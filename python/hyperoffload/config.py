@@ -108,7 +108,7 @@ def _machine(device: Optional[str]) -> str:
     The PyTorch version, the CPU and its thread count, and the CUDA device
     when the session's device is CUDA (or not yet known while CUDA is
     initialized: the current device; naming it would initialize CUDA
-    otherwise). The runtime adds the backend it binds (cpu or cuda).
+    otherwise). The runtime adds the backend it binds (host or cuda).
     """
     parts = [f"torch {torch.__version__}", f"{platform.machine()} {_cpu_model()}",
              f"{torch.get_num_threads()} thread(s)"]

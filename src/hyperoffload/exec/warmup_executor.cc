@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "hyperoffload/exec/internal/hook_util.h"
-#include "hyperoffload/exec/op_time_store.h"
 #include "hyperoffload/exec/internal/step_skeleton.h"
+#include "hyperoffload/exec/op_time_store.h"
 
 namespace hyperoffload {
 
