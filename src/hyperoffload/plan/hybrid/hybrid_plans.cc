@@ -96,15 +96,20 @@ HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, s
   return plan;
 }
 
-HybridPlan PlanMaker::without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
-  const AugmentedTrace augmented = build_augmented_trace(models_.trace, models_.recompute, chosen);
-  const StorageAccesses accesses(augmented.trace);
-  const std::vector<Action> actions = end_of_life_releases(augmented.trace, accesses);
+PlanMaker::RecomputeOnlyDraft PlanMaker::draft_without_offloads(std::span<const RecomputeDecision> chosen) const {
+  AugmentedTrace augmented = build_augmented_trace(models_.trace, models_.recompute, chosen);
+  StorageAccesses accesses(augmented.trace);
+  const PeakBytes peak = unplanned_peak(augmented.trace, accesses);
+  return RecomputeOnlyDraft{std::move(augmented), std::move(accesses), peak};
+}
+
+HybridPlan PlanMaker::finish_without_offloads(const RecomputeOnlyDraft& draft, std::string label) const {
+  const AugmentedTrace& augmented = draft.augmented;
+  const std::vector<Action> actions = end_of_life_releases(augmented.trace, draft.accesses);
   HybridPlan plan;
   plan.label = std::move(label);
-  const PeakBytes peak = unplanned_peak(augmented.trace, accesses);
-  plan.peak_bytes = peak.bytes;
-  plan.peak_op = peak.op >= 0 ? augmented.original_op[static_cast<std::size_t>(peak.op)] : -1;
+  plan.peak_bytes = draft.peak.bytes;
+  plan.peak_op = draft.peak.op >= 0 ? augmented.original_op[static_cast<std::size_t>(draft.peak.op)] : -1;
   plan.recompute_count = augmented.recompute_count;
   plan.recompute_ms = augmented.recompute_ms;
   plan.actions = map_back(augmented, actions);
@@ -112,26 +117,36 @@ HybridPlan PlanMaker::without_offloads(std::span<const RecomputeDecision> chosen
   return plan;
 }
 
+HybridPlan PlanMaker::without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {
+  return finish_without_offloads(draft_without_offloads(chosen), std::move(label));
+}
+
 HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
   const std::int64_t budget = models_.budget_bytes;
-  HybridPlan full = without_offloads(sequence.decisions, "recompute-only");
-  full.floor = UnavoidableFloor{full.peak_op, full.peak_bytes};
-  full.chain_work_cut = sequence.cut;
-  if (full.peak_bytes > budget) return full;
+  std::optional<RecomputeOnlyDraft> full = draft_without_offloads(sequence.decisions);
+  const PeakBytes full_peak = full->peak;
+  const UnavoidableFloor floor{
+      full_peak.op >= 0 ? full->augmented.original_op[static_cast<std::size_t>(full_peak.op)] : -1, full_peak.bytes};
+  auto made = [&](const RecomputeOnlyDraft& draft) {
+    HybridPlan plan = finish_without_offloads(draft, "recompute-only");
+    plan.floor = floor;
+    plan.chain_work_cut = sequence.cut;
+    return plan;
+  };
+  if (full_peak.bytes > budget) return made(*full);
+  full.reset();  // a prefix fits where the selection's profile does, almost always: memory back first
   const std::size_t total = sequence.decisions.size();
   std::size_t length = 0;
   while (length < total && sequence.peak_after[length] > budget) ++length;
   if (length < total) ++length;  // the decision that brought the profile within the budget
   std::size_t step = std::max<std::size_t>(1, length / 16);
   while (length < total) {
-    HybridPlan prefix = without_offloads(sequence.prefix(length), "recompute-only");
-    prefix.floor = full.floor;
-    prefix.chain_work_cut = sequence.cut;
-    if (prefix.peak_bytes <= budget) return prefix;
+    const RecomputeOnlyDraft prefix = draft_without_offloads(sequence.prefix(length));
+    if (prefix.peak.bytes <= budget) return made(prefix);
     length = std::min(total, length + step);
     step *= 2;
   }
-  return full;
+  return made(draft_without_offloads(sequence.decisions));
 }
 
 RecomputeSelection PlanMaker::recompute_only_sequence(RegenerationRule regeneration, bool keep_dead_inputs) const {

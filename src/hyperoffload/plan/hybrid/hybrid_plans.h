@@ -17,13 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/schedule.h"
+#include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/dtr_planner.h"
 #include "hyperoffload/plan/hybrid/hybrid_models.h"
 #include "hyperoffload/plan/hybrid/segment_search.h"
 #include "hyperoffload/plan/peak/peak_run.h"
 #include "hyperoffload/plan/peak_planner.h"
 #include "hyperoffload/plan/planner.h"
+#include "hyperoffload/plan/recompute/augmented_trace.h"
 #include "hyperoffload/plan/recompute/recompute_selection.h"
 
 namespace hyperoffload::internal {
@@ -84,6 +87,8 @@ class PlanMaker {
   // decision sequence) whose peak over ops and recomputes fits the budget,
   // found by trying the prefix at which the selection's profile fits and then
   // longer ones (doubling the step). Its floor is the full sequence's peak.
+  // Only the plan returned is made whole (releases, actions, timing); of the
+  // others only the peak is measured (RecomputeOnlyDraft).
   HybridPlan recompute_only(const RecomputeSelection& sequence) const;
   // Every recompute decision at any cost, down to nothing.
   // `keep_dead_inputs`: RecomputeSelectionParams::keep_dead_inputs.
@@ -149,6 +154,17 @@ class PlanMaker {
   const PeakPlannerOptions& peak_options() const { return peak_options_; }
 
  private:
+  // A recompute-only plan before its releases, actions and timing: the
+  // augmented trace of its decisions, that trace's accesses and its peak,
+  // which decides whether the plan is made whole.
+  struct RecomputeOnlyDraft {
+    AugmentedTrace augmented;
+    StorageAccesses accesses;
+    PeakBytes peak;
+  };
+  RecomputeOnlyDraft draft_without_offloads(std::span<const RecomputeDecision> chosen) const;
+  HybridPlan finish_without_offloads(const RecomputeOnlyDraft& draft, std::string label) const;
+
   const HybridModels& models_;
   const PeakPlannerOptions& peak_options_;
   SegmentSearch& segments_;
