@@ -57,6 +57,8 @@ def main(argv=None) -> int:
 
     outcomes = []
     counts = collections.Counter()
+    # The runs' op-time stores, one directory each (the minimizer's runs share the last), removed at exit.
+    caches = tempfile.TemporaryDirectory(prefix="fuzz-loops-cache-")
     started = time.perf_counter()
     for i in range(args.loops):
         shape = loop_fuzz.draw(args.seed + i)
@@ -64,12 +66,11 @@ def main(argv=None) -> int:
             shape = shape.replace(budget_fraction=None)
         shape = loop_fuzz.apply_overrides(shape, args.set)
         for attempt in range(args.repeat):
-            with tempfile.TemporaryDirectory(prefix="fuzz-loops-cache-") as cache:
-                os.environ["HYPEROFFLOAD_CACHE_DIR"] = cache
-                try:
-                    outcome = loop_fuzz.run_loop(shape)
-                except loop_fuzz.HarnessError as error:  # the harness's own bug: reported, never a verdict
-                    outcome = loop_fuzz.Outcome(shape=shape, verdict="harness-error", detail=str(error))
+            os.environ["HYPEROFFLOAD_CACHE_DIR"] = os.path.join(caches.name, f"run-{len(outcomes)}")
+            try:
+                outcome = loop_fuzz.run_loop(shape)
+            except loop_fuzz.HarnessError as error:  # the harness's own bug: reported, never a verdict
+                outcome = loop_fuzz.Outcome(shape=shape, verdict="harness-error", detail=str(error))
             outcomes.append(outcome)
             counts[outcome.category()] += 1
             kinds = collections.Counter(outcome.kinds)
