@@ -426,8 +426,11 @@ TEST(WarmupExecutor, AStoredRecordThatCannotBeUsedIsReplaced) {
   const std::string machine = store.machine + "; host backend";  // as the warmup keys it
   const std::uint64_t key = step_program_key(warm_up_with_store({dir / "elsewhere", store.machine}, 0).trace, machine);
   const std::filesystem::path file = op_times_path(store, key);
+  // Not JSON; another op count; and times a trace cannot hold (1e300 ms, beyond
+  // TraceBuilder's kMaxTotalMs), which the parser alone does not refuse.
   for (const std::string& bad : {std::string("{not json"),
-                                 op_times_to_json(OpTimesRecord{machine, key, {1.0}, 1.0, 1.0})}) {
+                                 op_times_to_json(OpTimesRecord{machine, key, {1.0}, 1.0, 1.0}),
+                                 op_times_to_json(OpTimesRecord{machine, key, {1e300, 0.0}, 1.0, 1.0})}) {
     ASSERT_TRUE(write_file_atomically(file, bad));
     const WarmupResult result = warm_up_with_store(store, 40);
     EXPECT_EQ(result.trace.op_duration_ms(0), 32.0);  // its own

@@ -501,14 +501,24 @@ Result<WarmupResult> WarmupExecutor::finish() {
     return kDefaultBandwidthGiBPerS;
   };
   if (stored) {
-    HO_ASSIGN_OR_RETURN(result.trace,
-                        build_trace(stored->durations_ms,
-                                    options_.copy_bandwidth_gib_per_s.value_or(stored->d2h_gib_per_s),
-                                    options_.copy_bandwidth_gib_per_s.value_or(stored->h2d_gib_per_s)));
-    result.notes.push_back(fmt::format("op times: as an earlier warmup of this step program recorded them on this "
-                                       "machine ({})",
-                                       op_times_path(*store, *program).string()));
-  } else {
+    // A record the trace refuses (times beyond what a trace may hold) is
+    // replaced like one that does not parse.
+    Result<Trace> timed = build_trace(stored->durations_ms,
+                                      options_.copy_bandwidth_gib_per_s.value_or(stored->d2h_gib_per_s),
+                                      options_.copy_bandwidth_gib_per_s.value_or(stored->h2d_gib_per_s));
+    if (timed) {
+      result.trace = std::move(*timed);
+      result.notes.push_back(fmt::format("op times: as an earlier warmup of this step program recorded them on "
+                                         "this machine ({})",
+                                         op_times_path(*store, *program).string()));
+    } else {
+      result.notes.push_back(fmt::format("op times: ignored a stored record that cannot be used ({}: {}); this "
+                                         "warmup's times replace it",
+                                         op_times_path(*store, *program).string(), timed.error().message));
+      stored.reset();
+    }
+  }
+  if (!stored) {
     const double d2h = resolve(d2h_bytes, d2h_ms, CopyKind::kDeviceToHost, "d2h");
     const double h2d = resolve(h2d_bytes, h2d_ms, CopyKind::kHostToDevice, "h2d");
     HO_ASSIGN_OR_RETURN(result.trace, build_trace(durations_ms, d2h, h2d));
