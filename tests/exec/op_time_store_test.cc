@@ -2,6 +2,8 @@
 // on, and the files it reads and writes.
 #include "hyperoffload/exec/op_time_store.h"
 
+#include <chrono>
+
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -71,6 +73,40 @@ TEST(OpTimeStore, SavesAndLoadsARecordAndRefusesAnotherProgramsFile) {
   // A record renamed to another key's file: refused too.
   std::filesystem::copy_file(*saved, op_times_path(store, 0xdef));
   EXPECT_FALSE(load_op_times(store, 0xdef, 2).has_value());
+}
+
+TEST(OpTimeStore, KeepsTheMostRecentlyUsedRecordsUpToItsLimit) {
+  const testing::ScratchDir dir;
+  const OpTimeStoreOptions store{dir.path(), "m", /*max_files=*/3};
+  auto save = [&](std::uint64_t key) {
+    ASSERT_TRUE(save_op_times(store, OpTimesRecord{"m", key, {1.0}, 1.0, 1.0}).has_value());
+  };
+  auto kept = [&](std::uint64_t key) { return std::filesystem::exists(op_times_path(store, key)); };
+  // Records 1, 2 and 3 dated 3, 2 and 1 hours ago: the order is the test's,
+  // not the clock's resolution.
+  const auto now = std::filesystem::file_time_type::clock::now();
+  for (std::uint64_t key = 1; key <= 3; ++key) {
+    save(key);
+    std::filesystem::last_write_time(op_times_path(store, key), now - std::chrono::hours(4 - key));
+  }
+  // Reading 1 makes it the most recently used; writing 4 then removes the
+  // least recently used, 2.
+  Result<std::optional<OpTimesRecord>> read = load_op_times(store, 1, 1);
+  ASSERT_TRUE(read.has_value() && read->has_value());
+  save(4);
+  EXPECT_TRUE(kept(1));
+  EXPECT_FALSE(kept(2));
+  EXPECT_TRUE(kept(3));
+  EXPECT_TRUE(kept(4));
+  // Writing 5 removes 3 (an hour old; 1 and 4 are from now). A file that is
+  // not a record is neither counted nor removed.
+  const std::string other = dir.write("notes.txt", "mine");
+  save(5);
+  EXPECT_TRUE(kept(1));
+  EXPECT_FALSE(kept(3));
+  EXPECT_TRUE(kept(4));
+  EXPECT_TRUE(kept(5));
+  EXPECT_TRUE(std::filesystem::exists(other));
 }
 
 }  // namespace

@@ -501,6 +501,11 @@ TEST(ValidateSessionOptions, NamesTheFieldOfEachBadValue) {
   EXPECT_EQ(message([](SessionOptions& o) { o.copy_bandwidth_gib_per_s = std::numeric_limits<double>::infinity(); }),
             "copy_bandwidth_gib_per_s must be a finite number > 0, got inf");
   EXPECT_THAT(message([](SessionOptions& o) { o.planner = "magic"; }), StartsWith("planner: unknown planner \"magic\""));
+  EXPECT_EQ(message([](SessionOptions& o) { o.op_time_store = OpTimeStoreOptions{"", "m"}; }),
+            "op_time_store.directory must not be empty");
+  EXPECT_EQ(message([](SessionOptions& o) { o.op_time_store = OpTimeStoreOptions{"d", "m", 0}; }),
+            "op_time_store.max_files must be >= 1, got 0");
+  EXPECT_EQ(message([](SessionOptions& o) { o.op_time_store = OpTimeStoreOptions{"d", "m", 1}; }), "valid");
 }
 
 TEST_F(SessionTest, HeldStoragesStayUsableBetweenStepsUntilFreed) {

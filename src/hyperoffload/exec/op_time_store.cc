@@ -1,6 +1,8 @@
 #include "hyperoffload/exec/op_time_store.h"
 
+#include <algorithm>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -32,6 +34,27 @@ class Fnv1a {
  private:
   std::uint64_t hash_ = 14695981039346656037ull;
 };
+
+// Keeps the store.max_files most recently modified records. Best effort: a
+// file that cannot be listed, dated or removed (another process removed it
+// first) is passed over.
+void remove_least_recently_used(const OpTimeStoreOptions& store) {
+  std::vector<std::pair<std::filesystem::file_time_type, std::filesystem::path>> records;
+  std::error_code error;
+  for (auto it = std::filesystem::directory_iterator(store.directory, error);
+       !error && it != std::filesystem::directory_iterator(); it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with("op-times-") || !name.ends_with(".json")) continue;
+    std::error_code dated;
+    const std::filesystem::file_time_type time = it->last_write_time(dated);
+    if (!dated) records.emplace_back(time, it->path());
+  }
+  const auto keep = static_cast<std::size_t>(std::max<std::int64_t>(1, store.max_files));
+  if (records.size() <= keep) return;
+  // Oldest first; among equal times, by name, so the order does not depend on the listing's.
+  std::sort(records.begin(), records.end());
+  for (std::size_t i = 0; i + keep < records.size(); ++i) std::filesystem::remove(records[i].second, error);
+}
 
 }  // namespace
 
@@ -86,6 +109,8 @@ Result<std::optional<OpTimesRecord>> load_op_times(const OpTimeStoreOptions& sto
                                   path.string(), record->program, record->durations_ms.size(), record->machine, key,
                                   op_count, store.machine));
   }
+  // Used: the store keeps it longest. A touch that fails changes nothing else.
+  std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now(), error);
   return std::optional<OpTimesRecord>(std::move(*record));
 }
 
@@ -98,6 +123,7 @@ Result<std::filesystem::path> save_op_times(const OpTimeStoreOptions& store, con
   }
   const std::filesystem::path path = op_times_path(store, record.program);
   HO_RETURN_IF_ERROR(write_file_atomically(path, op_times_to_json(record)));
+  remove_least_recently_used(store);
   return path;
 }
 

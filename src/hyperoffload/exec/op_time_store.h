@@ -34,9 +34,17 @@
 
 namespace hyperoffload {
 
+// The most records a store keeps by default: a loop whose batches take many
+// shapes (random sequence lengths) warms up once per shape, and each warmup
+// writes a record.
+inline constexpr std::int64_t kDefaultOpTimeStoreMaxFiles = 1024;
+
 struct OpTimeStoreOptions {
   std::filesystem::path directory;  // created on the first write; not empty
   std::string machine;              // what the times are measured on; part of each program's key
+  // After a write, the least recently used records (by modification time: a
+  // read touches its file) beyond this many are removed; >= 1.
+  std::int64_t max_files = kDefaultOpTimeStoreMaxFiles;
 };
 
 // The key of the trace's step program on `machine`: a 64-bit FNV-1a hash of
@@ -47,14 +55,18 @@ std::uint64_t step_program_key(const Trace& trace, std::string_view machine);
 // The file that holds a program's record: <directory>/op-times-<key as 16 hex digits>.json.
 std::filesystem::path op_times_path(const OpTimeStoreOptions& store, std::uint64_t key);
 
-// The record of program `key`, or nullopt when the store has none. An error
+// The record of program `key`, or nullopt when the store has none. A record
+// read is touched (its modification time set to now), so the store keeps it
+// longest. An error
 // (kIo, kInvalidInput) for a file that cannot be read or is not a record of
 // this program with `op_count` ops on this machine; the message names the file.
 Result<std::optional<OpTimesRecord>> load_op_times(const OpTimeStoreOptions& store, std::uint64_t key,
                                                    std::int64_t op_count);
 
 // Writes `record` (its program and machine as given) to its file, creating
-// the directory; atomic. Returns the path written.
+// the directory; atomic. Then removes the least recently modified records
+// beyond store.max_files (files another process removes first are passed
+// over). Returns the path written. O(files in the directory).
 Result<std::filesystem::path> save_op_times(const OpTimeStoreOptions& store, const OpTimesRecord& record);
 
 }  // namespace hyperoffload

@@ -32,6 +32,10 @@ Status validate_session_options(const SessionOptions& options) {
   if (options.op_time_store && options.op_time_store->directory.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "op_time_store.directory must not be empty");
   }
+  if (options.op_time_store && options.op_time_store->max_files < 1) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("op_time_store.max_files must be >= 1, got {}", options.op_time_store->max_files));
+  }
   if (options.max_plans < 1) {
     return make_error(ErrorCode::kInvalidArgument, fmt::format("max_plans must be >= 1, got {}", options.max_plans));
   }
