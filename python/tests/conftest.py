@@ -120,7 +120,10 @@ def recompute_budgets_until_a_plan(build: Callable, fractions, note: str) -> boo
     eager = train(build)
     for fraction in fractions:
         budget = int(peak * fraction)
-        session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="recompute"))
+        # Each budget's warmup measures its own op times (no op-time store): a retry should not inherit the times
+        # that gave the last budget no such plan.
+        session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="recompute",
+                                                     op_times_store=False))
         results = train(build, session)
         try:
             assert_bit_identical(eager, results)
