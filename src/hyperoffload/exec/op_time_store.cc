@@ -7,33 +7,11 @@
 
 #include <fmt/format.h>
 
+#include "hyperoffload/exec/internal/fnv1a.h"
 #include "hyperoffload/io/file.h"
 
 namespace hyperoffload {
 namespace {
-
-// FNV-1a, 64 bits.
-class Fnv1a {
- public:
-  void mix(std::uint64_t value) {
-    for (int byte = 0; byte < 8; ++byte) {
-      hash_ ^= (value >> (8 * byte)) & 0xffu;
-      hash_ *= 1099511628211ull;
-    }
-  }
-  // Length first, so that ("ab", "c") and ("a", "bc") differ.
-  void mix(std::string_view text) {
-    mix(static_cast<std::uint64_t>(text.size()));
-    for (char c : text) {
-      hash_ ^= static_cast<unsigned char>(c);
-      hash_ *= 1099511628211ull;
-    }
-  }
-  std::uint64_t value() const { return hash_; }
-
- private:
-  std::uint64_t hash_ = 14695981039346656037ull;
-};
 
 // Keeps the store.max_files most recently modified records. Best effort: a
 // file that cannot be listed, dated or removed (another process removed it
@@ -59,7 +37,7 @@ void remove_least_recently_used(const OpTimeStoreOptions& store) {
 }  // namespace
 
 std::uint64_t step_program_key(const Trace& trace, std::string_view machine) {
-  Fnv1a hash;
+  internal::Fnv1a hash;
   hash.mix(std::string_view("hyperoffload step program 1"));
   hash.mix(machine);
   hash.mix(static_cast<std::uint64_t>(trace.storage_count()));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "hyperoffload/exec/internal/fnv1a.h"
 #include "hyperoffload/ir/byte_format.h"
 #include "hyperoffload/plan/budget_policy.h"
 
@@ -493,14 +494,9 @@ Status Session::finish_replay() {
 }
 
 std::string Session::plan_fingerprint_of(const ReplayPlan& plan) {
-  // FNV-1a, 64 bits, over the values that make the plan what it is.
-  std::uint64_t hash = 14695981039346656037ull;
-  auto mix = [&](std::uint64_t value) {
-    for (int byte = 0; byte < 8; ++byte) {
-      hash ^= (value >> (8 * byte)) & 0xffu;
-      hash *= 1099511628211ull;
-    }
-  };
+  // Over the values that make the plan what it is.
+  internal::Fnv1a hash;
+  auto mix = [&](std::uint64_t value) { hash.mix(value); };
   const Schedule& schedule = plan.schedule();
   for (char c : schedule.planner) mix(static_cast<unsigned char>(c));
   mix(static_cast<std::uint64_t>(schedule.budget_bytes.value_or(-1)));
@@ -512,7 +508,7 @@ std::string Session::plan_fingerprint_of(const ReplayPlan& plan) {
     mix(static_cast<std::uint64_t>(action.kind == ActionKind::kRecompute ? -1 : plan.storage_of(action)));
     mix(static_cast<std::uint64_t>(action.source_op));
   }
-  return fmt::format("{:016x}", hash);
+  return fmt::format("{:016x}", hash.value());
 }
 
 StepEnd Session::step_end(const Status& outcome, EndedBy by) {
