@@ -36,6 +36,19 @@ constexpr double kAnyCost = std::numeric_limits<double>::infinity();
 
 RecomputeModel model_of(const Trace& trace) { return build_recompute_model(trace, StorageAccesses(trace)); }
 
+// The recompute-only schedule of `augmented` (each storage released after its
+// last access, no copies; `accesses` of its trace), mapped back and validated
+// on `trace`, the original: as PlanMaker makes recompute-only plans.
+ValidationReport validate_recompute_only(const Trace& trace, const AugmentedTrace& augmented,
+                                         const StorageAccesses& accesses) {
+  Schedule schedule;
+  schedule.actions = map_back(augmented, end_of_life_releases(augmented.trace, accesses));
+  return validate_schedule(trace, schedule);
+}
+ValidationReport validate_recompute_only(const Trace& trace, const AugmentedTrace& augmented) {
+  return validate_recompute_only(trace, augmented, StorageAccesses(augmented.trace));
+}
+
 std::vector<std::int64_t> resident_of(const Trace& trace) {
   return build_peak_model(trace, StorageAccesses(trace)).resident_bytes;
 }
@@ -757,9 +770,7 @@ TEST(RecomputeSelection, SiblingOutputsShareOneReRun) {
     const AugmentedTrace augmented = build_augmented_trace(trace, model, selection.decisions);
     EXPECT_EQ(augmented.recompute_count, 1);
     EXPECT_DOUBLE_EQ(augmented.recompute_ms, 2.0);
-    Schedule schedule;
-    schedule.actions = map_back(augmented, end_of_life_releases(augmented.trace, StorageAccesses(augmented.trace)));
-    const ValidationReport report = validate_schedule(trace, schedule);
+    const ValidationReport report = validate_recompute_only(trace, augmented);
     EXPECT_TRUE(report.valid()) << (report.problems.empty() ? "" : report.problems.front());
     EXPECT_EQ(report.peak_bytes, 2100);
   }
@@ -824,9 +835,7 @@ TEST(RecomputeSelection, DecisionsSharingAReRunMoveTogether) {
   const AugmentedTrace augmented = build_augmented_trace(trace, model, selection.decisions);
   EXPECT_EQ(augmented.recompute_count, 2);
   EXPECT_DOUBLE_EQ(augmented.recompute_ms, 12.0);
-  Schedule schedule;
-  schedule.actions = map_back(augmented, end_of_life_releases(augmented.trace, StorageAccesses(augmented.trace)));
-  const ValidationReport report = validate_schedule(trace, schedule);
+  const ValidationReport report = validate_recompute_only(trace, augmented);
   EXPECT_TRUE(report.valid()) << (report.problems.empty() ? "" : report.problems.front());
   EXPECT_EQ(report.peak_bytes, 2100);
 }
@@ -884,9 +893,7 @@ TEST(RecomputeSelectionProperty, KeptInputsGiveValidPlansWithinTheSelectionsProf
       if (augmented.source_op[static_cast<std::size_t>(j)] >= 0) continue;
       EXPECT_LE(held[static_cast<std::size_t>(j)], profile_peak) << "op " << augmented.original_op[static_cast<std::size_t>(j)];
     }
-    Schedule schedule;
-    schedule.actions = map_back(augmented, end_of_life_releases(augmented.trace, accesses));
-    const ValidationReport report = validate_schedule(trace, schedule);
+    const ValidationReport report = validate_recompute_only(trace, augmented, accesses);
     EXPECT_TRUE(report.valid()) << (report.problems.empty() ? "" : report.problems.front());
     if (::testing::Test::HasFailure()) return;
   }
