@@ -14,6 +14,7 @@
 #include "hyperoffload/check/validator.h"
 #include "hyperoffload/gen/transformer_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/hybrid/hybrid_plans.h"
 #include "hyperoffload/sim/simulator.h"
 #include "testing/trace_dsl.h"
 
@@ -373,6 +374,75 @@ TEST(RecomputePlanner, UsesTheShortestDecisionPrefixThatFits) {
             actions("post 1 release_device 1; post 2 release_device 2; post 4 release_device 3; pre 5 recompute 2; "
                     "post 5 release_device 2; pre 6 recompute 1; post 6 release_device 1"));
   EXPECT_EQ(both.planned_peak_bytes, 2 * kMiB);
+}
+
+// Note [Excluding candidates]: the decision sequence takes the cheapest way
+// down at each peak, and one it took first can be needless once a later one
+// is taken.
+//   op0 w R9 W7 (rec, 3) | op1 x R9 W1 (rec, 0.5) | op2 z R9 W3 (rec, 0.6) |
+//   op3 p1 W4 (1) | op4 long R9 (10) | op5 ux R1 (0.1) | op6 y R9 W5 (rec, 0.7) |
+//   op7 p2 W6 (1) | op8 uz R3 (0.1) | op9 uy R5 (0.1) | op10 uw R7 (0.1)
+//   s1, s3, s5, s7 1 MiB; s4, s6 2 MiB.
+//   res:  1 2 3 5 3 3 3 5 3 2 1 (MiB)
+//   gaps: s7 (w, 0..10) over 1..9, cost 3; s1 (x, 1..5) over 2..4, 0.5;
+//         s3 (z, 2..8) over 3..7, 0.6; s5 (y, 6..9) over 7..8, 0.7.
+// Budget 4 MiB: ops 3 and 7 are 1 MiB over. At op 3 the sequence takes s1
+// (1 MiB per 0.5 ms, against s3's per 0.6 and s7's per 3), then at op 7 s3
+// (against s5's per 0.7 and s7's): 1.1 ms of re-runs. s3 alone covers both
+// peaks: excluding s1, the sequence takes s3 at op 3 and is done, 0.6 ms.
+// DTR's walks do no better: with DTR's costs, local ones or by next use
+// they evict s1 at op 3 (its staleness 0.6 ms and next use 11 ms away
+// against s3's just written and 12.8 ms away) and s3 at op 7, 1.1 ms; by
+// furthest next use they evict s7 at op 3, 3 ms. So the plan drops s3 after
+// op 2 and re-runs z before op 8: 17.2 ms of compute + 0.6 ms.
+TEST(RecomputePlanner, ExcludesACandidateTheGreedySequenceTookNeedlessly) {
+  const Trace trace = TraceDsl()
+                          .storage(1, kMiB)
+                          .storage(3, kMiB)
+                          .storage(4, 2 * kMiB)
+                          .storage(5, kMiB)
+                          .storage(6, 2 * kMiB)
+                          .storage(7, kMiB)
+                          .storage(9, 0)
+                          .bandwidth(kMiBPerMs)
+                          .op("w", "R9 W7", 3.0, kRec)
+                          .op("x", "R9 W1", 0.5, kRec)
+                          .op("z", "R9 W3", 0.6, kRec)
+                          .op("p1", "W4", 1.0)
+                          .op("long", "R9", 10.0)
+                          .op("ux", "R1", 0.1)
+                          .op("y", "R9 W5", 0.7, kRec)
+                          .op("p2", "W6", 1.0)
+                          .op("uz", "R3", 0.1)
+                          .op("uy", "R5", 0.1)
+                          .op("uw", "R7", 0.1)
+                          .build();
+  const PlanResult plan = plan_with("recompute", trace, 4 * kMiB, DeviceMemory::kBudget);
+  EXPECT_EQ(plan.schedule.actions,
+            actions("post 2 release_device 3; post 3 release_device 4; post 5 release_device 1; "
+                    "post 7 release_device 6; pre 8 recompute 2; post 8 release_device 3; "
+                    "post 9 release_device 5; post 10 release_device 7"));
+  EXPECT_NEAR(simulated_ms(trace, plan, 4 * kMiB, DeviceMemory::kBudget), 17.8, 1e-9);
+  ASSERT_FALSE(plan.notes.empty());
+  EXPECT_NE(plan.notes.back().find("1 candidate(s) excluded by a local search"), std::string::npos)
+      << plan.notes.back();
+}
+
+// The search's bound: kExclusionSearchWork (100,000) / W evaluations, W =
+// ops + accesses, at most 128, none below 64. Each op here reads s9 once: W
+// = 2 × ops. 50 ops: 1,000, capped at 128; 400 ops: 100,000 / 800 = 125;
+// 781 ops: 100,000 / 1,562 = 64.02, so 64; 782 ops: 63.9, below 64, so none.
+TEST(RecomputePlanner, ExclusionSearchEvaluationsAreBoundedByTheTraceSize) {
+  auto trace_of = [](int ops) {
+    TraceDsl dsl;
+    dsl.storage(9, 0);
+    for (int op = 0; op < ops; ++op) dsl.op("read", "R9", 1.0);
+    return dsl.build();
+  };
+  EXPECT_EQ(internal::exclusion_evaluations(trace_of(50)), 128u);
+  EXPECT_EQ(internal::exclusion_evaluations(trace_of(400)), 125u);
+  EXPECT_EQ(internal::exclusion_evaluations(trace_of(781)), 64u);
+  EXPECT_EQ(internal::exclusion_evaluations(trace_of(782)), 0u);
 }
 
 TEST(HybridPlanner, PlannerNamesCreateTheHybridPlanners) {

@@ -23,10 +23,13 @@
 //              clamp(10⁶ / W, 1, 32) + 10 augmented traces of     held, on two
 //              ≤ 65 W + candidates × d each; chain searches        threads
 //              O(64 W + candidates × d); four eviction walks
-//              (W ≤ 250,000); ×20 on W ≤ 20,000 (lower budgets)
+//              (W ≤ 250,000); the recompute-only plan's exclusion
+//              search (W ≤ 1,562); ×20 on W ≤ 20,000 (lower budgets)
 //   recompute  the hybrid planner's without offloads: selections,  O(W)
 //              O(log W) recompute-only plans of ≤ 65 W + candidates
-//              × d each, four eviction walks (W ≤ 250,000); ×20 on
+//              × d each, four eviction walks (W ≤ 250,000), at
+//              most min(128, 10⁵ / W) selections and their prefixes
+//              (W ≤ 1,562: Note [Excluding candidates]); ×20 on
 //              W ≤ 20,000
 //   dtr        O(260 W + S d)                                    O(W)
 //   optimal    its time limit (PlannerOptions::time_limit_s) plus  O(program)

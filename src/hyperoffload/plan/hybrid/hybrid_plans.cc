@@ -121,8 +121,25 @@ HybridPlan PlanMaker::without_offloads(std::span<const RecomputeDecision> chosen
   return finish_without_offloads(draft_without_offloads(chosen), std::move(label));
 }
 
-HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
+std::optional<PlanMaker::FittingPrefix> PlanMaker::shortest_fitting_prefix(const RecomputeSelection& sequence) const {
   const std::int64_t budget = models_.budget_bytes;
+  const std::size_t total = sequence.decisions.size();
+  std::size_t length = 0;
+  while (length < total && sequence.peak_after[length] > budget) ++length;
+  if (length < total) ++length;  // the decision that brought the profile within the budget
+  std::size_t step = std::max<std::size_t>(1, length / 16);
+  while (length < total) {
+    RecomputeOnlyDraft prefix = draft_without_offloads(sequence.prefix(length));
+    if (prefix.peak.bytes <= budget) return FittingPrefix{std::move(prefix), length};
+    length = std::min(total, length + step);
+    step *= 2;
+  }
+  RecomputeOnlyDraft whole = draft_without_offloads(sequence.decisions);
+  if (whole.peak.bytes > budget) return std::nullopt;
+  return FittingPrefix{std::move(whole), total};
+}
+
+HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
   std::optional<RecomputeOnlyDraft> full = draft_without_offloads(sequence.decisions);
   const PeakBytes full_peak = full->peak;
   const UnavoidableFloor floor{
@@ -133,20 +150,68 @@ HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
     plan.chain_work_cut = sequence.cut;
     return plan;
   };
-  if (full_peak.bytes > budget) return made(*full);
+  if (full_peak.bytes > models_.budget_bytes) return made(*full);
   full.reset();  // a prefix fits where the selection's profile does, almost always: memory back first
-  const std::size_t total = sequence.decisions.size();
-  std::size_t length = 0;
-  while (length < total && sequence.peak_after[length] > budget) ++length;
-  if (length < total) ++length;  // the decision that brought the profile within the budget
-  std::size_t step = std::max<std::size_t>(1, length / 16);
-  while (length < total) {
-    const RecomputeOnlyDraft prefix = draft_without_offloads(sequence.prefix(length));
-    if (prefix.peak.bytes <= budget) return made(prefix);
-    length = std::min(total, length + step);
-    step *= 2;
+  // The whole sequence fits, so some prefix does.
+  return made(shortest_fitting_prefix(sequence)->draft);
+}
+
+std::size_t exclusion_evaluations(const Trace& trace) {
+  const std::int64_t work = static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count());
+  const std::int64_t evaluations = kExclusionSearchWork / std::max<std::int64_t>(work, 1);
+  return evaluations < kMinExclusionEvaluations
+             ? 0
+             : static_cast<std::size_t>(std::min<std::int64_t>(evaluations, kMaxExclusionEvaluations));
+}
+
+std::optional<PlanMaker::ExcludingSequence> PlanMaker::excluding_sequence(std::span<const std::int32_t> excluded) const {
+  // The whole sequence, not one stopped at the budget: the selection ranks by
+  // what a candidate frees of the excess over where it stops, so stopping
+  // earlier would rank differently.
+  RecomputeSelection sequence =
+      select_recomputes(models_.trace, models_.peak.resident_bytes, models_.recompute,
+                        {kNoRatioLimit, 0, RegenerationRule::kWhileThePeakAllows, false}, excluded);
+  std::optional<FittingPrefix> prefix = shortest_fitting_prefix(sequence);
+  if (!prefix) return std::nullopt;
+  return ExcludingSequence{std::move(sequence), std::move(*prefix)};
+}
+
+std::optional<HybridPlan> PlanMaker::recompute_only_excluding() const {
+  std::size_t evaluations = exclusion_evaluations(models_.trace);
+  if (evaluations == 0) return std::nullopt;
+  std::vector<std::int32_t> excluded;
+  std::optional<ExcludingSequence> current = excluding_sequence(excluded);
+  --evaluations;
+  if (!current) return std::nullopt;
+  HybridPlan best = finish_without_offloads(current->prefix.draft, "");
+  best.chain_work_cut = current->sequence.cut;
+  // First improvement: the first exclusion, in the order the prefix took its
+  // candidates, that gives a quicker plan within the budget is kept, and the
+  // search goes on from it.
+  for (bool improved = true; improved && evaluations > 0;) {
+    improved = false;
+    for (std::size_t i = 0; i < current->prefix.length && evaluations > 0; ++i) {
+      --evaluations;
+      std::vector<std::int32_t> tried = excluded;
+      tried.push_back(current->sequence.decisions[i].candidate);
+      std::optional<ExcludingSequence> other = excluding_sequence(tried);
+      // Without copies a plan within the budget never waits for memory (its
+      // releases are on the compute stream), so its step is the compute plus
+      // its re-runs: one that re-runs no fewer ms is not quicker and is not
+      // made whole.
+      if (!other || other->prefix.draft.augmented.recompute_ms >= best.recompute_ms) continue;
+      HybridPlan plan = finish_without_offloads(other->prefix.draft, "");
+      if (plan.time_ms >= best.time_ms) continue;
+      plan.chain_work_cut = other->sequence.cut;
+      best = std::move(plan);
+      excluded = std::move(tried);
+      current = std::move(other);
+      improved = true;
+      break;
+    }
   }
-  return made(draft_without_offloads(sequence.decisions));
+  best.label = fmt::format("recompute-only, {} candidate(s) excluded by a local search", excluded.size());
+  return best;
 }
 
 RecomputeSelection PlanMaker::recompute_only_sequence(RegenerationRule regeneration, bool keep_dead_inputs) const {
@@ -177,6 +242,10 @@ HybridPlan PlanMaker::or_within_an_eighth(HybridPlan plan) const {
     kept.label = "recompute-only, dead inputs kept where that pays";
     if (kept.floor->bytes < floor.bytes) floor = *kept.floor;
     if (better(kept, chosen, budget)) chosen = std::move(kept);
+  }
+  if (std::optional<HybridPlan> excluding = recompute_only_excluding()) {
+    excluding->floor = floor;
+    if (better(*excluding, chosen, budget)) chosen = std::move(*excluding);
   }
   // DTR's walk evicts and regenerates op by op, so it can go below the
   // decision sequences' floors where their greedy order gets stuck (a re-run

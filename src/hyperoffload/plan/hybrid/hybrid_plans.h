@@ -90,6 +90,12 @@ class PlanMaker {
   // Only the plan returned is made whole (releases, actions, timing); of the
   // others only the peak is measured (RecomputeOnlyDraft).
   HybridPlan recompute_only(const RecomputeSelection& sequence) const;
+  // The recompute-only plan of Note [Excluding candidates] (below): the default
+  // rule's sequence re-selected with some candidates excluded, the
+  // exclusions found by a bounded local search; nullopt when no sequence the
+  // search tries fits the budget, or the trace is too large for it
+  // (exclusion_evaluations() is 0).
+  std::optional<HybridPlan> recompute_only_excluding() const;
   // Every recompute decision at any cost, down to nothing.
   // `keep_dead_inputs`: RecomputeSelectionParams::keep_dead_inputs.
   RecomputeSelection recompute_only_sequence(RegenerationRule regeneration = RegenerationRule::kWhileThePeakAllows,
@@ -98,7 +104,8 @@ class PlanMaker {
   // a trace small enough for four plans or more (ops + accesses <= 250,000),
   // also of the sequence under RegenerationRule::kWithinAnEighth, of the
   // sequence that may keep dead inputs (when a candidate can: Note [Keeping a
-  // dead input], recompute_model.h) and DTR's eviction walk
+  // dead input], recompute_model.h), the search of Note [Excluding
+  // candidates] (on a trace small enough for it) and DTR's eviction walk
   // (dtr_recompute_only): each is greedy and each wins on some example
   // traces (docs/HYBRID_PLANNER.md, "Recompute-only"). The best by better();
   // its floor is the lowest of the sequences' floors and the walk's peak.
@@ -163,12 +170,59 @@ class PlanMaker {
     PeakBytes peak;
   };
   RecomputeOnlyDraft draft_without_offloads(std::span<const RecomputeDecision> chosen) const;
+  // The shortest prefix of `sequence` whose draft fits the budget, and its
+  // length: tried from the prefix at which the selection's profile fits,
+  // then longer ones (doubling the step); nullopt when not even the whole
+  // sequence fits.
+  struct FittingPrefix {
+    RecomputeOnlyDraft draft;
+    std::size_t length = 0;
+  };
+  std::optional<FittingPrefix> shortest_fitting_prefix(const RecomputeSelection& sequence) const;
+  // The default rule's sequence with `excluded` left out and its shortest
+  // fitting prefix (Note [Excluding candidates]); nullopt when none fits.
+  struct ExcludingSequence {
+    RecomputeSelection sequence;
+    FittingPrefix prefix;
+  };
+  std::optional<ExcludingSequence> excluding_sequence(std::span<const std::int32_t> excluded) const;
   HybridPlan finish_without_offloads(const RecomputeOnlyDraft& draft, std::string label) const;
 
   const HybridModels& models_;
   const PeakPlannerOptions& peak_options_;
   SegmentSearch& segments_;
 };
+
+// Note [Excluding candidates]
+// The decision sequences are greedy: each takes the candidate that frees the
+// most excess per re-run ms at the current peak, and a candidate taken early
+// can be one that a plan needs no longer once later ones are taken, or that
+// blocks a cheaper way down (its locks, its moves of earlier decisions). So
+// on a small trace the recompute-only plan also tries sequences selected with
+// some candidates excluded (select_recomputes' `excluded`, so each sequence
+// is one the selection makes, valid by its rules): from the default rule's
+// sequence, it excludes each candidate of the shortest prefix that fits, in
+// the order the prefix took them, re-selects and keeps the first exclusion
+// whose fitting prefix is quicker (first improvement), then goes on from
+// there until no single further exclusion helps or its evaluations are spent.
+// On U-Net at 50% of its peak (DTR's families, examples/traces/dtr_unet.json)
+// five exclusions take the quickest recompute-only plan from 15.93% of the
+// compute re-run to 14.23% (BENCHMARKS.md, "Recompute-only against DTR").
+// An evaluation is a selection and the drafts of its prefixes, O(W log W)
+// with W = ops + accesses, and the search makes at most
+// exclusion_evaluations() of them: kExclusionSearchWork / W, at most
+// kMaxExclusionEvaluations, none when that is below
+// kMinExclusionEvaluations (W > 1,562: a search of fewer could
+// rarely go past the first exclusions), so it costs at most about
+// kExclusionSearchWork units of selection work per plan at any size.
+// Deterministic: the same trace and budget give the same plan.
+inline constexpr std::int64_t kExclusionSearchWork = 100'000;
+inline constexpr std::int64_t kMaxExclusionEvaluations = 128;
+inline constexpr std::int64_t kMinExclusionEvaluations = 64;
+
+// How many evaluations the search of Note [Excluding candidates] may make on
+// `trace`.
+std::size_t exclusion_evaluations(const Trace& trace);
 
 // Whether a beats b at the budget (common/plan_order.h, better_outcome).
 bool better(const HybridPlan& a, const HybridPlan& b, std::int64_t budget_bytes);
