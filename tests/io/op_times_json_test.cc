@@ -16,7 +16,7 @@ TEST(OpTimesJson, ARecordReadsBackExactly) {
   const OpTimesRecord record{"torch 2.13; cpu; 1 thread(s)", 0x0123456789abcdefULL, {0.1, 1.0 / 3.0, 0.0, 16.0},
                              8.0, 0.5};
   const std::string text = op_times_to_json(record);
-  EXPECT_THAT(text, HasSubstr("\"format\":\"hyperoffload.op_times\",\"version\":1,"));
+  EXPECT_THAT(text, HasSubstr("\"format\":\"hyperoffload.op_times\",\"version\":2,"));
   EXPECT_THAT(text, HasSubstr("\"program\":\"0123456789abcdef\",\"op_count\":4,"));
   Result<OpTimesRecord> read = parse_op_times_json(text);
   ASSERT_TRUE(read.has_value()) << read.error().message;
@@ -29,14 +29,14 @@ TEST(OpTimesJson, ARecordReadsBackExactly) {
 
 TEST(OpTimesJson, RefusesBadDocumentsNamingTheMember) {
   const std::string good_tail = R"("d2h_gib_per_s":1,"h2d_gib_per_s":2,"durations_ms":[1,2]})";
-  const std::string head = R"({"format":"hyperoffload.op_times","version":1,"machine":"m","program":"00000000000000ff",)";
+  const std::string head = R"({"format":"hyperoffload.op_times","version":2,"machine":"m","program":"00000000000000ff",)";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{", "not a JSON document"},
       {"[]", "the document must be an object"},
       {R"({"format":"hyperoffload.trace"})", "format: expected \"hyperoffload.op_times\", got \"hyperoffload.trace\""},
-      {R"({"format":"hyperoffload.op_times","version":2})", "version: 2 is not supported"},
-      {R"({"format":"hyperoffload.op_times","version":1,"program":"00"})", "machine: missing"},
-      {R"({"format":"hyperoffload.op_times","version":1,"machine":"m","program":"XYZ"})",
+      {R"({"format":"hyperoffload.op_times","version":1})", "version: 1 is not supported (this build reads 2)"},
+      {R"({"format":"hyperoffload.op_times","version":2,"program":"00"})", "machine: missing"},
+      {R"({"format":"hyperoffload.op_times","version":2,"machine":"m","program":"XYZ"})",
        "program: must be 16 lower-case hex digits, got \"XYZ\""},
       {head + R"("op_count":2,"d2h_gib_per_s":0,"h2d_gib_per_s":2,"durations_ms":[1,2]})",
        "d2h_gib_per_s: must be a finite number > 0, got 0"},

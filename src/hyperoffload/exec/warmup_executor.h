@@ -196,6 +196,15 @@ class WarmupExecutor final : public StepHooks {
   // something is eligible).
   Status evict_while_over_budget(std::int64_t incoming_bytes);
   Result<StorageRecord*> find_alive(StorageId id, std::string_view role);
+  // Inside an op, where making room may wait (`waits`): marks the start of a
+  // span that is not the op's time (Note [Op times without the room they wait
+  // for], warmup_executor.cc); room_span_end marks its end on the current op.
+  // Outside an op, or when nothing waits: no span (an empty fence).
+  Result<Fence> room_span_start(bool waits);
+  // Whether the held bytes and `incoming_bytes` exceed the budget: an
+  // allocation that evicts or waits for evictions' copies.
+  bool over_budget_with(std::int64_t incoming_bytes) const;
+  Status room_span_end(Fence start);
   // What make_room must not evict, while it runs.
   std::span<const StorageId> kept_;
   Result<double> measure_bandwidth(CopyKind kind, std::int64_t bytes);
@@ -217,6 +226,10 @@ class WarmupExecutor final : public StepHooks {
     bool refed = false;  // re-fed while catching up: another executor ran it, its time is not measured
     Fence start;
     Fence end;
+    // Spans inside [start, end] spent making room for an output (Note [Op
+    // times without the room they wait for], warmup_executor.cc): not the
+    // op's time.
+    std::vector<std::pair<Fence, Fence>> making_room;
   };
   std::vector<OpRecord> ops_;
   std::vector<std::pair<StorageId, AccessKind>> accesses_;
