@@ -226,9 +226,9 @@ class WarmupExecutor final : public StepHooks {
     bool refed = false;  // re-fed while catching up: another executor ran it, its time is not measured
     Fence start;
     Fence end;
-    // Spans inside [start, end] spent making room for an output (Note [Op
-    // times without the room they wait for], warmup_executor.cc): not the
-    // op's time.
+    // Spans inside [start, end] spent making room for an output or paging an
+    // input back (Note [Op times without the room they wait for],
+    // warmup_executor.cc): not the op's time.
     std::vector<std::pair<Fence, Fence>> making_room;
   };
   std::vector<OpRecord> ops_;

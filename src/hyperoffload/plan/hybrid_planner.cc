@@ -1,5 +1,6 @@
 #include "hyperoffload/plan/hybrid_planner.h"
 
+#include <future>
 #include <memory>
 #include <optional>
 #include <ranges>
@@ -69,16 +70,36 @@ class HybridPlanning {
   // budgets]). The rungs go from the largest down, each planned only when a
   // plan within it could be quicker than the best so far.
   PlanResult run(std::string_view planner_name, const Trace& trace, std::span<const std::int64_t> rungs) {
+    // Note [Rungs beside the plan] (lower_budgets.h): the rungs' plans are
+    // made on threads of their own, up to rungs_beside() ahead, while the plan
+    // at the budget and the rungs above them are made; each is taken or
+    // passed over in order, as if made one after the other.
+    const auto plan_rung = [this, &trace](std::int64_t rung) {
+      return std::async(std::launch::async, [this, &trace, rung] {
+        return HybridPlanning(trace, options_, rung, segments_, OffloadOnlyStop::kNever).plans_for_larger_budgets();
+      });
+    };
+    const std::vector<std::int64_t> order(rungs.rbegin(), rungs.rend());  // the largest first
+    std::vector<std::future<std::vector<HybridPlan>>> made(order.size());
+    if (!made.empty()) made.front() = plan_rung(order.front());  // beside the plan at the budget
     std::optional<UnavoidableFloor> floor;
     HybridPlan chosen = choose(floor);
-    std::optional<std::int64_t> lower_budget;
-    for (const std::int64_t rung : std::views::reverse(rungs)) {
-      if (internal::lower_budget_cannot_win(maker_, chosen, rung)) continue;
-      if (internal::take_quicker_lower(
-              maker_, chosen,
-              HybridPlanning(trace, options_, rung, segments_, OffloadOnlyStop::kNever).plans_for_larger_budgets())) {
-        lower_budget = rung;
+    // Starts the rungs up to `until` that the best so far does not rule out:
+    // it only gets quicker, so a rung it rules out now is ruled out when its
+    // turn comes.
+    std::size_t started = made.empty() ? 0 : 1;
+    const auto start_until = [&](std::size_t until) {
+      for (; started < std::min(until, order.size()); ++started) {
+        if (!internal::lower_budget_cannot_win(maker_, chosen, order[started])) made[started] = plan_rung(order[started]);
       }
+    };
+    const std::size_t ahead = internal::rungs_beside();
+    std::optional<std::int64_t> lower_budget;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      start_until(i + 1 + ahead);
+      // Started before the best ruled it out, or never started: passed over.
+      if (internal::lower_budget_cannot_win(maker_, chosen, order[i])) continue;
+      if (internal::take_quicker_lower(maker_, chosen, made[i].get())) lower_budget = order[i];
     }
     return internal::plan_result(planner_name, maker_, std::move(chosen), *floor, lower_budget);
   }

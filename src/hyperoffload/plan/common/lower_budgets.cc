@@ -1,8 +1,15 @@
 #include "hyperoffload/plan/common/lower_budgets.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "hyperoffload/plan/budget.h"
 
 namespace hyperoffload::internal {
+
+std::size_t rungs_beside() {
+  return std::clamp<std::size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+}
 
 bool lower_budget_plans_fit(const Trace& trace) {
   const std::int64_t work =

@@ -52,8 +52,26 @@
 // planning time is unchanged). At or above the unplanned peak nothing is
 // planned anyway. The hybrid planner skips most rungs where its plan at B is
 // close to the least any plan adds (gpt3-1.3b at 50%: 3 of 8 rungs planned).
+//
+// Note [Rungs beside the plan]
+// The hybrid planner makes the rungs' plans on threads of their own: the
+// largest rung beside the plan at the budget, and then, while it goes down
+// the rungs in order, up to rungs_beside() rungs ahead of the one it takes
+// or passes over, each started only when the best plan so far does not
+// already rule it out. The best only gets quicker as it goes down, so a rung
+// ruled out when it would start is ruled out in its turn; a rung started
+// before the best ruled it out is made and then passed over. Each rung's
+// plans are what it makes alone (the segment memo they share does not change
+// them, segment_search.h), and they are taken or passed over in the order
+// and with the best of the sequential ladder above, so the plan is the same
+// byte for byte, whatever the threads' timing and the number of cores. What
+// it costs is the plans started and then passed over, made on otherwise idle
+// cores. On two cores (rungs_beside() 1) the demo's hybrid plan at 50% took
+// 65.5 ms (median of 5) against 90–102 ms one rung after the other; without
+// the ladder it takes 22.6 ms (BENCHMARKS.md, "The lower-budget ladder").
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -70,6 +88,11 @@ inline constexpr std::int64_t kLowerBudgetMaxWork = 20'000;
 // at most 1e-10 of the step, a tenth of the tolerance the budget sweep allows
 // a curve (report/budget_sweep.h).
 inline bool cannot_beat(double bound_ms, double best_ms) { return bound_ms >= best_ms * (1.0 - 1e-10); }
+
+// How many rungs the hybrid planner makes ahead of the one it takes or
+// passes over (Note [Rungs beside the plan]): half the hardware threads (each
+// plan uses two), at least 1, at most 8.
+std::size_t rungs_beside();
 
 // Whether a trace is small enough for plans at lower budgets: at most
 // kLowerBudgetMaxWork ops plus accesses. O(1), so a planner asks it before
