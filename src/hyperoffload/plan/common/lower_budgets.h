@@ -67,8 +67,8 @@
 // byte for byte, whatever the threads' timing and the number of cores. What
 // it costs is the plans started and then passed over, made on otherwise idle
 // cores. On two cores (rungs_beside() 1) the demo's hybrid plan at 50% took
-// 65.5 ms (median of 5) against 90–102 ms one rung after the other; without
-// the ladder it takes 22.6 ms (BENCHMARKS.md, "The lower-budget ladder").
+// 65–70 ms against 101–120 ms one rung after the other, and 22–28 ms without
+// the ladder (BENCHMARKS.md, "Rungs beside the plan").
 #pragma once
 
 #include <cstddef>
