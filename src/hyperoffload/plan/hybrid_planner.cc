@@ -1,9 +1,10 @@
 #include "hyperoffload/plan/hybrid_planner.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <future>
 #include <memory>
 #include <optional>
-#include <ranges>
 #include <span>
 #include <stop_token>
 #include <string>
@@ -36,7 +37,8 @@ using internal::RecomputeSelection;
 // and the notes). It owns the threads: the recompute model is built beside
 // the peak model (in HybridModels), and the offload-only plan is made on a
 // second thread beside the decision sets and stopped once another plan beats
-// any offload-only plan.
+// any offload-only plan; run() makes the lower budgets' rungs on threads of
+// their own (Note [Rungs beside the plan], lower_budgets.h).
 class HybridPlanning {
  public:
   // `segments`: the segment plans measured for the trace so far, which the
@@ -99,6 +101,9 @@ class HybridPlanning {
       start_until(i + 1 + ahead);
       // Started before the best ruled it out, or never started: passed over.
       if (internal::lower_budget_cannot_win(maker_, chosen, order[i])) continue;
+      // Started above unless ruled out, which the best getting quicker keeps
+      // it; made here should that rule ever stop being monotone.
+      if (!made[i].valid()) made[i] = plan_rung(order[i]);
       if (internal::take_quicker_lower(maker_, chosen, made[i].get())) lower_budget = order[i];
     }
     return internal::plan_result(planner_name, maker_, std::move(chosen), *floor, lower_budget);
