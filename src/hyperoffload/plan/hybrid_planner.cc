@@ -218,7 +218,7 @@ class HybridPlanning {
   // (recompute_only_sequence_if_it_can_fit), which may stop the offload-only
   // plan.
   void make_recompute_only(const RecomputeSelection& sequence) {
-    HybridPlan plan = maker_.or_within_an_eighth(maker_.recompute_only(sequence));
+    HybridPlan plan = maker_.or_within_an_eighth(sequence, maker_.recompute_only(sequence));
     plan.recompute_only = true;
     stop_offload_only_if_beaten(plan);
     recompute_ = std::move(plan);

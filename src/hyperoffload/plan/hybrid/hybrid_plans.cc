@@ -164,24 +164,18 @@ std::size_t exclusion_evaluations(const Trace& trace) {
              : static_cast<std::size_t>(std::min<std::int64_t>(evaluations, kMaxExclusionEvaluations));
 }
 
-std::optional<PlanMaker::ExcludingSequence> PlanMaker::excluding_sequence(std::span<const std::int32_t> excluded) const {
-  // The whole sequence, not one stopped at the budget: the selection ranks by
-  // what a candidate frees of the excess over where it stops, so stopping
-  // earlier would rank differently.
-  RecomputeSelection sequence =
-      select_recomputes(models_.trace, models_.peak.resident_bytes, models_.recompute,
-                        {kNoRatioLimit, 0, RegenerationRule::kWhileThePeakAllows, false}, excluded);
+std::optional<PlanMaker::ExcludingSequence> PlanMaker::with_fitting_prefix(RecomputeSelection sequence) const {
   std::optional<FittingPrefix> prefix = shortest_fitting_prefix(sequence);
   if (!prefix) return std::nullopt;
   return ExcludingSequence{std::move(sequence), std::move(*prefix)};
 }
 
-std::optional<HybridPlan> PlanMaker::recompute_only_excluding() const {
+std::optional<HybridPlan> PlanMaker::recompute_only_excluding(const RecomputeSelection& sequence) const {
   std::size_t evaluations = exclusion_evaluations(models_.trace);
   if (evaluations == 0) return std::nullopt;
   std::vector<std::int32_t> excluded;
-  std::optional<ExcludingSequence> current = excluding_sequence(excluded);
-  --evaluations;
+  std::optional<ExcludingSequence> current = with_fitting_prefix(sequence);
+  --evaluations;  // the sequence it starts from counts as the first
   if (!current) return std::nullopt;
   HybridPlan best = finish_without_offloads(current->prefix.draft, "");
   best.chain_work_cut = current->sequence.cut;
@@ -194,7 +188,11 @@ std::optional<HybridPlan> PlanMaker::recompute_only_excluding() const {
       --evaluations;
       std::vector<std::int32_t> tried = excluded;
       tried.push_back(current->sequence.decisions[i].candidate);
-      std::optional<ExcludingSequence> other = excluding_sequence(tried);
+      // The whole sequence, not one stopped at the budget: the selection
+      // ranks by what a candidate frees of the excess over where it stops,
+      // so stopping earlier would rank differently.
+      std::optional<ExcludingSequence> other =
+          with_fitting_prefix(recompute_only_sequence(RegenerationRule::kWhileThePeakAllows, false, tried));
       // Without copies a plan within the budget never waits for memory (its
       // releases are on the compute stream), so its step is the compute plus
       // its re-runs: one that re-runs no fewer ms is not quicker and is not
@@ -214,12 +212,16 @@ std::optional<HybridPlan> PlanMaker::recompute_only_excluding() const {
   return best;
 }
 
-RecomputeSelection PlanMaker::recompute_only_sequence(RegenerationRule regeneration, bool keep_dead_inputs) const {
+RecomputeSelection PlanMaker::recompute_only_sequence(RegenerationRule regeneration, bool keep_dead_inputs,
+                                                      std::span<const std::int32_t> excluded) const {
   return select_recomputes(models_.trace, models_.peak.resident_bytes, models_.recompute,
-                           {kNoRatioLimit, 0, regeneration, keep_dead_inputs});
+                           {kNoRatioLimit, 0, regeneration, keep_dead_inputs}, excluded);
 }
 
-HybridPlan PlanMaker::best_recompute_only() const { return or_within_an_eighth(recompute_only(recompute_only_sequence())); }
+HybridPlan PlanMaker::best_recompute_only() const {
+  const RecomputeSelection sequence = recompute_only_sequence();
+  return or_within_an_eighth(sequence, recompute_only(sequence));
+}
 
 bool PlanMaker::room_for_more_plans() const {
   constexpr std::int64_t kMaxSize = 250'000;  // where four plans or more can be made
@@ -227,7 +229,7 @@ bool PlanMaker::room_for_more_plans() const {
          kMaxSize;
 }
 
-HybridPlan PlanMaker::or_within_an_eighth(HybridPlan plan) const {
+HybridPlan PlanMaker::or_within_an_eighth(const RecomputeSelection& sequence, HybridPlan plan) const {
   if (!room_for_more_plans()) return plan;
   const std::int64_t budget = models_.budget_bytes;
   HybridPlan other = recompute_only(recompute_only_sequence(RegenerationRule::kWithinAnEighth));
@@ -243,7 +245,7 @@ HybridPlan PlanMaker::or_within_an_eighth(HybridPlan plan) const {
     if (kept.floor->bytes < floor.bytes) floor = *kept.floor;
     if (better(kept, chosen, budget)) chosen = std::move(kept);
   }
-  if (std::optional<HybridPlan> excluding = recompute_only_excluding()) {
+  if (std::optional<HybridPlan> excluding = recompute_only_excluding(sequence)) {
     excluding->floor = floor;
     if (better(*excluding, chosen, budget)) chosen = std::move(*excluding);
   }

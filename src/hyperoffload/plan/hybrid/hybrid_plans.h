@@ -90,16 +90,18 @@ class PlanMaker {
   // Only the plan returned is made whole (releases, actions, timing); of the
   // others only the peak is measured (RecomputeOnlyDraft).
   HybridPlan recompute_only(const RecomputeSelection& sequence) const;
-  // The recompute-only plan of Note [Excluding candidates] (below): the default
-  // rule's sequence re-selected with some candidates excluded, the
-  // exclusions found by a bounded local search; nullopt when no sequence the
-  // search tries fits the budget, or the trace is too large for it
-  // (exclusion_evaluations() is 0).
-  std::optional<HybridPlan> recompute_only_excluding() const;
-  // Every recompute decision at any cost, down to nothing.
-  // `keep_dead_inputs`: RecomputeSelectionParams::keep_dead_inputs.
+  // The recompute-only plan of Note [Excluding candidates] (below):
+  // `sequence` (recompute_only_sequence() with its defaults) re-selected with
+  // some candidates excluded, the exclusions found by a bounded local search;
+  // nullopt when no sequence the search tries fits the budget, or the trace
+  // is too large for it (exclusion_evaluations() is 0).
+  std::optional<HybridPlan> recompute_only_excluding(const RecomputeSelection& sequence) const;
+  // Every recompute decision at any cost, down to nothing, never taking an
+  // `excluded` candidate. `keep_dead_inputs`:
+  // RecomputeSelectionParams::keep_dead_inputs.
   RecomputeSelection recompute_only_sequence(RegenerationRule regeneration = RegenerationRule::kWhileThePeakAllows,
-                                             bool keep_dead_inputs = false) const;
+                                             bool keep_dead_inputs = false,
+                                             std::span<const std::int32_t> excluded = {}) const;
   // The recompute-only planner's plan: recompute_only of the sequence and, on
   // a trace small enough for four plans or more (ops + accesses <= 250,000),
   // also of the sequence under RegenerationRule::kWithinAnEighth, of the
@@ -110,11 +112,11 @@ class PlanMaker {
   // traces (docs/HYBRID_PLANNER.md, "Recompute-only"). The best by better();
   // its floor is the lowest of the sequences' floors and the walk's peak.
   HybridPlan best_recompute_only() const;
-  // `plan` (a recompute-only plan of the default rule), or on such a small
-  // trace the best of it and the others (as above). The hybrid planner's
-  // recompute-only plan goes through it too, so the hybrid plan is never
-  // slower than the recompute-only planner's.
-  HybridPlan or_within_an_eighth(HybridPlan plan) const;
+  // `plan` (recompute_only of `sequence`, recompute_only_sequence() with its
+  // defaults), or on such a small trace the best of it and the others (as
+  // above). The hybrid planner's recompute-only plan goes through it too, so
+  // the hybrid plan is never slower than the recompute-only planner's.
+  HybridPlan or_within_an_eighth(const RecomputeSelection& sequence, HybridPlan plan) const;
   // DTR's eviction walk at the budget (plan/dtr_planner.h) as a plan: the
   // best of the walk with DTR's costs (equivalence classes: the `dtr`
   // planner's, so the recompute-only plans are never slower than it), and
@@ -179,13 +181,13 @@ class PlanMaker {
     std::size_t length = 0;
   };
   std::optional<FittingPrefix> shortest_fitting_prefix(const RecomputeSelection& sequence) const;
-  // The default rule's sequence with `excluded` left out and its shortest
-  // fitting prefix (Note [Excluding candidates]); nullopt when none fits.
+  // A sequence of Note [Excluding candidates] and its shortest fitting
+  // prefix; nullopt when none fits.
   struct ExcludingSequence {
     RecomputeSelection sequence;
     FittingPrefix prefix;
   };
-  std::optional<ExcludingSequence> excluding_sequence(std::span<const std::int32_t> excluded) const;
+  std::optional<ExcludingSequence> with_fitting_prefix(RecomputeSelection sequence) const;
   HybridPlan finish_without_offloads(const RecomputeOnlyDraft& draft, std::string label) const;
 
   const HybridModels& models_;
