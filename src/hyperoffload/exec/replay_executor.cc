@@ -164,8 +164,7 @@ Result<std::unique_ptr<ReplayExecutor>> ReplayExecutor::start(ResidencyManager& 
   }
   std::unique_ptr<ReplayExecutor> executor(new ReplayExecutor(residency, std::move(plan), options));
   if (executor->recording()) {
-    HO_ASSIGN_OR_RETURN(executor->step_start_,
-                        residency.events().record(residency.backend().stream(StreamRole::kCompute)));
+    HO_ASSIGN_OR_RETURN(executor->step_start_, residency.mark_compute());
     executor->sample_memory();
   }
   return executor;
@@ -611,7 +610,7 @@ Status ReplayExecutor::on_op_begin(std::string_view name, std::span<const Storag
   if (recording()) {
     sample_memory();
     HO_RETURN_IF_ERROR(collect_spans(op_));
-    HO_ASSIGN_OR_RETURN(Fence start, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
+    HO_ASSIGN_OR_RETURN(Fence start, residency_.mark_compute());
     op_spans_.push_back(OpSpan{op_, std::move(start), {}});
   }
   current_allocated_.clear();
@@ -649,8 +648,7 @@ Status ReplayExecutor::mark_recomputable(Recomputable /*how*/) {
 Status ReplayExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<const StorageId> mutated) {
   if (!in_op_) return make_error(ErrorCode::kFailedPrecondition, "on_op_end without on_op_begin");
   if (recording()) {
-    HO_ASSIGN_OR_RETURN(op_spans_.back().end,
-                        residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
+    HO_ASSIGN_OR_RETURN(op_spans_.back().end, residency_.mark_compute());
   }
   if (std::optional<Mismatch> mismatch = matcher_.check_outputs(op_, outputs)) {
     return std::unexpected(diverged(std::move(*mismatch)));

@@ -200,7 +200,7 @@ Status WarmupExecutor::on_op_begin(std::string_view name, std::span<const Storag
   }
   const auto access_begin = static_cast<std::uint32_t>(accesses_.size());
   for (StorageId id : inputs) accesses_.emplace_back(id, AccessKind::kRead);
-  HO_ASSIGN_OR_RETURN(current_start_, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
+  HO_ASSIGN_OR_RETURN(current_start_, residency_.mark_compute());
   ops_.push_back(OpRecord{current_name_, access_begin, access_begin, Recomputable::kNo, catching_up_, {}, {}});
   in_op_ = true;
   return ok_status();
@@ -221,8 +221,7 @@ Result<void*> WarmupExecutor::allocate_output(StorageId id, std::int64_t size_by
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("{}: output storage id {} was already used in this step", op_label(), id));
   }
-  HO_ASSIGN_OR_RETURN(Fence room,
-                      room_span_start(!bound_before && over_budget_with(size_bytes)));
+  HO_ASSIGN_OR_RETURN(Fence room, room_span_start(!bound_before && over_budget_with(size_bytes)));
   if (!bound_before) HO_RETURN_IF_ERROR(evict_while_over_budget(size_bytes));  // room first, as for page-ins
   Result<void*> ptr =
       bound_before ? residency_.device_ptr(id, DeviceAccess::kReadWrite) : residency_.bind(id, size_bytes);
@@ -236,7 +235,7 @@ Status WarmupExecutor::on_op_end(std::span<const OpOutput> outputs, std::span<co
   if (!in_op_) return make_error(ErrorCode::kFailedPrecondition, "on_op_end without on_op_begin");
   OpRecord& op = ops_.back();
   op.start = std::move(current_start_);
-  HO_ASSIGN_OR_RETURN(op.end, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
+  HO_ASSIGN_OR_RETURN(op.end, residency_.mark_compute());
   const auto op_index = static_cast<OpIndex>(ops_.size() - 1);
   // Caller buffers (adopted here) already exist, but they enter the resident
   // bytes only now: room first, as for allocate_output, so the step's resident
@@ -319,12 +318,12 @@ bool WarmupExecutor::over_budget_with(std::int64_t incoming_bytes) const {
 
 Result<Fence> WarmupExecutor::room_span_start(bool waits) {
   if (!in_op_ || !waits) return Fence();
-  return residency_.events().record(residency_.backend().stream(StreamRole::kCompute));
+  return residency_.mark_compute();
 }
 
 Status WarmupExecutor::room_span_end(Fence start) {
   if (start.empty()) return ok_status();
-  HO_ASSIGN_OR_RETURN(Fence end, residency_.events().record(residency_.backend().stream(StreamRole::kCompute)));
+  HO_ASSIGN_OR_RETURN(Fence end, residency_.mark_compute());
   ops_.back().making_room.emplace_back(std::move(start), std::move(end));
   return ok_status();
 }
@@ -368,8 +367,9 @@ Result<void*> WarmupExecutor::device_ptr(StorageId id, DeviceAccess access) {
   // from now on it is the op's, so making room for another of its storages
   // (or its outputs at on_op_end) must not evict it.
   if (in_op_ && !contains(current_used_, id)) current_used_.push_back(id);
-  HO_ASSIGN_OR_RETURN(Fence room, room_span_start(!residency_.resident(id)));
-  if (!residency_.resident(id)) HO_RETURN_IF_ERROR(evict_while_over_budget(record->size_bytes));
+  const bool pages_in = !residency_.resident(id);
+  HO_ASSIGN_OR_RETURN(Fence room, room_span_start(pages_in));
+  if (pages_in) HO_RETURN_IF_ERROR(evict_while_over_budget(record->size_bytes));
   HO_ASSIGN_OR_RETURN(void* ptr, residency_.device_ptr(id, access));
   HO_RETURN_IF_ERROR(room_span_end(std::move(room)));
   make_evictable(id, *record);  // back in the order if it was paged in (the op's own use protects it)

@@ -4,7 +4,7 @@
 // [Reproducible plans], exec/warmup_executor.h; exec/op_time_store.h keeps
 // the files).
 //
-//   {"format": "hyperoffload.op_times", "version": 1,
+//   {"format": "hyperoffload.op_times", "version": 2,
 //    "machine": "torch 2.13.0+cpu; x86_64 ...; 1 thread(s); host backend",
 //    "program": "9f2c0d4e1a7b3c55", "op_count": 3,
 //    "d2h_gib_per_s": 16, "h2d_gib_per_s": 16,

@@ -258,6 +258,10 @@ class ResidencyManager {
   Backend& backend() const { return backend_; }
   PinnedHostPool& pool() const { return pool_; }
   EventPool& events() const { return events_; }
+  // A fence on the compute stream after the work queued there so far: where
+  // the executors mark an op's span (and the parts of it that are not the
+  // op's).
+  Result<Fence> mark_compute() const { return events_.record(backend_.stream(StreamRole::kCompute)); }
 
  private:
   enum class Owner : std::uint8_t { kRuntime, kCaller };
