@@ -15,6 +15,8 @@
 #include "hyperoffload/gen/transformer_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/hybrid/hybrid_plans.h"
+#include "hyperoffload/plan/hybrid/segment_search.h"
+#include "hyperoffload/plan/hybrid/hybrid_models.h"
 #include "hyperoffload/sim/simulator.h"
 #include "testing/trace_dsl.h"
 
@@ -83,6 +85,45 @@ TEST(HybridPlanner, RecomputesWhenTheLinkIsTooSlowToHideTheCopy) {
     EXPECT_EQ(plan.planned_peak_bytes, kMiB);
     EXPECT_NEAR(simulated_ms(trace, plan, kMiB, device), 0.9, 1e-9);
   }
+}
+
+// Note [Plans ruled out by their re-runs] (hybrid/decision_search.cc): on
+// one_gap(5, 3) (compute 8 ms), re-running f (5 ms) before op 3 keeps the
+// peak at 1 MiB with no copy: the plan takes 8 + 5 = 13 ms, no stall. Given
+// a quicker plan made before (12.999 ms), no plan with those re-runs can be
+// quicker, and with_offloads does not make it; at exactly 13 ms it could tie,
+// and it is made. The ruled-out plan keeps the re-runs and the floor the
+// made one reports: every op touches at most one 1 MiB storage.
+TEST(HybridPlanner, WithOffloadsRulesOutAPlanWhoseReRunsAloneAreSlowerThanOneMade) {
+  const Trace trace = one_gap(5.0, 3.0);
+  internal::HybridModels models(trace, DeviceMemory::kUnlimited, kMiB);
+  models.wait_for_recompute_model();
+  internal::SegmentSearch segments;
+  const PeakPlannerOptions options;
+  const internal::PlanMaker maker(models, options, segments);
+  const std::vector<internal::RecomputeDecision> decisions = maker.recompute_only_sequence().decisions;
+  ASSERT_EQ(decisions.size(), 1u);
+  const internal::HybridPlan made = maker.with_offloads(decisions, "made", options);
+  EXPECT_FALSE(made.ruled_out);
+  EXPECT_EQ(made.actions, actions("post 1 release_device 1; post 2 release_device 2; pre 3 recompute 1; "
+                                  "post 3 release_device 1"));
+  EXPECT_DOUBLE_EQ(made.recompute_ms, 5.0);
+  EXPECT_DOUBLE_EQ(made.time_ms, 13.0);
+  ASSERT_TRUE(made.floor.has_value());
+  EXPECT_EQ(made.floor->bytes, kMiB);
+
+  const internal::HybridPlan ruled_out = maker.with_offloads(decisions, "ruled out", options, 12.999);
+  EXPECT_TRUE(ruled_out.ruled_out);
+  EXPECT_TRUE(ruled_out.actions.empty());
+  EXPECT_DOUBLE_EQ(ruled_out.recompute_ms, 5.0);
+  EXPECT_EQ(ruled_out.recompute_count, 1);
+  ASSERT_TRUE(ruled_out.floor.has_value());
+  EXPECT_EQ(ruled_out.floor->bytes, made.floor->bytes);
+  EXPECT_EQ(ruled_out.floor->op, made.floor->op);
+
+  const internal::HybridPlan tie = maker.with_offloads(decisions, "tie", options, 13.0);
+  EXPECT_FALSE(tie.ruled_out);
+  EXPECT_EQ(tie.actions, made.actions);
 }
 
 TEST(HybridPlanner, OffloadsWhenRecomputeCostsMoreThanTheCopyItReplaces) {

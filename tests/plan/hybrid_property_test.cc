@@ -203,6 +203,40 @@ TEST(HybridPlannerProperty, RandomTracesGiveValidSchedulesWithinBudgetDownToTheF
   EXPECT_GT(coverage.offload_floor_above_compute, 100);
 }
 
+// Note [Plans ruled out by their re-runs] (hybrid/decision_search.cc): the
+// plans the hybrid planner leaves unmade could not have been chosen, so it
+// gives the same schedule, peak and floor as when it makes every plan.
+TEST(HybridPlannerProperty, PlansRuledOutByTheirReRunsChangeNothing) {
+  int ruled_out_cases = 0;
+  for (std::uint64_t seed = 1; seed <= 600; ++seed) {
+    const Case c = random_case(seed);
+    const Trace trace = seed % 2 == 0 ? random_transformer(seed) : generate_random_trace(c.trace);
+    const auto budget =
+        static_cast<std::int64_t>(c.budget_fraction * static_cast<double>(unplanned_peak(trace).bytes));
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", budget " << budget);
+    HybridPlannerOptions options;
+    options.peak.device_memory = c.device;
+    const Result<PlanResult> skipping = HybridPlanner(options).plan(trace, budget);
+    options.cannot_win = PlansThatCannotWin::kMakeAll;
+    const Result<PlanResult> making_all = HybridPlanner(options).plan(trace, budget);
+    ASSERT_TRUE(skipping.has_value() && making_all.has_value());
+    EXPECT_EQ(skipping->schedule.actions, making_all->schedule.actions);
+    EXPECT_EQ(skipping->planned_peak_bytes, making_all->planned_peak_bytes);
+    ASSERT_EQ(skipping->floor.has_value(), making_all->floor.has_value());
+    if (skipping->floor) {
+      EXPECT_EQ(skipping->floor->bytes, making_all->floor->bytes);
+      EXPECT_EQ(skipping->floor->op, making_all->floor->op);
+    }
+    if (::testing::Test::HasFailure()) return;
+    const bool ruled_out = std::ranges::any_of(skipping->notes, [](const std::string& note) {
+      return note.find("ruled out by their re-runs alone") != std::string::npos;
+    });
+    ruled_out_cases += ruled_out ? 1 : 0;
+  }
+  std::printf("cases with plans ruled out by their re-runs: %d of 600\n", ruled_out_cases);
+  EXPECT_GT(ruled_out_cases, 50);
+}
+
 TEST(HybridPlannerProperty, LargerTracesStayWithinBudget) {
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     RandomTraceOptions options;

@@ -86,13 +86,20 @@ class HybridPlanning {
     if (!made.empty()) made.front() = plan_rung(order.front());  // beside the plan at the budget
     std::optional<UnavoidableFloor> floor;
     HybridPlan chosen = choose(floor);
+    // Whether the best so far rules out rung i; its bound, which does not
+    // depend on the best, is computed once.
+    std::vector<std::optional<std::optional<double>>> overhead_ms(order.size());
+    const auto cannot_win = [&](std::size_t i) {
+      if (!overhead_ms[i]) overhead_ms[i] = internal::lower_budget_overhead_ms(maker_, order[i]);
+      return internal::lower_budget_cannot_win(maker_, chosen, *overhead_ms[i]);
+    };
     // Starts the rungs up to `until` that the best so far does not rule out:
     // it only gets quicker, so a rung it rules out now is ruled out when its
     // turn comes.
     std::size_t started = made.empty() ? 0 : 1;
     const auto start_until = [&](std::size_t until) {
       for (; started < std::min(until, order.size()); ++started) {
-        if (!internal::lower_budget_cannot_win(maker_, chosen, order[started])) made[started] = plan_rung(order[started]);
+        if (!cannot_win(started)) made[started] = plan_rung(order[started]);
       }
     };
     const std::size_t ahead = internal::rungs_beside();
@@ -100,7 +107,7 @@ class HybridPlanning {
     for (std::size_t i = 0; i < order.size(); ++i) {
       start_until(i + 1 + ahead);
       // Started before the best ruled it out, or never started: passed over.
-      if (internal::lower_budget_cannot_win(maker_, chosen, order[i])) continue;
+      if (cannot_win(i)) continue;
       // Started above unless ruled out, which the best getting quicker keeps
       // it; made here should that rule ever stop being monotone.
       if (!made[i].valid()) made[i] = plan_rung(order[i]);

@@ -116,6 +116,14 @@ enum class OffloadUse : std::uint8_t {
   kRecomputeOnly,        // "recompute": activation checkpointing's stand-in
 };
 
+// Whether the hybrid planner leaves unmade the plans that cannot be chosen
+// (Note [Plans ruled out by their re-runs], hybrid/decision_search.cc): the
+// same plan either way, made sooner. kMakeAll is for the tests that check that.
+enum class PlansThatCannotWin : std::uint8_t {
+  kSkip,
+  kMakeAll,
+};
+
 struct HybridPlannerOptions {
   // The peak planner that places the offloads, and the device to tune for
   // (peak.device_memory): the plans are compared on that device.
@@ -131,6 +139,7 @@ struct HybridPlannerOptions {
   // ladder below the budget and keeps the quickest (Note [Plans for lower
   // budgets], plan/common/lower_budgets.h); small traces only.
   LowerBudgetPlans lower_budgets = LowerBudgetPlans::kRungs;
+  PlansThatCannotWin cannot_win = PlansThatCannotWin::kSkip;
 };
 
 class HybridPlanner final : public Planner {

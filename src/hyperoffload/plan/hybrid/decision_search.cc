@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -74,7 +75,7 @@ std::string decision_label(const DecisionParams& params) {
 // (different parameters can give the same decisions) and the plans made.
 class DecisionSearch {
  public:
-  DecisionSearch(const PlanMaker& maker, std::size_t sets, const OnPlan& on_plan)
+  DecisionSearch(const PlanMaker& maker, std::size_t sets, PlansThatCannotWin cannot_win, const OnPlan& on_plan)
       : maker_(maker),
         models_(maker.models()),
         sets_(sets),
@@ -84,6 +85,7 @@ class DecisionSearch {
         // Few plans can be made (a large trace): skip decision sets that
         // barely lower the peak, whose plans would be the offload-only plan's.
         scarce_(sets < kScarceDecisionSets),
+        skip_(cannot_win == PlansThatCannotWin::kSkip),
         on_plan_(on_plan) {}
 
   std::vector<HybridPlan> run() {
@@ -119,14 +121,17 @@ class DecisionSearch {
     // copies to host by least lateness.
     if (!scarce_) {
       if (models_.device_memory == DeviceMemory::kBudget) leave_the_oldest_to_offloads(plans);
-      maker_.more_offload_only_plans(plans);
+      // Not when a plan made here beats every offload-only plan: none of
+      // them could be chosen (offload_step_bound.h), as the offload-only
+      // plan is stopped then (plan_portfolio.h).
+      if (quickest_ms_ >= models_.offload_only_bound_ms) maker_.more_offload_only_plans(plans);
       if (!plans_.empty()) {
         const DecisionParams best = plans_[best_index()].first;
         const std::vector<RecomputeDecision> decisions = select(best).decisions;
-        plans.push_back(maker_.with_offloads(decisions, decision_label(best) + ", hidden copies first",
-                                             maker_.hiding_first()));
-        plans.push_back(maker_.with_offloads(decisions, decision_label(best) + ", least-lateness copies to host",
-                                             PlanMaker::least_lateness(maker_.around_recomputes())));
+        made(plans, maker_.with_offloads(decisions, decision_label(best) + ", hidden copies first",
+                                         maker_.hiding_first(), quickest_ms_));
+        made(plans, maker_.with_offloads(decisions, decision_label(best) + ", least-lateness copies to host",
+                                         PlanMaker::least_lateness(maker_.around_recomputes()), quickest_ms_));
       }
     }
     for (auto& [params, plan] : plans_) plans.push_back(std::move(plan));
@@ -135,6 +140,32 @@ class DecisionSearch {
 
  private:
   bool room() const { return plans_.size() < sets_ && tried_.size() < tries_; }
+
+  // Note [Plans ruled out by their re-runs]. A plan's step is its compute,
+  // its re-runs and its stall, and the stall is never negative, so a plan
+  // whose re-runs alone make it slower than one already made cannot be
+  // chosen: with_offloads is given the quickest step made so far here and
+  // does not run the peak planner for it (the costliest part of a plan). The
+  // search goes on as if it had been made: a ruled-out decision set still
+  // counts towards room() and is never the best that the neighbours are
+  // taken around (strictly slower than one made), so the same decision sets
+  // are tried and the same plan is chosen as when every plan is made. Only
+  // plans made in this search set the threshold, in the search's own order,
+  // so which plans are ruled out does not depend on the offload-only
+  // plan's thread. The other offload-only plans are left unmade by the same
+  // rule that stops the offload-only plan (beats_offload_only). On the
+  // built-in demo at 50%, of the 27 plans made before, 9 are ruled out and
+  // the 4 other offload-only plans left unmade (BENCHMARKS.md, "Plans ruled
+  // out by their re-runs").
+  void made(std::vector<HybridPlan>& plans, HybridPlan plan) {
+    note_made(plan);
+    plans.push_back(std::move(plan));
+  }
+  void note_made(const HybridPlan& plan) {
+    if (skip_ && !plan.ruled_out && plan.peak_bytes <= models_.budget_bytes) {
+      quickest_ms_ = std::min(quickest_ms_, plan.time_ms);
+    }
+  }
 
   std::size_t best_index() const {
     std::size_t best = 0;
@@ -176,9 +207,12 @@ class DecisionSearch {
     std::sort(key.begin(), key.end());
     if (key.empty() || std::find(seen_.begin(), seen_.end(), key) != seen_.end()) return;
     seen_.push_back(std::move(key));
-    plans_.push_back({params, maker_.with_offloads(chosen, decision_label(params), maker_.around_recomputes())});
-    plans_.back().second.chain_work_cut = selection.cut;
-    on_plan_(plans_.back().second);
+    plans_.push_back(
+        {params, maker_.with_offloads(chosen, decision_label(params), maker_.around_recomputes(), quickest_ms_)});
+    HybridPlan& plan = plans_.back().second;
+    plan.chain_work_cut = selection.cut;
+    note_made(plan);
+    if (!plan.ruled_out) on_plan_(plan);
   }
 
   // The decision sets for a device that holds only the budget, made where
@@ -195,7 +229,7 @@ class DecisionSearch {
   // byte, are offloaded instead, fewer attention probabilities are re-run, and
   // the step is 1.2 ms quicker than the best plan without them). Each with the
   // given weights and with the hiding-first ones.
-  void leave_the_oldest_to_offloads(std::vector<HybridPlan>& plans) const {
+  void leave_the_oldest_to_offloads(std::vector<HybridPlan>& plans) {
     PeakPlannerOptions options = maker_.around_recomputes();
     options.host_copy_deadline = HostCopyDeadline::kBeforePeak;
     PeakPlannerOptions hidden_first = maker_.hiding_first();
@@ -218,8 +252,9 @@ class DecisionSearch {
           fmt::format("recompute at any cost except what the copy engine can move by {:.0f}% of the time before "
                       "the peak, offload that, copies to host by the peak",
                       100.0 * deadline);
-      plans.push_back(maker_.with_offloads(selection.decisions, label, options));
-      plans.push_back(maker_.with_offloads(selection.decisions, label + ", hidden copies first", hidden_first));
+      made(plans, maker_.with_offloads(selection.decisions, label, options, quickest_ms_));
+      made(plans, maker_.with_offloads(selection.decisions, label + ", hidden copies first", hidden_first,
+                                       quickest_ms_));
       plans[plans.size() - 2].chain_work_cut = plans.back().chain_work_cut = selection.cut;
     }
   }
@@ -229,10 +264,14 @@ class DecisionSearch {
   const std::size_t sets_;
   const std::size_t tries_;
   const bool scarce_;
+  const bool skip_;  // PlansThatCannotWin::kSkip: quickest_ms_ stays infinite otherwise
   const OnPlan& on_plan_;
   std::vector<DecisionParams> tried_;
   std::vector<std::vector<std::pair<std::int32_t, OpIndex>>> seen_;
   std::vector<std::pair<DecisionParams, HybridPlan>> plans_;
+  // The quickest step among the plans made here that fit the budget (Note
+  // [Plans ruled out by their re-runs]).
+  double quickest_ms_ = std::numeric_limits<double>::infinity();
 };
 
 }  // namespace
@@ -245,7 +284,7 @@ std::size_t plans_allowed(const Trace& trace, const HybridPlannerOptions& option
 
 std::vector<HybridPlan> search_decision_sets(const PlanMaker& maker, const HybridPlannerOptions& options,
                                              const OnPlan& on_plan) {
-  return DecisionSearch(maker, plans_allowed(maker.models().trace, options), on_plan).run();
+  return DecisionSearch(maker, plans_allowed(maker.models().trace, options), options.cannot_win, on_plan).run();
 }
 
 }  // namespace hyperoffload::internal

@@ -8,7 +8,10 @@
 // four or more (kScarceDecisionSets); each is a selection (recompute_selection.h)
 // and the peak planner on its augmented trace (augmented_trace.h), whose
 // sizes Note [Chain work] bounds. Parameters already tried and decision sets
-// already planned are skipped (a linear look-up among at most a few dozen).
+// already planned are skipped (a linear look-up among at most a few dozen),
+// and so is the peak planner for a plan whose re-runs alone make it slower
+// than one made before (Note [Plans ruled out by their re-runs],
+// decision_search.cc).
 //
 // A decision set has three parameters (DecisionParams): a cost limit (cost /
 // H2D time of the bytes), a target (the budget plus a share of what the copy

@@ -70,11 +70,26 @@ HybridPlan PlanMaker::offload_only(const PeakPlannerOptions& options, std::strin
 }
 
 HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, std::string label,
-                                    const PeakPlannerOptions& options) const {
+                                    const PeakPlannerOptions& options, double slower_than_ms) const {
   const Trace& trace = models_.trace;
   const AugmentedTrace augmented = build_augmented_trace(trace, models_.recompute, chosen);
   const StorageAccesses accesses(augmented.trace);
   const PeakModel model = build_peak_model(augmented.trace, accesses);
+  if (trace.total_compute_ms() + augmented.recompute_ms > slower_than_ms) {
+    // The floor is the peak model's, as run_peak_planner reports it.
+    HybridPlan ruled_out;
+    ruled_out.label = std::move(label);
+    ruled_out.ruled_out = true;
+    ruled_out.peak_bytes = std::numeric_limits<std::int64_t>::max();
+    ruled_out.time_ms = std::numeric_limits<double>::infinity();
+    if (model.floor.op >= 0) {
+      ruled_out.floor =
+          UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(model.floor.op)], model.floor.bytes};
+    }
+    ruled_out.recompute_count = augmented.recompute_count;
+    ruled_out.recompute_ms = augmented.recompute_ms;
+    return ruled_out;
+  }
   const std::optional<std::int64_t> memory_cap = models_.memory_cap();
   const ScheduleTimer timer = [&](std::vector<Action> actions) {
     TimedSchedule timed{map_back(augmented, actions), 0.0};

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <stop_token>
@@ -46,6 +47,10 @@ struct HybridPlan {
   double recompute_ms = 0.0;
   std::vector<std::string> notes;
   bool stopped = false;  // its making was stopped: no plan (the portfolio passes it over)
+  // Not made: its re-runs alone make it slower than a plan made before it
+  // (PlanMaker::with_offloads' `slower_than_ms`). Only its floor and re-runs
+  // are set; the portfolio passes it over and takes its floor.
+  bool ruled_out = false;
   // The budget it was planned for, when that was a lower one (Note [Plans for
   // lower budgets], lower_budgets.h).
   std::int64_t planned_for_bytes = 0;
@@ -77,9 +82,13 @@ class PlanMaker {
   // Offloads planned around the recomputes of `chosen`: the peak planner on
   // the augmented trace, each of its schedules mapped back to the original
   // trace and timed there (so it picks its prefetch order by the schedule
-  // that is used).
+  // that is used). When the compute plus the re-runs of `chosen` is above
+  // `slower_than_ms` the plan could only be slower than that, whatever its
+  // offloads (a stall only adds), and the peak planner is not run: the plan
+  // comes back `ruled_out`, with its floor and re-runs.
   HybridPlan with_offloads(std::span<const RecomputeDecision> chosen, std::string label,
-                           const PeakPlannerOptions& options) const;
+                           const PeakPlannerOptions& options,
+                           double slower_than_ms = std::numeric_limits<double>::infinity()) const;
   // Releases after the last access and the recomputes of `chosen`, no copies.
   HybridPlan without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const;
 

@@ -26,7 +26,8 @@ HybridPlan choose_plan(HybridPlan offload, std::vector<HybridPlan> others, std::
     offload.stopped = true;
     offload.floor.reset();
   }
-  const std::size_t evaluated = others.size() + (offload.stopped ? 0 : 1);
+  const auto ruled_out = static_cast<std::size_t>(std::ranges::count_if(others, &HybridPlan::ruled_out));
+  const std::size_t evaluated = others.size() - ruled_out + (offload.stopped ? 0 : 1);
   auto lower = [&](const HybridPlan& plan) {
     if (plan.floor && (!floor || plan.floor->bytes < floor->bytes)) floor = plan.floor;
   };
@@ -40,10 +41,12 @@ HybridPlan choose_plan(HybridPlan offload, std::vector<HybridPlan> others, std::
   double recompute_only_ms = -1.0;
   HybridPlan best = std::move(offload);
   for (HybridPlan& plan : others) {
+    if (plan.ruled_out) continue;
     if (plan.recompute_only && plan.peak_bytes <= budget_bytes) recompute_only_ms = plan.time_ms;
     if (best.stopped || better(plan, best, budget_bytes)) best = std::move(plan);
   }
   if (recompute_only_ms >= 0.0) comparison += fmt::format(", recompute-only {:.3f} ms", recompute_only_ms);
+  if (ruled_out > 0) comparison += fmt::format(", {} more ruled out by their re-runs alone", ruled_out);
   best.notes.push_back(fmt::format(
       "hybrid: {} recompute(s) ({:.3f} ms) and {} copies: {}; estimated step {:.3f} ms, the best of {} plan(s) "
       "({})",
@@ -72,14 +75,19 @@ bool take_quicker_lower(const PlanMaker& maker, HybridPlan& chosen, std::vector<
   return taken;
 }
 
-bool lower_budget_cannot_win(const PlanMaker& maker, const HybridPlan& chosen, std::int64_t lower_budget) {
+std::optional<double> lower_budget_overhead_ms(const PlanMaker& maker, std::int64_t lower_budget) {
+  const HybridModels& models = maker.models();
+  return overhead_lower_bound_ms(
+      models.trace, lower_budget,
+      StallBoundOptions{.copy_engines = CopyEngines::kTwo, .device_memory = models.device_memory},
+      models.budget_bytes);
+}
+
+bool lower_budget_cannot_win(const PlanMaker& maker, const HybridPlan& chosen, std::optional<double> overhead_ms) {
   const HybridModels& models = maker.models();
   if (chosen.peak_bytes > models.budget_bytes) return false;
-  const std::optional<double> bound_ms = overhead_lower_bound_ms(
-      models.trace, lower_budget, StallBoundOptions{.copy_engines = CopyEngines::kTwo, .device_memory = models.device_memory},
-      models.budget_bytes);
-  if (!bound_ms) return true;  // nothing fits the lower budget
-  return internal::cannot_beat(models.trace.total_compute_ms() + *bound_ms, chosen.time_ms);
+  if (!overhead_ms) return true;  // nothing fits the lower budget
+  return internal::cannot_beat(models.trace.total_compute_ms() + *overhead_ms, chosen.time_ms);
 }
 
 PlanResult plan_result(std::string_view planner_name, const PlanMaker& maker, HybridPlan chosen,

@@ -30,9 +30,10 @@ bool beats_offload_only(const HybridPlan& plan, std::int64_t budget_bytes, doubl
 // earlier, the offload-only plan first), with a note on how it was chosen.
 // An offload-only plan that one of `others` beats is passed over as though
 // stopped, whether or not its thread was stopped in time, so the choice and
-// the notes do not depend on the threads' timing. Lowers `floor` to the
-// lowest floor among the plans (a budget at or above it is met by that plan,
-// so by the best).
+// the notes do not depend on the threads' timing. A plan of `others` that
+// is `ruled_out` is passed over and counted apart in the note. Lowers `floor`
+// to the lowest floor among the plans, the ruled-out ones included (a budget
+// at or above it is met by that plan, so by the best).
 HybridPlan choose_plan(HybridPlan offload, std::vector<HybridPlan> others, std::int64_t budget_bytes,
                        double offload_only_bound_ms, std::optional<UnavoidableFloor>& floor);
 
@@ -42,12 +43,16 @@ HybridPlan choose_plan(HybridPlan offload, std::vector<HybridPlan> others, std::
 // `chosen` (or fits where `chosen` does not) replaces it. Whether one did.
 bool take_quicker_lower(const PlanMaker& maker, HybridPlan& chosen, std::vector<HybridPlan> lower);
 
-// Whether no plan made for `lower_budget` (one that fits it) can be strictly
-// quicker here than `chosen`, which fits: the least stall plus recompute of
-// any plan within `lower_budget`, on this budget's device
-// (plan/common/overhead_bound.h), is at least `chosen`'s. Saves making the
-// plans of that budget; the choice is the same.
-bool lower_budget_cannot_win(const PlanMaker& maker, const HybridPlan& chosen, std::int64_t lower_budget);
+// The least stall plus recompute of any plan within `lower_budget`, on this
+// budget's device (plan/common/overhead_bound.h); nullopt when no plan fits
+// `lower_budget`. Independent of the plans made, so computed once per rung.
+std::optional<double> lower_budget_overhead_ms(const PlanMaker& maker, std::int64_t lower_budget);
+
+// Whether no plan made for a lower budget (one that fits it), whose least
+// overhead here is `overhead_ms` (lower_budget_overhead_ms), can be strictly
+// quicker here than `chosen`, which fits. Saves making the plans of that
+// budget; the choice is the same.
+bool lower_budget_cannot_win(const PlanMaker& maker, const HybridPlan& chosen, std::optional<double> overhead_ms);
 
 // The planner's result: `chosen`, with a note naming `lower_budget` when a
 // plan made for it was chosen (take_quicker_lower) and one when the budget is
