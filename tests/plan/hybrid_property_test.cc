@@ -203,11 +203,12 @@ TEST(HybridPlannerProperty, RandomTracesGiveValidSchedulesWithinBudgetDownToTheF
   EXPECT_GT(coverage.offload_floor_above_compute, 100);
 }
 
-// Note [Plans ruled out by their re-runs] (hybrid/decision_search.cc): the
-// plans the hybrid planner leaves unmade could not have been chosen, so it
-// gives the same schedule, peak and floor as when it makes every plan.
+// Note [Plans ruled out by their re-runs] (hybrid/decision_search.cc) and
+// Note [The recompute-only plan after the decision sets] (hybrid_planner.cc):
+// the plans the hybrid planner leaves unmade could not have been chosen, so
+// it gives the same schedule, peak and floor as when it makes every plan.
 TEST(HybridPlannerProperty, PlansRuledOutByTheirReRunsChangeNothing) {
-  int ruled_out_cases = 0;
+  int ruled_out_cases = 0, recompute_only_ruled_out = 0;
   for (std::uint64_t seed = 1; seed <= 600; ++seed) {
     const Case c = random_case(seed);
     const Trace trace = seed % 2 == 0 ? random_transformer(seed) : generate_random_trace(c.trace);
@@ -232,9 +233,14 @@ TEST(HybridPlannerProperty, PlansRuledOutByTheirReRunsChangeNothing) {
       return note.find("ruled out by their re-runs alone") != std::string::npos;
     });
     ruled_out_cases += ruled_out ? 1 : 0;
+    recompute_only_ruled_out += std::ranges::any_of(skipping->notes, [](const std::string& note) {
+      return note.find("recompute-only not made") != std::string::npos;
+    });
   }
-  std::printf("cases with plans ruled out by their re-runs: %d of 600\n", ruled_out_cases);
+  std::printf("cases with plans ruled out by their re-runs: %d of 600, the recompute-only plan: %d\n",
+              ruled_out_cases, recompute_only_ruled_out);
   EXPECT_GT(ruled_out_cases, 50);
+  EXPECT_GT(recompute_only_ruled_out, 50);
 }
 
 TEST(HybridPlannerProperty, LargerTracesStayWithinBudget) {

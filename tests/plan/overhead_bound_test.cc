@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "hyperoffload/gen/random_trace.h"
@@ -183,10 +184,39 @@ TEST(OverheadBound, TakesRetainedStoragesPastTheirLastAccessOffByCopyOnly) {
   EXPECT_NEAR(*overhead_lower_bound_ms(trace, 4 * kMiB, capped), 3.0, 1e-9);
 }
 
+// recompute_only_lower_bound_ms: no copies, so the whole excess comes from
+// re-runs, K(E) at each op evaluated.
+TEST(OverheadBound, RecomputeOnlyBoundTakesTheWholeExcessFromReRuns) {
+  // cheap_recompute at 4 MiB: E = 4 MiB at ops 1 and 2, and the one item is
+  // s1, 4 MiB for a's 0.5 ms: K(4 MiB) = 0.5 ms — the re-run of a the
+  // recompute planner's plan makes. (With copies the bound was 1/3.)
+  const Trace cheap = cheap_recompute();
+  EXPECT_DOUBLE_EQ(*recompute_only_lower_bound_ms(cheap, 4 * kMiB), 0.5);
+  EXPECT_DOUBLE_EQ(overhead_ms(cheap, 4 * kMiB, "recompute", DeviceMemory::kUnlimited), 0.5);
+  EXPECT_DOUBLE_EQ(*recompute_only_lower_bound_ms(cheap, 8 * kMiB), 0.0);
+  EXPECT_FALSE(recompute_only_lower_bound_ms(cheap, 3 * kMiB).has_value());
+  // attention_chain at 5 MiB: E = 2 MiB at op 3; the cheapest item is s3 at
+  // 3/8 ms per MiB (c's re-run with b's, which regenerates its dead input):
+  // K(2 MiB) = 0.75 ms, the best plan's re-runs.
+  EXPECT_DOUBLE_EQ(*recompute_only_lower_bound_ms(attention_chain(), 5 * kMiB), 0.75);
+  // A retained storage past its last access leaves only by a copy: at 4 MiB
+  // nothing re-runs s1 off the device, so no recompute-only plan fits.
+  const Trace retained = TraceDsl()
+                             .storage(1, 4 * kMiB, Retention::kRetained)
+                             .storage(2, 4 * kMiB)
+                             .bandwidth(1000.0 / 1024.0)
+                             .op("a", "W1", 1, Recomputable::kYes)
+                             .op("b", "W2", 1)
+                             .op("c", "R2", 1)
+                             .build();
+  EXPECT_EQ(*recompute_only_lower_bound_ms(retained, 4 * kMiB), std::numeric_limits<double>::infinity());
+}
+
 TEST(OverheadBound, IsNeverAboveWhatAFeasiblePlanAdds) {
   std::mt19937_64 rng(11);
   auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
-  int feasible = 0, positive = 0, optimal = 0, on_larger_devices = 0;
+  int feasible = 0, positive = 0, optimal = 0, on_larger_devices = 0, without_copies = 0,
+      positive_without_copies = 0;
   for (std::uint64_t seed = 1; seed <= 1000; ++seed) {
     RandomTraceOptions options;
     options.seed = seed;
@@ -210,6 +240,7 @@ TEST(OverheadBound, IsNeverAboveWhatAFeasiblePlanAdds) {
         static_cast<std::int64_t>(uniform(0.4, 1.0) * static_cast<double>(unplanned_peak(trace).bytes));
     std::vector<std::string> planners = {"peak", "greedy", "hybrid", "recompute"};
     if (small) planners.push_back("optimal");
+    const std::optional<double> recompute_only_bound = recompute_only_lower_bound_ms(trace, budget);
     for (const CopyEngines engines : {CopyEngines::kTwo, CopyEngines::kOne}) {
       for (const DeviceMemory cap : {DeviceMemory::kUnlimited, DeviceMemory::kBudget}) {
         const std::optional<double> bound = overhead_lower_bound_ms(trace, budget, {engines, cap});
@@ -230,6 +261,13 @@ TEST(OverheadBound, IsNeverAboveWhatAFeasiblePlanAdds) {
           ASSERT_LE(*bound, added + 1e-9 * std::max(1.0, added))
               << "seed " << seed << ", " << name << ", " << static_cast<int>(engines) << " engine(s), "
               << (cap == DeviceMemory::kBudget ? "capped" : "unlimited");
+          if (sim->d2h_count == 0 && sim->h2d_count == 0) {
+            ++without_copies;
+            ASSERT_TRUE(recompute_only_bound.has_value());
+            positive_without_copies += *recompute_only_bound > 0.0 ? 1 : 0;
+            ASSERT_LE(*recompute_only_bound, added + 1e-9 * std::max(1.0, added))
+                << "seed " << seed << ", " << name << " copies nothing";
+          }
           if (cap != DeviceMemory::kBudget) continue;
           // The same plan on a device that holds more than its budget (Note
           // [Plans for lower budgets] times plans of lower budgets there).
@@ -251,6 +289,9 @@ TEST(OverheadBound, IsNeverAboveWhatAFeasiblePlanAdds) {
   EXPECT_GT(positive, 500);  // the bound is not trivially 0
   EXPECT_GT(optimal, 10);
   EXPECT_GT(on_larger_devices, 500);
+  EXPECT_GT(without_copies, 80);
+  std::printf("without copies %d, with a positive bound %d\n", without_copies, positive_without_copies);
+  EXPECT_GT(positive_without_copies, 40);  // recompute-only plans that re-run, not just fits
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <future>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -15,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "hyperoffload/ir/memory_profile.h"
+#include "hyperoffload/plan/common/overhead_bound.h"
 #include "hyperoffload/plan/common/lower_budgets.h"
 #include "hyperoffload/plan/hybrid/decision_search.h"
 #include "hyperoffload/plan/hybrid/hybrid_models.h"
@@ -60,7 +62,10 @@ class HybridPlanning {
     //    otherwise the offload-only plan starts now, beside the recompute
     //    model's build.
     const bool offloads = options_.offload != OffloadUse::kRecomputeOnly;
-    recompute_first_ = offloads && models_.offload_only_bound_ms > trace.total_compute_ms();
+    defer_recompute_only_ =
+        offloads && options_.cannot_win == PlansThatCannotWin::kSkip && maker_.room_for_more_plans();
+    recompute_first_ =
+        offloads && !defer_recompute_only_ && models_.offload_only_bound_ms > trace.total_compute_ms();
     if (offloads && !recompute_first_) offload_worker_ = std::jthread([this] { offload_worker(); });
     // 3. The recompute model, which everything below reads.
     models_.wait_for_recompute_model();
@@ -159,8 +164,9 @@ class HybridPlanning {
       return finish(std::move(others), floor);
     }
     // 4. The recompute-only plan: first, here, unless it goes on the
-    //    offload-only plan's thread (offload_worker).
-    if (!recompute_first_) {
+    //    offload-only plan's thread (offload_worker) or after the decision
+    //    sets (defer_recompute_only_).
+    if (!recompute_first_ && !defer_recompute_only_) {
       if (const std::optional<RecomputeSelection> sequence = maker_.recompute_only_sequence_if_it_can_fit()) {
         make_recompute_only(*sequence);
       }
@@ -168,12 +174,30 @@ class HybridPlanning {
     // 5. The decision sets, each stopping the offload-only plan once it beats it.
     std::vector<HybridPlan> plans = internal::search_decision_sets(
         maker_, options_, [this](const HybridPlan& plan) { stop_offload_only_if_beaten(plan); });
+    std::optional<double> recompute_only_ruled_out;  // the least re-runs of any recompute-only plan
+    if (defer_recompute_only_) {
+      recompute_only_ruled_out = recompute_only_cannot_win(plans);
+      if (!recompute_only_ruled_out) {
+        if (const std::optional<RecomputeSelection> sequence = maker_.recompute_only_sequence_if_it_can_fit()) {
+          make_recompute_only(*sequence);
+        }
+      }
+    }
     // 6. The portfolio, once the offload-only plan is made or stopped.
     offload_worker_.join();
     // Where the decision sequences cannot fit the budget, DTR's walk may
     // (PlanMaker::or_within_an_eighth): the recompute-only planner would take
     // it, so the hybrid planner weighs it too.
-    if (!recompute_ && maker_.room_for_more_plans()) {
+    if (recompute_only_ruled_out) {
+      HybridPlan ruled_out;
+      ruled_out.label = "recompute-only";
+      ruled_out.recompute_only = true;
+      ruled_out.ruled_out = true;
+      ruled_out.recompute_ms = *recompute_only_ruled_out;
+      ruled_out.peak_bytes = std::numeric_limits<std::int64_t>::max();
+      ruled_out.time_ms = std::numeric_limits<double>::infinity();
+      plans.push_back(std::move(ruled_out));
+    } else if (!recompute_ && maker_.room_for_more_plans()) {
       HybridPlan walk = maker_.walk_or_segments();
       if (walk.peak_bytes <= models_.budget_bytes) {
         walk.recompute_only = true;
@@ -182,6 +206,31 @@ class HybridPlanning {
     }
     if (recompute_) plans.insert(plans.begin(), std::move(*recompute_));
     return finish(std::move(plans), floor);
+  }
+
+  // Note [The recompute-only plan after the decision sets]. On a trace with
+  // room for several plans, the recompute-only plan is a family (the
+  // decision sequence, its variants, DTR's walks, the segment re-runs) that
+  // costs as much as several decision sets, and it rarely wins where offloads
+  // can hide: its step is the compute plus its re-runs, and no recompute-only
+  // plan re-runs less than recompute_only_lower_bound_ms (overhead_bound.h).
+  // So there it is made after the decision sets, and not at all when the
+  // compute plus that bound is above the quickest plan they made that fits:
+  // none of the family could be chosen. The floor then comes from the other
+  // plans. On the demo at 50% the bound is 144.9 ms of re-runs against 51.3
+  // ms for the plan chosen. The threshold is the decision sets' own plans, so
+  // the choice does not depend on the offload-only plan's thread.
+  // The least re-runs of any recompute-only plan when they rule the
+  // recompute-only plan out; nullopt when it could win.
+  std::optional<double> recompute_only_cannot_win(const std::vector<HybridPlan>& made) const {
+    double quickest_ms = std::numeric_limits<double>::infinity();
+    for (const HybridPlan& plan : made) {
+      if (!plan.ruled_out && plan.peak_bytes <= models_.budget_bytes) quickest_ms = std::min(quickest_ms, plan.time_ms);
+    }
+    if (quickest_ms == std::numeric_limits<double>::infinity()) return std::nullopt;
+    const std::optional<double> least_ms = recompute_only_lower_bound_ms(models_.trace, models_.budget_bytes);
+    if (!least_ms || models_.trace.total_compute_ms() + *least_ms <= quickest_ms) return std::nullopt;
+    return least_ms;
   }
 
   // The portfolio's choice between the offload-only plan and `others`.
@@ -249,8 +298,10 @@ class HybridPlanning {
   const internal::PlanMaker maker_;
   const OffloadOnlyStop offload_stop_rule_;
   // Whether the recompute-only plan is made on the offload-only plan's thread
-  // (offload_worker).
+  // (offload_worker), or after the decision sets, unless they rule it out
+  // (Note [The recompute-only plan after the decision sets]).
   bool recompute_first_ = false;
+  bool defer_recompute_only_ = false;
   // With OffloadOnlyStop::kNever: the offload-only plan, kept by finish().
   std::optional<HybridPlan> kept_offload_;
   std::stop_source offload_stop_;

@@ -69,6 +69,10 @@ class OpBound {
     capped_ = options.device_memory == DeviceMemory::kBudget;
   }
 
+  // K(E(q)): the least re-run time that takes the whole excess off the
+  // device, with no copies (recompute_only_lower_bound_ms).
+  double least_recompute_ms() const { return knapsack_ms(static_cast<double>(excess_)); }
+
   // The least h that is feasible(), by bisection: the knapsack's part only
   // falls as h grows.
   double least_overhead_ms() const {
@@ -251,6 +255,15 @@ std::vector<OpIndex> ops_to_evaluate(const Trace& trace, const TraceFacts& facts
   return chosen;
 }
 
+// Whether some op touches more than the budget: then no plan fits it.
+bool an_op_touches_more_than(const Trace& trace, std::int64_t budget_bytes) {
+  std::vector<OpIndex> seen_at(static_cast<std::size_t>(trace.storage_count()), -1);
+  for (OpIndex op = 0; op < trace.op_count(); ++op) {
+    if (touched_bytes(trace, op, seen_at) > budget_bytes) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::optional<double> overhead_lower_bound_ms(const Trace& trace, std::int64_t budget_bytes,
@@ -258,14 +271,22 @@ std::optional<double> overhead_lower_bound_ms(const Trace& trace, std::int64_t b
                                               std::optional<std::int64_t> memory_cap_bytes) {
   const std::int64_t cap_slack = std::max<std::int64_t>(0, memory_cap_bytes.value_or(budget_bytes) - budget_bytes);
   if (trace.op_count() == 0) return 0.0;
-  std::vector<OpIndex> seen_at(static_cast<std::size_t>(trace.storage_count()), -1);
-  for (OpIndex op = 0; op < trace.op_count(); ++op) {
-    if (touched_bytes(trace, op, seen_at) > budget_bytes) return std::nullopt;
-  }
+  if (an_op_touches_more_than(trace, budget_bytes)) return std::nullopt;
   const TraceFacts facts(trace);
   double bound = 0.0;
   for (const OpIndex q : ops_to_evaluate(trace, facts, budget_bytes)) {
     bound = std::max(bound, OpBound(trace, facts, q, budget_bytes, options, cap_slack).least_overhead_ms());
+  }
+  return bound;
+}
+
+std::optional<double> recompute_only_lower_bound_ms(const Trace& trace, std::int64_t budget_bytes) {
+  if (trace.op_count() == 0) return 0.0;
+  if (an_op_touches_more_than(trace, budget_bytes)) return std::nullopt;
+  const TraceFacts facts(trace);
+  double bound = 0.0;
+  for (const OpIndex q : ops_to_evaluate(trace, facts, budget_bytes)) {
+    bound = std::max(bound, OpBound(trace, facts, q, budget_bytes, {}, 0).least_recompute_ms());
   }
   return bound;
 }

@@ -75,4 +75,13 @@ std::optional<double> overhead_lower_bound_ms(const Trace& trace, std::int64_t b
                                               const StallBoundOptions& options = {},
                                               std::optional<std::int64_t> memory_cap_bytes = std::nullopt);
 
+// The least recompute time, in ms, of any plan in the scope above that copies
+// nothing (a recompute-only plan: it stalls on nothing, so its step is the
+// compute plus this): the argument above with no bytes for 1. and 2., so at
+// each op evaluated the least cost K(E(q)) of the whole excess from the
+// knapsack of 3. +infinity when re-runs alone cannot take some evaluated op's
+// excess off the device; nullopt when no plan fits the budget at all. The
+// same cost as overhead_lower_bound_ms without its bisection.
+std::optional<double> recompute_only_lower_bound_ms(const Trace& trace, std::int64_t budget_bytes);
+
 }  // namespace hyperoffload

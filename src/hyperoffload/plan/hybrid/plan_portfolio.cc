@@ -1,6 +1,7 @@
 #include "hyperoffload/plan/hybrid/plan_portfolio.h"
 
 #include <algorithm>
+#include <cmath>
 #include <ranges>
 #include <string>
 #include <utility>
@@ -27,6 +28,10 @@ HybridPlan choose_plan(HybridPlan offload, std::vector<HybridPlan> others, std::
     offload.floor.reset();
   }
   const auto ruled_out = static_cast<std::size_t>(std::ranges::count_if(others, &HybridPlan::ruled_out));
+  // The recompute-only plan ruled out (Note [The recompute-only plan after
+  // the decision sets], hybrid_planner.cc), with the least re-runs of any.
+  const auto recompute_only_ruled_out =
+      std::ranges::find_if(others, [](const HybridPlan& plan) { return plan.ruled_out && plan.recompute_only; });
   const std::size_t evaluated = others.size() - ruled_out + (offload.stopped ? 0 : 1);
   auto lower = [&](const HybridPlan& plan) {
     if (plan.floor && (!floor || plan.floor->bytes < floor->bytes)) floor = plan.floor;
@@ -46,7 +51,15 @@ HybridPlan choose_plan(HybridPlan offload, std::vector<HybridPlan> others, std::
     if (best.stopped || better(plan, best, budget_bytes)) best = std::move(plan);
   }
   if (recompute_only_ms >= 0.0) comparison += fmt::format(", recompute-only {:.3f} ms", recompute_only_ms);
-  if (ruled_out > 0) comparison += fmt::format(", {} more ruled out by their re-runs alone", ruled_out);
+  if (recompute_only_ruled_out == others.end()) {
+  } else if (std::isinf(recompute_only_ruled_out->recompute_ms)) {
+    comparison += ", recompute-only not made: re-runs alone cannot take the excess off the device";
+  } else {
+    comparison += fmt::format(", recompute-only not made: its re-runs alone take at least {:.3f} ms",
+                              recompute_only_ruled_out->recompute_ms);
+  }
+  const std::size_t other_ruled_out = ruled_out - (recompute_only_ruled_out != others.end() ? 1 : 0);
+  if (other_ruled_out > 0) comparison += fmt::format(", {} more ruled out by their re-runs alone", other_ruled_out);
   best.notes.push_back(fmt::format(
       "hybrid: {} recompute(s) ({:.3f} ms) and {} copies: {}; estimated step {:.3f} ms, the best of {} plan(s) "
       "({})",
