@@ -189,13 +189,9 @@ class HybridPlanning {
     // (PlanMaker::or_within_an_eighth): the recompute-only planner would take
     // it, so the hybrid planner weighs it too.
     if (recompute_only_ruled_out) {
-      HybridPlan ruled_out;
-      ruled_out.label = "recompute-only";
+      HybridPlan ruled_out = internal::ruled_out_plan("recompute-only");
       ruled_out.recompute_only = true;
-      ruled_out.ruled_out = true;
       ruled_out.recompute_ms = *recompute_only_ruled_out;
-      ruled_out.peak_bytes = std::numeric_limits<std::int64_t>::max();
-      ruled_out.time_ms = std::numeric_limits<double>::infinity();
       plans.push_back(std::move(ruled_out));
     } else if (!recompute_ && maker_.room_for_more_plans()) {
       HybridPlan walk = maker_.walk_or_segments();

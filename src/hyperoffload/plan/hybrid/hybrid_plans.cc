@@ -35,6 +35,15 @@ bool better(const HybridPlan& a, const HybridPlan& b, std::int64_t budget_bytes)
   return better_outcome({a.peak_bytes, a.time_ms}, {b.peak_bytes, b.time_ms}, budget_bytes);
 }
 
+HybridPlan ruled_out_plan(std::string label) {
+  HybridPlan plan;
+  plan.label = std::move(label);
+  plan.ruled_out = true;
+  plan.peak_bytes = std::numeric_limits<std::int64_t>::max();
+  plan.time_ms = std::numeric_limits<double>::infinity();
+  return plan;
+}
+
 std::int64_t count_copies(std::span<const Action> actions) {
   std::int64_t copies = 0;
   for (const Action& action : actions) {
@@ -77,11 +86,7 @@ HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, s
   const PeakModel model = build_peak_model(augmented.trace, accesses);
   if (trace.total_compute_ms() + augmented.recompute_ms > slower_than_ms) {
     // The floor is the peak model's, as run_peak_planner reports it.
-    HybridPlan ruled_out;
-    ruled_out.label = std::move(label);
-    ruled_out.ruled_out = true;
-    ruled_out.peak_bytes = std::numeric_limits<std::int64_t>::max();
-    ruled_out.time_ms = std::numeric_limits<double>::infinity();
+    HybridPlan ruled_out = ruled_out_plan(std::move(label));
     if (model.floor.op >= 0) {
       ruled_out.floor =
           UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(model.floor.op)], model.floor.bytes};

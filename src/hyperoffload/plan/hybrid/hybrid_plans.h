@@ -238,6 +238,11 @@ std::size_t exclusion_evaluations(const Trace& trace);
 // Whether a beats b at the budget (common/plan_order.h, better_outcome).
 bool better(const HybridPlan& a, const HybridPlan& b, std::int64_t budget_bytes);
 
+// A plan that is not made because it cannot be chosen (HybridPlan::ruled_out):
+// no actions, no peak within any budget, no time; the caller sets what it
+// knows (re-runs, floor).
+HybridPlan ruled_out_plan(std::string label);
+
 // The number of copies (to host and back) among `actions`.
 std::int64_t count_copies(std::span<const Action> actions);
 

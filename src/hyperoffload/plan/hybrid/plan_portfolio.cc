@@ -51,12 +51,11 @@ HybridPlan choose_plan(HybridPlan offload, std::vector<HybridPlan> others, std::
     if (best.stopped || better(plan, best, budget_bytes)) best = std::move(plan);
   }
   if (recompute_only_ms >= 0.0) comparison += fmt::format(", recompute-only {:.3f} ms", recompute_only_ms);
-  if (recompute_only_ruled_out == others.end()) {
-  } else if (std::isinf(recompute_only_ruled_out->recompute_ms)) {
-    comparison += ", recompute-only not made: re-runs alone cannot take the excess off the device";
-  } else {
-    comparison += fmt::format(", recompute-only not made: its re-runs alone take at least {:.3f} ms",
-                              recompute_only_ruled_out->recompute_ms);
+  if (recompute_only_ruled_out != others.end()) {
+    const double least_ms = recompute_only_ruled_out->recompute_ms;
+    comparison += std::isinf(least_ms)
+                      ? std::string(", recompute-only not made: re-runs alone cannot take the excess off the device")
+                      : fmt::format(", recompute-only not made: its re-runs alone take at least {:.3f} ms", least_ms);
   }
   const std::size_t other_ruled_out = ruled_out - (recompute_only_ruled_out != others.end() ? 1 : 0);
   if (other_ruled_out > 0) comparison += fmt::format(", {} more ruled out by their re-runs alone", other_ruled_out);
