@@ -70,7 +70,7 @@ import torchvision_models  # noqa: E402,F401  (before transformers, which import
 import transformers  # noqa: E402
 
 import hyperoffload as ho  # noqa: E402
-from bench_steps import measured_peak, step, write_atomically  # noqa: E402,F401  (python/bench/bench_steps.py)
+from bench_steps import keep_freed_memory, measured_peak, step, write_atomically  # noqa: E402,F401  (python/bench/bench_steps.py)
 from models import GptDecoder  # noqa: E402  (python/tests/models.py)
 
 transformers.logging.set_verbosity_error()
@@ -419,19 +419,21 @@ def main(argv=None):
     if rounds < 1:
         parser.error("--rounds must be at least 1")
     torch.set_num_threads(1)
+    malloc = keep_freed_memory()  # before any tensor: every variant runs on the same malloc
     random.seed(args.seed)
     shapes = QUICK if args.quick else FULL
 
     def log(line):
         print(line, flush=True)
 
+    log(malloc)
     results = []
     for name in names:
         log(f"{name} ...")
         results.append(run_model(name, shapes[name], rounds, log, looser))
     report(results, log)
     document = {"torch": torch.__version__, "transformers": transformers.__version__, "threads": 1,
-                "quick": args.quick, "results": results}
+                "malloc": malloc, "quick": args.quick, "results": results}
     if args.json:
         write_atomically(args.json, json.dumps(document, indent=1))
     return document

@@ -72,7 +72,7 @@ import torchvision_models  # noqa: E402,F401  (before transformers, which import
 import transformers  # noqa: E402
 
 import hyperoffload as ho  # noqa: E402
-from bench_steps import measured_peak, step, write_atomically  # noqa: E402  (python/bench/bench_steps.py)
+from bench_steps import keep_freed_memory, measured_peak, step, write_atomically  # noqa: E402  (python/bench/bench_steps.py)
 
 DEVICE = torch.device("cpu")  # main() sets cuda with --offload
 
@@ -376,19 +376,21 @@ def main(argv=None):
             raise SystemExit(2)
         DEVICE = torch.device("cuda")
     torch.set_num_threads(1)
+    malloc = keep_freed_memory()  # before any tensor: every variant runs on the same malloc
     random.seed(args.seed)
     shapes = QUICK if args.quick else FULL
 
     def log(line):
         print(line, flush=True)
 
+    log(malloc)
     results = []
     for name in names:
         log(f"{name} ...")
         results.append(run_model(name, shapes[name], points, rounds, log, offload=args.offload))
     report(results, log)
     document = {"torch": torch.__version__, "transformers": transformers.__version__, "threads": 1,
-                "quick": args.quick, "device": DEVICE.type, "results": results}
+                "malloc": malloc, "quick": args.quick, "device": DEVICE.type, "results": results}
     if args.json:
         write_atomically(args.json, json.dumps(document, indent=1))
     if args.plot:

@@ -33,6 +33,8 @@ def test_quick_race_is_well_formed_bit_identical_and_within_budget(tmp_path, cap
     assert json.loads(path.read_text()) == json.loads(json.dumps(document))
     assert svg.read_text().startswith("<svg") and svg.read_text().count("<polyline") >= 4
     assert document["device"] == "cpu" and "offload=True) not measured" in out
+    # Every variant ran on a malloc that keeps freed memory (bench_steps.keep_freed_memory).
+    assert document["malloc"].startswith("glibc malloc keeps freed memory") and document["malloc"] in out
     assert [r["model"] for r in document["results"]] == ["gpt2", "llama", "bert", "vit"]
     for r in document["results"]:
         assert r["rounds"] == 2 and r["shape"] == bench.QUICK[r["model"]]
