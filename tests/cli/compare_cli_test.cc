@@ -54,9 +54,10 @@ TEST(CompareCli, PrintsOneTableRowPerPlannerOnTheUnlimitedDevice) {
                                  "floor 300 B at op 3 (limit 300 B at op 3); offload-only stall bound 1.000 ms\n"));
   // Storage 1 is retained and past its last access at op 3: a plan may copy it
   // to host after op 1 and release it, which costs nothing on this device, so
-  // no bound holds for plans that may do that (ours keep it).
+  // no bound holds for plans that may do that (ours keep it). Copying
+  // nothing, nothing can leave the device: no recompute-only plan fits.
   EXPECT_THAT(run.out, HasSubstr("stall bound 1.000 ms\nany plan adds at least 0.000 ms of stall plus recompute "
-                                 "(0.00% of compute)\n"));
+                                 "(0.00% of compute); no recompute-only plan fits it\n"));
   EXPECT_THAT(run.out, HasSubstr("planner    feasible  op peak  timed peak  stall ms  recompute ms (n)  above bound  "
                                  "overhead %  bytes moved  planning ms"));
   EXPECT_THAT(run.out, HasSubstr("copies     2 engines, one per direction, D2H 9.313e-05 GiB/s, H2D 9.313e-05 GiB/s"));

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 namespace hyperoffload {
@@ -16,7 +18,7 @@ constexpr std::int64_t kGiB = kBytesPerGiB;
 // ways, 4.5 ms of stall (0.5 above, 36%), a floor of 512 MiB at op 3; hybrid:
 // 0.25 ms of stall and 1.5 ms of recompute in 3 re-runs, 1.75 ms in all: 2.25
 // ms below the offload-only bound (14%). No plan can add less than 1.25 ms
-// (10% of the compute).
+// (10% of the compute), no plan that copies nothing less than 2.5 ms (20%).
 Comparison sample() {
   Comparison c;
   // Greedy's timed peak runs above the budget: a device with unlimited memory.
@@ -32,6 +34,7 @@ Comparison sample() {
   c.budgets_bytes = {kGiB};
   c.stall_bounds_ms = {4.0};
   c.overhead_bounds_ms = {1.25};
+  c.recompute_only_bounds_ms = {2.5};
   c.planner_count = 3;
   ComparisonRow greedy;
   greedy.planner = "greedy";
@@ -83,7 +86,8 @@ TEST(ComparisonTable, AlignsOneRowPerPlannerUnderABudgetHeader) {
             "\n"
             "budget 1.00 GiB (50.0% of the unplanned peak), floor 512.00 MiB at op 3; offload-only stall bound "
             "4.000 ms\n"
-            "any plan adds at least 1.250 ms of stall plus recompute (10.00% of compute)\n"
+            "any plan adds at least 1.250 ms of stall plus recompute (10.00% of compute); a recompute-only plan at "
+            "least 2.500 ms (20.00%)\n"
             "planner  feasible     op peak    timed peak  stall ms  recompute ms (n)  above bound  overhead %  bytes "
             "moved  planning ms\n"
             "greedy   yes         1.00 GiB    1.50 GiB !    12.346                 -        8.346      98.76%     1.00 "
@@ -97,8 +101,8 @@ TEST(ComparisonTable, AlignsOneRowPerPlannerUnderABudgetHeader) {
             "budget; recompute: time re-running ops (count); above bound: stall plus recompute minus the least stall "
             "any offload-only plan within the budget can have (feasible plans; negative where recompute beats it; "
             "docs/PEAK_PLANNER.md); overhead: stall plus recompute as a percentage of compute; any plan adds at "
-            "least: a lower bound on stall plus recompute for plans that offload, recompute or both "
-            "(docs/HYBRID_PLANNER.md)\n");
+            "least: a lower bound on stall plus recompute for plans that offload, recompute or both, and on the "
+            "re-runs of plans that copy nothing (docs/HYBRID_PLANNER.md)\n");
 }
 
 TEST(ComparisonTable, ListsProblemsAndNotesUnderTheTable) {
@@ -140,6 +144,7 @@ TEST(ComparisonTable, WritesEveryRowAsJson) {
   EXPECT_DOUBLE_EQ(greedy["stall_lower_bound_ms"].get<double>(), 4.0);
   EXPECT_DOUBLE_EQ(greedy["stall_above_bound_ms"].get<double>(), 8.3456);
   EXPECT_DOUBLE_EQ(greedy["overhead_lower_bound_ms"].get<double>(), 1.25);
+  EXPECT_DOUBLE_EQ(greedy["recompute_only_lower_bound_ms"].get<double>(), 2.5);
   EXPECT_DOUBLE_EQ(greedy["recompute_ms"].get<double>(), 0.0);
   EXPECT_FALSE(greedy.contains("floor"));
   const nlohmann::json& peak = json["results"][1];
@@ -156,10 +161,20 @@ TEST(ComparisonTable, WritesEveryRowAsJson) {
   EXPECT_DOUBLE_EQ(hybrid["overhead_percent"].get<double>(), 14.0);
 }
 
+TEST(ComparisonTable, SaysWhenNoRecomputeOnlyPlanFitsTheBudget) {
+  Comparison c = sample();
+  c.recompute_only_bounds_ms = {std::numeric_limits<double>::infinity()};
+  const std::string text = format_comparison_table(c, "t.json");
+  EXPECT_NE(text.find("(10.00% of compute); no recompute-only plan fits it\n"), std::string::npos) << text;
+  const nlohmann::json json = nlohmann::json::parse(comparison_to_json(c, "t.json"));
+  EXPECT_TRUE(json["results"][0]["recompute_only_lower_bound_ms"].is_null());
+}
+
 TEST(ComparisonTable, SaysWhenNoPlanFitsTheBudget) {
   Comparison c = sample();
   c.stall_bounds_ms = {std::nullopt};
   c.overhead_bounds_ms = {std::nullopt};
+  c.recompute_only_bounds_ms = {std::nullopt};
   const std::string text = format_comparison_table(c, "t.json");
   EXPECT_NE(text.find("floor 512.00 MiB at op 3; no offload-only plan fits it\n"
                       "no plan fits it: an op touches more than the budget\n"),
@@ -168,6 +183,7 @@ TEST(ComparisonTable, SaysWhenNoPlanFitsTheBudget) {
   const nlohmann::json json = nlohmann::json::parse(comparison_to_json(c, "t.json"));
   EXPECT_TRUE(json["results"][0]["stall_lower_bound_ms"].is_null());
   EXPECT_TRUE(json["results"][0]["overhead_lower_bound_ms"].is_null());
+  EXPECT_TRUE(json["results"][0]["recompute_only_lower_bound_ms"].is_null());
   EXPECT_TRUE(json["results"][0]["stall_above_bound_ms"].is_null());
 }
 

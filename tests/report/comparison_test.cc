@@ -125,7 +125,8 @@ TEST(Comparison, CountsRecomputeTimeAsOverheadAndBelowTheOffloadOnlyBound) {
   // Offload-only: s1 out 0.2..1.2 ms, back 1.2..2.2 ms: op 3 at 2.2, 1.5 ms of
   // stall, which is also the bound (nothing else can leave). Hybrid: f
   // re-runs before op 3 (0.2 ms): overhead 0.2 / 0.7 = 28.57%, 1.3 ms below
-  // the bound.
+  // the bound. Copying nothing, s1's 1 MiB must go by f's 0.2 ms re-run: the
+  // recompute-only bound is 0.2 ms, what the hybrid plan re-runs.
   constexpr std::int64_t kMiB = 1 << 20;
   const Trace trace = TraceDsl()
                           .storage(1, kMiB)
@@ -145,6 +146,8 @@ TEST(Comparison, CountsRecomputeTimeAsOverheadAndBelowTheOffloadOnlyBound) {
   ASSERT_TRUE(comparison.has_value()) << comparison.error().message;
   ASSERT_TRUE(comparison->stall_bound_ms(0).has_value());
   EXPECT_NEAR(*comparison->stall_bound_ms(0), 1.5, 1e-9);
+  ASSERT_TRUE(comparison->recompute_only_bound_ms(0).has_value());
+  EXPECT_NEAR(*comparison->recompute_only_bound_ms(0), 0.2, 1e-9);
   const ComparisonRow& peak = comparison->rows[0];
   EXPECT_NEAR(peak.stall_ms, 1.5, 1e-9);
   EXPECT_NEAR(peak.overhead_percent, 100.0 * 1.5 / 0.7, 1e-9);

@@ -140,6 +140,7 @@ Result<Comparison> run_comparison(const Trace& trace, const ComparisonOptions& o
   for (const std::int64_t budget : comparison.budgets_bytes) {
     comparison.stall_bounds_ms.push_back(stall_lower_bound_ms(trace, budget, bound_options));
     comparison.overhead_bounds_ms.push_back(overhead_lower_bound_ms(trace, budget, bound_options));
+    comparison.recompute_only_bounds_ms.push_back(recompute_only_lower_bound_ms(trace, budget));
     for (const NamedPlanner& planner : planners) {
       HO_ASSIGN_OR_RETURN(ComparisonRow row, run_one(trace, planner, budget, options));
       comparison.rows.push_back(std::move(row));

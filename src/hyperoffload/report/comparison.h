@@ -125,6 +125,10 @@ struct Comparison {
   // Per budget: the least stall plus recompute of any plan within it, with
   // recomputes or not (plan/common/overhead_bound.h); nullopt when no plan fits it.
   std::vector<std::optional<double>> overhead_bounds_ms;
+  // Per budget: the least recompute time of any plan within it that copies
+  // nothing (recompute_only_lower_bound_ms, overhead_bound.h): +infinity when
+  // re-runs alone cannot reach it, nullopt when no plan fits it.
+  std::vector<std::optional<double>> recompute_only_bounds_ms;
   // Budget-major: rows[b * planners + p] is planner p at budgets_bytes[b].
   std::vector<ComparisonRow> rows;
   std::size_t planner_count = 0;
@@ -137,6 +141,11 @@ struct Comparison {
   // The overhead bound of budgets_bytes[b]; nullopt when none (or not computed).
   std::optional<double> overhead_bound_ms(std::size_t b) const {
     return b < overhead_bounds_ms.size() ? overhead_bounds_ms[b] : std::nullopt;
+  }
+
+  // The recompute-only bound of budgets_bytes[b]; nullopt when none (or not computed).
+  std::optional<double> recompute_only_bound_ms(std::size_t b) const {
+    return b < recompute_only_bounds_ms.size() ? recompute_only_bounds_ms[b] : std::nullopt;
   }
 
   double budget_percent(std::int64_t budget_bytes) const {

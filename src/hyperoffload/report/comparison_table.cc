@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "hyperoffload/report/internal/comparison_json.h"
@@ -116,9 +117,15 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
                        comparison.budget_percent(budget), floor, bound);
     if (b < comparison.overhead_bounds_ms.size()) {
       const std::optional<double> overhead_ms = comparison.overhead_bound_ms(b);
-      out += overhead_ms ? fmt::format("any plan adds at least {:.3f} ms of stall plus recompute ({:.2f}% of compute)\n",
-                                       *overhead_ms,
-                                       comparison.compute_ms > 0.0 ? 100.0 * *overhead_ms / comparison.compute_ms : 0.0)
+      const auto percent = [&](double ms) { return comparison.compute_ms > 0.0 ? 100.0 * ms / comparison.compute_ms : 0.0; };
+      std::string recompute_only;
+      if (const std::optional<double> least_ms = comparison.recompute_only_bound_ms(b)) {
+        recompute_only = std::isinf(*least_ms) ? std::string("; no recompute-only plan fits it")
+                                               : fmt::format("; a recompute-only plan at least {:.3f} ms ({:.2f}%)",
+                                                             *least_ms, percent(*least_ms));
+      }
+      out += overhead_ms ? fmt::format("any plan adds at least {:.3f} ms of stall plus recompute ({:.2f}% of compute){}\n",
+                                       *overhead_ms, percent(*overhead_ms), recompute_only)
                          : std::string("no plan fits it: an op touches more than the budget\n");
     }
     append_table(out, rows, bound_ms);
@@ -143,7 +150,8 @@ std::string format_comparison_table(const Comparison& comparison, std::string_vi
       "budget; recompute: time re-running ops (count); above bound: stall plus recompute minus the least stall "
       "any offload-only plan within the budget can have (feasible plans; negative where recompute beats it; "
       "docs/PEAK_PLANNER.md); overhead: stall plus recompute as a percentage of compute; any plan adds at least: "
-      "a lower bound on stall plus recompute for plans that offload, recompute or both (docs/HYBRID_PLANNER.md)\n";
+      "a lower bound on stall plus recompute for plans that offload, recompute or both, and on the re-runs of "
+      "plans that copy nothing (docs/HYBRID_PLANNER.md)\n";
   return out;
 }
 
@@ -180,6 +188,9 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
     const std::optional<double> overhead_above = row.overhead_above_bound_ms(bound_ms);
     const std::optional<double> any_plan_ms =
         comparison.planner_count > 0 ? comparison.overhead_bound_ms(r / comparison.planner_count) : std::nullopt;
+    std::optional<double> recompute_only_ms =
+        comparison.planner_count > 0 ? comparison.recompute_only_bound_ms(r / comparison.planner_count) : std::nullopt;
+    if (recompute_only_ms && std::isinf(*recompute_only_ms)) recompute_only_ms.reset();  // JSON has no infinity
     nlohmann::ordered_json item = {{"planner", row.planner},
                                    {"budget_bytes", row.budget_bytes},
                                    {"budget_percent", comparison.budget_percent(row.budget_bytes)},
@@ -198,6 +209,8 @@ std::string comparison_to_json(const Comparison& comparison, std::string_view tr
                                     overhead_above ? nlohmann::ordered_json(*overhead_above) : nullptr},
                                    {"overhead_lower_bound_ms",
                                     any_plan_ms ? nlohmann::ordered_json(*any_plan_ms) : nullptr},
+                                   {"recompute_only_lower_bound_ms",
+                                    recompute_only_ms ? nlohmann::ordered_json(*recompute_only_ms) : nullptr},
                                    {"recompute_ms", row.recompute_ms},
                                    {"recompute_count", row.recompute_count},
                                    {"overhead_percent", row.overhead_percent},
