@@ -32,9 +32,10 @@ def keep_freed_memory() -> str:
     variants of a benchmark are timed without that noise, on the same malloc,
     closer to a GPU's allocator (BENCHMARKS.md, "Keeping freed memory";
     python/bench/warmup_op_times.py). It does not change what a session's
-    first warmup under a budget records: 1.12-1.27x the eager step with it,
-    1.16-1.27x without. Process-wide, so a benchmark calls it once at its
-    start, before any tensor is made; a no-op where libc is not glibc.
+    first warmup under a budget records, 1.1-2.2x the eager step from one
+    process to the next with it or without. Process-wide, so a benchmark
+    calls it once at its start, before any tensor is made; a no-op where libc
+    is not glibc.
     """
     path = ctypes.util.find_library("c")
     try:
