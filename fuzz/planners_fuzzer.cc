@@ -170,6 +170,16 @@ void check_comparison(const Trace& trace, std::optional<std::int64_t> budget, Co
       FUZZ_CHECK(!row.feasible() || added_ms >= *least_ms - 1e-9 * (1 + *least_ms),
                  "{} adds {} ms of stall plus recompute, below the bound {}", row.planner, added_ms, *least_ms);
     }
+    // A feasible plan that copies nothing re-runs at least the recompute-only
+    // bound (+infinity: no such plan fits, so there is none).
+    const std::optional<double> recompute_only_ms = comparison->recompute_only_bound_ms(r / comparison->planner_count);
+    if (row.feasible() && row.d2h_bytes == 0 && row.h2d_bytes == 0) {
+      FUZZ_CHECK(recompute_only_ms.has_value(), "{} is feasible, but the recompute-only bound says no plan fits",
+                 row.planner);
+      FUZZ_CHECK(row.recompute_ms >= *recompute_only_ms - 1e-9 * (1 + *recompute_only_ms),
+                 "{} copies nothing and re-runs {} ms, below the recompute-only bound {}", row.planner,
+                 row.recompute_ms, *recompute_only_ms);
+    }
     const std::optional<double> bound = comparison->stall_bound_ms(r / comparison->planner_count);
     if (!bound) continue;
     check_finite(*bound, "a stall bound");
@@ -180,7 +190,7 @@ void check_comparison(const Trace& trace, std::optional<std::int64_t> budget, Co
   }
   check_json_numbers(comparison_to_json(*comparison, "fuzz"), "compare --json",
                      {"stall_lower_bound_ms", "stall_above_bound_ms", "overhead_above_bound_ms",
-                      "overhead_lower_bound_ms"});
+                      "overhead_lower_bound_ms", "recompute_only_lower_bound_ms"});
   check_text_numbers(format_comparison_table(*comparison, "fuzz"), "the comparison table");
   check_text_numbers(comparison_plot_svg(*comparison, "fuzz"), "the memory plot");
 }
