@@ -42,10 +42,16 @@
 //     for these schedules: compute, recomputes and stall); the quickest within
 //     the budget wins (the lowest peak when none fits). The offload-only plan
 //     is stopped unfinished once a plan that fits is quicker than any
-//     offload-only plan can be (plan/hybrid/offload_step_bound.h). So the hybrid
-//     plan's simulated step (two copy engines) is never longer than the
-//     `peak` or `recompute` plan's, and it fits the budget whenever either
-//     does.
+//     offload-only plan can be (plan/hybrid/offload_step_bound.h). A plan
+//     that cannot be chosen is not made: a decision set whose re-runs alone
+//     make it slower than a plan made before it (Note [Plans ruled out by
+//     their re-runs], hybrid/decision_search.cc), and, on a trace small
+//     enough for four decision sets, the recompute-only plan, made after them,
+//     when no recompute-only plan can re-run less than makes it slower (Note
+//     [The recompute-only plan after the decision sets], hybrid_planner.cc).
+//     So the hybrid plan's simulated step (two copy engines) is never longer
+//     than the `peak` or `recompute` plan's, and it fits the budget whenever
+//     either does.
 //  5. Lower budgets: on a small trace, the plans chosen at every rung of the
 //     trace's budget ladder below the budget (and the offload-only plans made
 //     there) are timed at the budget too, and the quickest is kept (Note
