@@ -47,8 +47,9 @@
 //     make it slower than a plan made before it (Note [Plans ruled out by
 //     their re-runs], hybrid/decision_search.cc), and, on a trace small
 //     enough for four decision sets, the recompute-only plan, made after them,
-//     when no recompute-only plan can re-run less than makes it slower (Note
-//     [The recompute-only plan after the decision sets], hybrid_planner.cc).
+//     when the least re-runs of any recompute-only plan already make it slower
+//     than their quickest (Note [The recompute-only plan after the decision
+//     sets], hybrid_planner.cc).
 //     So the hybrid plan's simulated step (two copy engines) is never longer
 //     than the `peak` or `recompute` plan's, and it fits the budget whenever
 //     either does.
