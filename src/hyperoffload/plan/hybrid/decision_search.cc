@@ -154,9 +154,10 @@ class DecisionSearch {
   // so which plans are ruled out does not depend on the offload-only
   // plan's thread. The other offload-only plans are left unmade by the same
   // rule that stops the offload-only plan (beats_offload_only). On the
-  // built-in demo at 50%, of the 27 plans made before, 9 are ruled out and
-  // the 4 other offload-only plans left unmade (BENCHMARKS.md, "Plans ruled
-  // out by their re-runs").
+  // built-in demo at 50%, of the 27 plans made before, 9 are ruled out here
+  // and the 4 other offload-only plans left unmade (and the recompute-only
+  // family, by Note [The recompute-only plan after the decision sets]:
+  // BENCHMARKS.md, "Plans ruled out by their re-runs").
   void made(std::vector<HybridPlan>& plans, HybridPlan plan) {
     note_made(plan);
     plans.push_back(std::move(plan));
