@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <string>
 #include <utility>
@@ -176,13 +177,23 @@ class DecisionSearch {
     return best;
   }
 
+  // The candidates left to the offloads at `deadline` (a fraction of the
+  // compute before the peak; reserve_for_offload), each deadline computed
+  // once: the decision sets repeat a few deadlines many times.
+  const std::vector<std::int32_t>& reserved_at(double deadline) {
+    for (const auto& [at, reserved] : reserved_) {
+      if (at == deadline) return reserved;
+    }
+    reserved_.emplace_back(deadline, reserve_for_offload(models_.trace, models_.recompute, models_.peak_op,
+                                                         deadline * models_.compute_before_peak_ms));
+    return reserved_.back().second;
+  }
+
   // The recompute decisions of `params` (DecisionParams).
-  RecomputeSelection select(const DecisionParams& params) const {
-    const std::vector<std::int32_t> reserved =
-        params.offload_deadline > 0.0
-            ? reserve_for_offload(models_.trace, models_.recompute, models_.peak_op,
-                                  params.offload_deadline * models_.compute_before_peak_ms)
-            : std::vector<std::int32_t>{};
+  RecomputeSelection select(const DecisionParams& params) {
+    static const std::vector<std::int32_t> kNone;
+    const std::vector<std::int32_t>& reserved =
+        params.offload_deadline > 0.0 ? reserved_at(params.offload_deadline) : kNone;
     const std::int64_t target =
         models_.budget_bytes +
         static_cast<std::int64_t>(params.offload_share * static_cast<double>(models_.offloadable_at_peak));
@@ -237,8 +248,7 @@ class DecisionSearch {
     hidden_first.host_copy_deadline = HostCopyDeadline::kBeforePeak;
     std::vector<std::int32_t> previous;
     for (const double deadline : kOldestDeadlines) {
-      const std::vector<std::int32_t> reserved = reserve_for_offload(
-          models_.trace, models_.recompute, models_.peak_op, deadline * models_.compute_before_peak_ms);
+      const std::vector<std::int32_t> reserved = reserved_at(deadline);
       if (reserved.empty() || reserved == previous) continue;
       previous = reserved;
       std::int64_t reserved_bytes = 0;
@@ -270,6 +280,9 @@ class DecisionSearch {
   std::vector<DecisionParams> tried_;
   std::vector<std::vector<std::pair<std::int32_t, OpIndex>>> seen_;
   std::vector<std::pair<DecisionParams, HybridPlan>> plans_;
+  // reserved_at's deadlines and what they leave to the offloads; a deque, so
+  // a reference it returned stays valid.
+  std::deque<std::pair<double, std::vector<std::int32_t>>> reserved_;
   // The quickest step among the plans made here that fit the budget (Note
   // [Plans ruled out by their re-runs]).
   double quickest_ms_ = std::numeric_limits<double>::infinity();
