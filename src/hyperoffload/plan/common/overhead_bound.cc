@@ -255,13 +255,20 @@ std::vector<OpIndex> ops_to_evaluate(const Trace& trace, const TraceFacts& facts
   return chosen;
 }
 
-// Whether some op touches more than the budget: then no plan fits it.
-bool an_op_touches_more_than(const Trace& trace, std::int64_t budget_bytes) {
+// The largest of `at_op(facts, q)` over the ops q evaluated: the argument of
+// overhead_bound.h at each, the bound at the worst. nullopt when some op
+// touches more than the budget (then no plan fits it).
+template <typename AtOp>
+std::optional<double> largest_over_evaluated_ops(const Trace& trace, std::int64_t budget_bytes, AtOp at_op) {
+  if (trace.op_count() == 0) return 0.0;
   std::vector<OpIndex> seen_at(static_cast<std::size_t>(trace.storage_count()), -1);
   for (OpIndex op = 0; op < trace.op_count(); ++op) {
-    if (touched_bytes(trace, op, seen_at) > budget_bytes) return true;
+    if (touched_bytes(trace, op, seen_at) > budget_bytes) return std::nullopt;
   }
-  return false;
+  const TraceFacts facts(trace);
+  double bound = 0.0;
+  for (const OpIndex q : ops_to_evaluate(trace, facts, budget_bytes)) bound = std::max(bound, at_op(facts, q));
+  return bound;
 }
 
 }  // namespace
@@ -270,25 +277,15 @@ std::optional<double> overhead_lower_bound_ms(const Trace& trace, std::int64_t b
                                               const StallBoundOptions& options,
                                               std::optional<std::int64_t> memory_cap_bytes) {
   const std::int64_t cap_slack = std::max<std::int64_t>(0, memory_cap_bytes.value_or(budget_bytes) - budget_bytes);
-  if (trace.op_count() == 0) return 0.0;
-  if (an_op_touches_more_than(trace, budget_bytes)) return std::nullopt;
-  const TraceFacts facts(trace);
-  double bound = 0.0;
-  for (const OpIndex q : ops_to_evaluate(trace, facts, budget_bytes)) {
-    bound = std::max(bound, OpBound(trace, facts, q, budget_bytes, options, cap_slack).least_overhead_ms());
-  }
-  return bound;
+  return largest_over_evaluated_ops(trace, budget_bytes, [&](const TraceFacts& facts, OpIndex q) {
+    return OpBound(trace, facts, q, budget_bytes, options, cap_slack).least_overhead_ms();
+  });
 }
 
 std::optional<double> recompute_only_lower_bound_ms(const Trace& trace, std::int64_t budget_bytes) {
-  if (trace.op_count() == 0) return 0.0;
-  if (an_op_touches_more_than(trace, budget_bytes)) return std::nullopt;
-  const TraceFacts facts(trace);
-  double bound = 0.0;
-  for (const OpIndex q : ops_to_evaluate(trace, facts, budget_bytes)) {
-    bound = std::max(bound, OpBound(trace, facts, q, budget_bytes, {}, 0).least_recompute_ms());
-  }
-  return bound;
+  return largest_over_evaluated_ops(trace, budget_bytes, [&](const TraceFacts& facts, OpIndex q) {
+    return OpBound(trace, facts, q, budget_bytes, {}, 0).least_recompute_ms();
+  });
 }
 
 }  // namespace hyperoffload

@@ -246,11 +246,11 @@ class DecisionSearch {
     options.host_copy_deadline = HostCopyDeadline::kBeforePeak;
     PeakPlannerOptions hidden_first = maker_.hiding_first();
     hidden_first.host_copy_deadline = HostCopyDeadline::kBeforePeak;
-    std::vector<std::int32_t> previous;
+    const std::vector<std::int32_t>* previous = nullptr;
     for (const double deadline : kOldestDeadlines) {
-      const std::vector<std::int32_t> reserved = reserved_at(deadline);
-      if (reserved.empty() || reserved == previous) continue;
-      previous = reserved;
+      const std::vector<std::int32_t>& reserved = reserved_at(deadline);
+      if (reserved.empty() || (previous != nullptr && reserved == *previous)) continue;
+      previous = &reserved;
       std::int64_t reserved_bytes = 0;
       for (const std::int32_t g : reserved) {
         reserved_bytes += models_.recompute.candidates[static_cast<std::size_t>(g)].size_bytes;
