@@ -57,7 +57,7 @@ TEST(TraceBuilder, InternsManyNamesAcrossTableGrowth) {
 TEST(TraceBuilder, NamesOpsByTheIndexOfNamesItWasGiven) {
   const Trace source = TraceDsl().op("mm", "").op("add", "").build();
   TraceBuilder builder;
-  builder.use_op_names(source.op_names());
+  builder.use_op_names(source.op_names_shared());
   ASSERT_TRUE(builder.add_named_op(source.op_name_index(1), 1.5).has_value());
   ASSERT_TRUE(builder.add_named_op(source.op_name_index(0)).has_value());
   // Names given this way are not interned: "mm" gets a second index, the

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <thread>
 
 #include "hyperoffload/cli/command.h"
 #include "hyperoffload/cli/common.h"
@@ -62,6 +63,20 @@ int run_plan(const PlanArgs& args) {
     throw HyperoffloadError({ErrorCode::kInvalidArgument, plan.refusal});
   }
   plan.result.schedule.budget_bytes = budget;  // simulate's device, unless told another
+  // The check and the write only read the schedule, and the file is written
+  // whatever the check says: the write (mostly the kernel's copy into the page
+  // cache and the fsync, 0.5-1 s for 2.8M actions) runs on a second thread
+  // beside the check (0.15-0.3 s), and its error, if any, is raised after both.
+  double write_ms = 0.0;
+  Status written = ok_status();
+  std::jthread writer;
+  if (!args.output.empty()) {
+    writer = std::jthread([&] {
+      const auto write_start = std::chrono::steady_clock::now();
+      written = write_schedule_file(plan.result.schedule, args.output);
+      write_ms = ms_since(write_start);
+    });
+  }
   const auto check_start = std::chrono::steady_clock::now();
   const PlanSummary summary = summarize_plan(
       trace, plan.result.schedule, plan.result.floor,
@@ -71,9 +86,8 @@ int run_plan(const PlanArgs& args) {
   const ValidationReport& check = timed.validation;
   const PeakBytes& unplanned = summary.unplanned;
   const double check_ms = ms_since(check_start);
-  const auto write_start = std::chrono::steady_clock::now();
-  if (!args.output.empty()) value_or_throw(write_schedule_file(plan.result.schedule, args.output));
-  const double write_ms = ms_since(write_start);
+  if (writer.joinable()) writer.join();
+  value_or_throw(written);
 
   fmt::print("trace     {}: {} ops, {} storages, {:.3f} ms of compute\n", args.trace_path,
              group_digits(trace.op_count()), group_digits(trace.storage_count()), trace.total_compute_ms());
@@ -147,8 +161,8 @@ int run_plan(const PlanArgs& args) {
   if (args.timings) {
     // Planning includes the budget policy's validation of the schedule; check
     // is the summary's walk (validation and simulation) printed above.
-    fmt::print("timings   parse {:.1f} ms, plan {:.1f} ms, check {:.1f} ms, write {:.1f} ms\n", parse_ms, planning_ms,
-               check_ms, write_ms);
+    fmt::print("timings   parse {:.1f} ms, plan {:.1f} ms, check {:.1f} ms, write {:.1f} ms (beside the check)\n",
+               parse_ms, planning_ms, check_ms, write_ms);
   }
   return check.valid() ? kExitOk : kExitFailed;
 }

@@ -61,7 +61,7 @@ std::string timeline_to_chrome_json(const Trace& trace, const Timeline& timeline
   }
   std::vector<std::string> op_names;
   op_names.reserve(trace.op_names().size());
-  for (const std::string& name : trace.op_names()) op_names.push_back(json_string(name));
+  for (const std::string_view name : trace.op_names()) op_names.push_back(json_string(name));
 
   fmt::memory_buffer out;
   out.reserve(160 * (timeline.spans.size() + timeline.memory.size()) + 1024);

@@ -77,6 +77,16 @@ Status TraceBuilder::add_storage(StorageId id, std::int64_t size_bytes, Retentio
   return ok_status();
 }
 
+OpNames& TraceBuilder::owned_names() {
+  if (owned_names_ == nullptr) {
+    // Copy on the first write: a shared table stays as its other traces read it.
+    auto owned = std::make_shared<OpNames>(*trace_.names_);
+    owned_names_ = owned.get();
+    trace_.names_ = std::move(owned);
+  }
+  return *owned_names_;
+}
+
 std::uint32_t TraceBuilder::intern(std::string_view name) {
   if (2 * (interned_count_ + 1) > name_slots_.size()) {
     std::vector<NameSlot> old = std::move(name_slots_);
@@ -89,16 +99,16 @@ std::uint32_t TraceBuilder::intern(std::string_view name) {
       name_slots_[at] = slot;
     }
   }
+  OpNames& names = owned_names();
   const std::uint64_t hash = std::hash<std::string_view>{}(name);
   const std::size_t mask = name_slots_.size() - 1;
   std::size_t at = hash & mask;
   while (name_slots_[at].index_plus_one != 0) {
     const NameSlot& slot = name_slots_[at];
-    if (slot.hash == hash && trace_.names_[slot.index_plus_one - 1] == name) return slot.index_plus_one - 1;
+    if (slot.hash == hash && names[slot.index_plus_one - 1] == name) return slot.index_plus_one - 1;
     at = (at + 1) & mask;
   }
-  const auto index = static_cast<std::uint32_t>(trace_.names_.size());
-  trace_.names_.emplace_back(name);
+  const std::uint32_t index = names.append(name);
   name_slots_[at] = NameSlot{hash, index + 1};
   ++interned_count_;
   return index;
@@ -108,10 +118,11 @@ Status TraceBuilder::add_op(std::string_view name, double duration_ms, Recomputa
   return add_named_op(intern(name), duration_ms, recomputable);
 }
 
-void TraceBuilder::use_op_names(std::span<const std::string> names) {
-  // Not interned: a later add_op of one of these names
-  // interns it a second time, which costs a string and changes nothing else.
-  trace_.names_.assign(names.begin(), names.end());
+void TraceBuilder::use_op_names(std::shared_ptr<const OpNames> names) {
+  // Not interned: a later add_op of one of these names interns it a second
+  // time, which costs a copy of the table and changes nothing else.
+  trace_.names_ = std::move(names);
+  owned_names_ = nullptr;
 }
 
 Status TraceBuilder::add_named_op(std::uint32_t name_index, double duration_ms, Recomputable recomputable) {

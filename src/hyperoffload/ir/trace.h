@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "hyperoffload/ir/ids.h"
+#include "hyperoffload/ir/op_names.h"
 #include "hyperoffload/ir/status.h"
 
 namespace hyperoffload {
@@ -87,7 +89,7 @@ class Trace {
   std::size_t access_count() const { return accesses_.size(); }
 
   // Precondition for every op accessor: 0 <= op < op_count().
-  std::string_view op_name(OpIndex op) const { return names_[ops_[op].name_index]; }
+  std::string_view op_name(OpIndex op) const { return (*names_)[ops_[op].name_index]; }
   std::uint32_t op_name_index(OpIndex op) const { return ops_[op].name_index; }
   double op_duration_ms(OpIndex op) const { return ops_[op].duration_ms; }
   bool op_recomputable(OpIndex op) const { return ops_[op].recomputable != Recomputable::kNo; }
@@ -114,7 +116,9 @@ class Trace {
   // Position of accesses(op)[0] inside all_accesses().
   std::size_t access_offset(OpIndex op) const { return ops_[op].access_begin; }
   // Interned op names; op_name_index() indexes this.
-  std::span<const std::string> op_names() const { return names_; }
+  const OpNames& op_names() const { return *names_; }
+  // The same table, for a derived trace to share (TraceBuilder::use_op_names).
+  std::shared_ptr<const OpNames> op_names_shared() const { return names_; }
 
   std::span<const StorageInfo> storages() const { return storages_; }
   const StorageInfo& storage(StorageIndex index) const { return storages_[index]; }
@@ -176,7 +180,7 @@ class Trace {
   std::vector<OpRecord> ops_;
   std::vector<Access> accesses_;
   std::vector<OpIndex> unit_previous_;  // per op when any follower exists, else empty
-  std::vector<std::string> names_;
+  std::shared_ptr<const OpNames> names_ = std::make_shared<const OpNames>();  // shared by derived traces
   std::vector<StorageInfo> storages_;
   StorageIdMap id_map_;
   std::optional<std::int64_t> memory_limit_bytes_;
@@ -205,6 +209,7 @@ class TraceBuilder {
   // count derived from a trace (resident bytes, peaks, bytes moved, a budget
   // plus a size) then fits in int64 with room to spare.
   static constexpr std::int64_t kMaxTotalStorageBytes = std::int64_t{1} << 62;
+
   // The most milliseconds a trace's times may add up to: 1e15 ms (about 31,700
   // years), for the ops' durations together and for copying all its storages
   // once at either bandwidth. Every time derived from a trace (makespan,
@@ -212,8 +217,12 @@ class TraceBuilder {
   // faults) then stays a finite double with hundreds of orders of magnitude
   // to spare, so no output ever holds an infinity.
   static constexpr double kMaxTotalMs = 1e15;
-
   TraceBuilder() = default;
+  // Not copyable: a copy would append to the same names table (owned_names_).
+  TraceBuilder(const TraceBuilder&) = delete;
+  TraceBuilder& operator=(const TraceBuilder&) = delete;
+  TraceBuilder(TraceBuilder&&) = default;
+  TraceBuilder& operator=(TraceBuilder&&) = default;
 
   void set_memory_limit_bytes(std::optional<std::int64_t> limit) { limit_ = limit; }
   void set_host_memory_limit_bytes(std::optional<std::int64_t> limit) { host_limit_ = limit; }
@@ -231,12 +240,13 @@ class TraceBuilder {
   Status add_op(std::string_view name, double duration_ms = 0.0,
                 Recomputable recomputable = Recomputable::kNo);
 
-  // Gives the trace these op names (another trace's op_names()) for
+  // Gives the trace these op names (another trace's op_names_shared()) for
   // add_named_op, which then skips interning: a trace derived from another
-  // (the hybrid planner's augmented trace) keeps its names without hashing
-  // every one again. Precondition: no op has been added yet. A later add_op
-  // of one of these names interns it again under a new index.
-  void use_op_names(std::span<const std::string> names);
+  // (the hybrid planner's augmented trace) shares its names without copying
+  // or hashing any. Precondition: no op has been added yet. A later add_op
+  // of one of these names interns it again under a new index (and copies the
+  // table first, which stays the other trace's as it was).
+  void use_op_names(std::shared_ptr<const OpNames> names);
 
   // add_op with the name op_names()[name_index]. Precondition: name_index <
   // the number of names given to use_op_names or interned by add_op.
@@ -262,7 +272,8 @@ class TraceBuilder {
   Trace trace_;
   std::vector<StorageId> pending_ids_;  // external id per access, resolved in build()
   // Interned op names: open addressing over indices into trace_.names_, at
-  // most half full. An unordered_map of strings held a node and a second copy
+  // most half full. The names are appended through owned_names_, which is
+  // null while the table is shared (use_op_names) until the first add_op. An unordered_map of strings held a node and a second copy
   // of each name: with a million distinct names (a 1M-op transformer) that
   // was a third of reading the trace, and freeing it in build() a tenth more.
   struct NameSlot {
@@ -270,6 +281,8 @@ class TraceBuilder {
     std::uint32_t index_plus_one = 0;  // 0: empty
   };
   std::uint32_t intern(std::string_view name);
+  OpNames& owned_names();
+  OpNames* owned_names_ = nullptr;
   std::vector<NameSlot> name_slots_;
   std::size_t interned_count_ = 0;
   std::optional<std::int64_t> limit_;

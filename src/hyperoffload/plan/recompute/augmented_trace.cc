@@ -80,7 +80,7 @@ class Builder {
     builder_.set_d2h_bandwidth_gib_per_s(trace_.d2h_bandwidth_gib_per_s());
     builder_.set_h2d_bandwidth_gib_per_s(trace_.h2d_bandwidth_gib_per_s());
     builder_.set_memory_limit_bytes(trace_.memory_limit_bytes());
-    builder_.use_op_names(trace_.op_names());
+    builder_.use_op_names(trace_.op_names_shared());
     out_.original_id.reserve(static_cast<std::size_t>(trace_.storage_count()) + decisions_.size());
     for (StorageIndex s = 0; s < trace_.storage_count(); ++s) {
       const StorageInfo& info = trace_.storage(s);
