@@ -377,6 +377,61 @@ TEST(PeakPlannerSelection, FallsBackToGenerationOrderWhenHidingHasNoWeight) {
                     "post 6 release_device 1; post 6 release_host 1; post 8 release_device 2"));
 }
 
+// The cap on lazy re-evaluations (Note [A cap on re-evaluations]): a pick
+// that must re-evaluate two candidates, cut at one.
+//   s1 100: W@0 R@6; s2 60: W@2 R@8; s3 50 at op 4; 1 ms at ops 1 and 7.
+//   op:    0    1    2    3    4    5    6    7    8
+//   res:  100  100  160  160  210  160  160   60   60     budget 160, E = 50
+// compute_before: 0 at ops 0-1, 1 at ops 2-7, 2 at op 8. Before any pick both
+// bounds assume full hiding (each window holds 1 ms, the copies take
+// nanoseconds): F = 1 + 1 = 2, and both sizes reach E, so both are keyed by F;
+// with SelectionTies::kSmallestFirst s2 (60) leads s1 (100) by the size
+// tie-break. Re-evaluated with HostCopyDeadline::kBeforePeak, s2's copy to host
+// (after op 2, at 1 ms + ε) ends after the peak op starts (1 ms): hiding 0, F =
+// 1, value 50. s1's copy (after op 0, at ε) is in time: F stays 2, value 100.
+// Uncapped the pick re-evaluates s1 too and takes it; capped at one it takes
+// s2, the best re-evaluated so far, and the note counts the cut pick.
+TEST(PeakPlannerSelection, ACappedPickTakesTheBestReEvaluatedSoFar) {
+  const Trace trace = TraceDsl()
+                          .storage(1, 100)
+                          .storage(2, 60)
+                          .storage(3, 50)
+                          .op("a", "W1")
+                          .op("b", "", 1.0)
+                          .op("c", "W2")
+                          .op("d", "")
+                          .op("e", "W3")
+                          .op("f", "")
+                          .op("g", "R1")
+                          .op("h", "", 1.0)
+                          .op("i", "R2")
+                          .build();
+  PeakPlannerOptions options;
+  options.device_memory = DeviceMemory::kUnlimited;
+  options.lower_budgets = LowerBudgetPlans::kNone;
+  options.ties = SelectionTies::kSmallestFirst;
+  options.host_copy_deadline = HostCopyDeadline::kBeforePeak;
+  auto copied = [](const PlanResult& plan) {
+    std::vector<StorageId> storages;
+    for (const Action& action : plan.schedule.actions) {
+      if (action.kind == ActionKind::kCopyD2H) storages.push_back(action.storage);
+    }
+    return storages;
+  };
+  auto cut_notes = [](const PlanResult& plan) {
+    return std::ranges::count_if(plan.notes, [](const std::string& note) { return note.starts_with("selection: "); });
+  };
+  const PlanResult uncapped = plan_peak(trace, 160, options);
+  EXPECT_EQ(copied(uncapped), std::vector<StorageId>{1});
+  EXPECT_EQ(cut_notes(uncapped), 0);
+  options.max_refreshes_per_pick = 1;
+  const PlanResult capped = plan_peak(trace, 160, options);
+  EXPECT_EQ(copied(capped), std::vector<StorageId>{2});
+  EXPECT_NE(std::ranges::find(capped.notes, "selection: 1 of 1 picks stopped re-evaluating candidates at the cap per "
+                                           "pick and took the best re-evaluated so far"),
+            capped.notes.end());
+}
+
 TEST(PeakPlannerSelection, DoesNotOverrateACandidateLargerThanTheExcess) {
   // s1 1000: W@0 R@6 (no compute inside); s2 60: W@2 R@8 (1 ms at op 7); s3 50
   // at op 4. Budget 1100: op 4 holds 1110, E = 10. Both remove only 10, so the

@@ -134,9 +134,15 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
         trace.op_name(model.floor.op)));
   }
 
-  const std::vector<std::int32_t> selected =
-      internal::select_peak_candidates(trace, model, options, limit, profile, stop);
+  internal::PeakSelection selection = internal::select_peak_candidates(trace, model, options, limit, profile, stop);
   if (stop.stop_requested()) return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
+  const std::vector<std::int32_t> selected = std::move(selection.picks);
+  if (selection.cut_picks > 0) {
+    result.notes.push_back(fmt::format(
+        "selection: {} of {} picks stopped re-evaluating candidates at the cap per pick and took the best "
+        "re-evaluated so far",
+        selection.cut_picks, selected.size()));
+  }
   // Below the floor the selection stops at the floor; placement then keeps to
   // what was reached instead of the unreachable budget.
   const std::int64_t placement_limit = std::max(limit, profile.max());
@@ -153,6 +159,7 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
     std::size_t boundary_picks = 0;
     std::int64_t peak_bytes = 0;
     double stall_ms = 0.0;
+    std::int32_t host_cut_rounds = 0;  // HostTrim::cut_rounds
   };
   // Placement runs twice (docs/PEAK_PLANNER.md, "Copies to host"). The first
   // placement, with copies to host in op order and the idle-filling prefetch
@@ -172,10 +179,12 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
         issue_host_copies(model, host_order.versions, first_releases(model, placements, boundary_picks));
     std::vector<Action> actions = emit_actions(trace, model, placements, boundary_picks, host_copies);
     std::int64_t peak_bytes = tree.max();
+    std::int32_t host_cut_rounds = 0;
     if (options.host_budget_bytes) {
       HostTrim trim = trim_to_host_budget(trace, std::move(actions), *options.host_budget_bytes);
       actions = std::move(trim.actions);
       if (trim.storages_kept > 0) peak_bytes = trim.peak_bytes;
+      host_cut_rounds = trim.cut_rounds;
     }
     TimedSchedule timed;
     if (timer) {
@@ -184,7 +193,7 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
       timed.stall_ms = internal::estimate_stall_ms(trace, actions, memory_cap);
       timed.actions = std::move(actions);
     }
-    return Variant{std::move(timed.actions), boundary_picks.size(), peak_bytes, timed.stall_ms};
+    return Variant{std::move(timed.actions), boundary_picks.size(), peak_bytes, timed.stall_ms, host_cut_rounds};
   };
   Variant chosen;
   if (selected.empty()) {
@@ -224,6 +233,9 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
   if (chosen.boundary_picks > 0) {
     result.notes.push_back(
         fmt::format("{} boundary candidate(s) used to lower edge memory between ops", chosen.boundary_picks));
+  }
+  if (chosen.host_cut_rounds > 0) {
+    result.notes.push_back(internal::describe_cut_rounds(chosen.host_cut_rounds));
   }
   result.planned_peak_bytes = chosen.peak_bytes;
   result.schedule.actions = std::move(chosen.actions);

@@ -166,6 +166,11 @@ struct PeakPlannerOptions {
   // nullopt: unlimited). Each schedule the run makes is trimmed to it
   // (plan/common/host_budget.h) before it is timed.
   std::optional<std::int64_t> host_budget_bytes;
+  // The most lazy re-evaluations of candidates one selection pick makes
+  // before it takes the best re-evaluated so far (Note [A cap on
+  // re-evaluations], peak/peak_selection.cc; at least 1). It bounds the
+  // selection's work on every trace; the plan's note counts the picks it cut.
+  std::int32_t max_refreshes_per_pick = 64;
 };
 
 // The names accepted for score weights, in documentation order.

@@ -35,8 +35,9 @@ class HostBudgetPlanner final : public Planner {
     if (trim.storages_kept > 0) {
       result.planned_peak_bytes = trim.peak_bytes;
       result.notes.push_back(fmt::format(
-          "host budget {} ({} bytes): {} storage(s) kept on the device instead of offloaded; peak host {}",
-          format_bytes(host_budget_bytes_), host_budget_bytes_, trim.storages_kept, format_bytes(trim.peak_host_bytes)));
+          "host budget {} ({} bytes): {} storage(s) kept on the device instead of offloaded; peak host {}{}",
+          format_bytes(host_budget_bytes_), host_budget_bytes_, trim.storages_kept, format_bytes(trim.peak_host_bytes),
+          trim.cut_rounds > 0 ? "; " + internal::describe_cut_rounds(trim.cut_rounds) : std::string()));
     }
     return result;
   }

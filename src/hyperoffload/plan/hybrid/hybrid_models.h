@@ -3,6 +3,14 @@
 // the facts about the unplanned peak that its decision sets are tuned by.
 // Built once per budget; read-only afterwards.
 //
+// Bound, with W = ops + accesses, S storages and d the most accesses of one
+// op: O(W + S) on the calling thread (the accesses, the peak model's O(ops +
+// accesses + candidates), the compute before the peak op and
+// offload_step_bound.h's O(ops + storages)), beside the recompute model on a
+// thread of its own, O(W + 64 W + candidates × d) (kChainWorkFactor, Note
+// [Chain work], recompute_model.h). Memory O(W + S): the accesses and the two
+// models, held while the budget's plans are made.
+//
 // Thread-safety: after wait_for_recompute_model() returns, every member is
 // read-only and may be read from any thread. Before it, only the members
 // above `recompute` are.

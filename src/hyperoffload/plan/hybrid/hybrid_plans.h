@@ -5,6 +5,36 @@
 // peak planner on the augmented trace, mapped back) and recomputes without
 // offloads (the recompute-only plan).
 //
+// Bound, with W = ops + accesses, S storages, d the most accesses of one op
+// and D ≤ candidates the decisions of a sequence. An augmented trace has at
+// most W + 64 W + candidates × (1 + d) ops plus accesses (augmented_trace.h);
+// a draft is one built, its accesses and its unplanned peak; finishing a plan
+// is its releases, map_back and one stall estimate (stall_estimate.h).
+//  - offload_only: one peak-planner run on the trace (peak_run.h);
+//    more_offload_only_plans: four (one of them two selection passes).
+//  - with_offloads: one augmented trace and its peak model, then, unless
+//    ruled out, one peak-planner run on it whose two schedules are each
+//    mapped back and timed on the trace.
+//  - without_offloads: one draft, finished.
+//  - recompute_only: at most ⌈log₂(D + 1)⌉ + 2 drafts (the whole sequence,
+//    then prefixes with a step doubling from max(1, length / 16)), one
+//    finished.
+//  - recompute_only_excluding: nothing when W > 1,562; else at most
+//    exclusion_evaluations() ≤ kMaxExclusionEvaluations (128) evaluations,
+//    each a select_recomputes and its fitting prefix's drafts, and a plan
+//    finished per improvement.
+//  - best_recompute_only, or_within_an_eighth: one sequence and its
+//    recompute_only; on a trace with room_for_more_plans() (W ≤ 250,000) up
+//    to two more, the exclusion search and walk_or_segments: four DTR walks
+//    (dtr_recompute_only; O(260 W + S d) each, dtr_planner.h, and a stall
+//    estimate) and segment_reruns (SegmentSearch::best, shared by the rungs,
+//    and one without_offloads).
+//  - recompute_only_sequence: one select_recomputes;
+//    recompute_only_sequence_if_it_can_fit: O(ops + candidates) first;
+//    compute_and_reruns_ms O(D); count_copies O(actions).
+// Memory: each plan's actions, and at most two drafts at once (the exclusion
+// search's current and tried sequences), each of its augmented trace's size.
+//
 // Thread-safety: PlanMaker's methods are const and may run concurrently; they
 // read the models only after HybridModels::wait_for_recompute_model, except
 // offload_only and estimated_time_ms, which never read the recompute model.

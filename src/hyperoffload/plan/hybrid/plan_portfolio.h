@@ -2,6 +2,15 @@
 // chooses between the plans made for a budget, and between those and the
 // plans made for lower budgets, and writes the notes that say how.
 //
+// Bound, with W = ops + accesses: choose_plan O(plans + the chosen plan's
+// actions) (its copies are counted for the note); take_quicker_lower one stall
+// estimate (stall_estimate.h: O(ops + accesses + actions + releases log
+// releases)) per plan of `lower` within its budget and this one;
+// lower_budget_overhead_ms one overhead_lower_bound_ms (overhead_bound.h: O(ops
+// + accesses) plus O(storages + accesses) per evaluated op, at most 32), once
+// per rung; lower_budget_cannot_win and beats_offload_only O(1); plan_result
+// O(ops + notes). Memory: the plans passed in, moved, not copied.
+//
 // Thread-safety: pure functions of their arguments.
 #pragma once
 

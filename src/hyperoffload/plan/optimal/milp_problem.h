@@ -5,6 +5,14 @@
 // inspect the formulation without a solver and keeps CBC's headers out of
 // everything but one file.
 //
+// Bound, with c columns, r rows and z nonzeros (after add_row merges terms):
+// add_column O(1) amortized; add_row O(t log t) for t terms (sorted by column
+// to merge repeats); integer_count and objective O(c); max_violation O(c +
+// z). Memory O(c + r + z), the terms kept once, row by row. Nothing here caps
+// the program: the formulation refuses a trace of more than
+// OptimalPlannerOptions::max_ops ops or a program of more than max_columns
+// columns (residency_milp.h).
+//
 // Thread-safety: a plain value type.
 #pragma once
 

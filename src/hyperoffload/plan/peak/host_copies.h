@@ -3,6 +3,13 @@
 // engine should run them, each issued no later than its version's first
 // release, and when each is estimated to complete.
 //
+// Bound, with V versions (at most the accesses), P placements and c copies
+// issued (c ≤ V): issue_host_copies O(V); first_releases O(V + P + boundary
+// picks); host_copy_ready_ms O(V + c log c) (the copies sorted by issue
+// point, then one O(1) engine step each); copy_op_ready_ms O(V + P + c log c);
+// order_host_copies O(V + P log P) (its use order, sequence_jobs over at most
+// min(P, V) jobs, then the two above). Memory O(V + P).
+//
 // Thread-safety: pure functions.
 #pragma once
 

@@ -2,6 +2,12 @@
 // evictions and copies to host turned into actions in execution order, with
 // the fixed order within one (op, phase) and duplicates removed.
 //
+// Bound, with n ops, V versions, S storages and A = 2 × (placements +
+// boundary picks + V) + S actions at most before de-duplication: O(n + A) for
+// the counting sort by (op, phase), plus O(a log a) for each (op, phase) that
+// holds a of them, so O(n + A log A) at worst (many actions at one point).
+// Memory O(n + A + V).
+//
 // Thread-safety: a pure function.
 #pragma once
 

@@ -4,6 +4,19 @@
 // H2D engine should run them; then the boundary candidates that bring edge
 // memory between ops within the budget.
 //
+// Bound, with n ops, C interior candidates, P of them selected, B boundary
+// candidates and d the most accesses of one op: engine_order O(P log n + P log
+// P) (a threshold search each, then sequence_jobs); place() that plus O(C) for
+// its per-candidate tables and O(log n + log P) per selected candidate (two
+// threshold searches, two adds, the issued-op set, the release order), plus
+// O(log n) per position an add lifts over the profile tree's limit, each at
+// most once per call (place() only adds; none unless the placement limit is
+// above the tree's, a budget below the floor): O(n log n) at worst.
+// boundaries_by_edge O(B log B); select_boundaries O(n + P + B log d): a
+// boundary has at most d candidates (one per storage its op accesses), each
+// taken by a binary search, and each pick but a boundary's last is its
+// largest, erased off the end. Memory O(n + C + B).
+//
 // Thread-safety: pure functions (place() updates the profile it is given).
 #pragma once
 

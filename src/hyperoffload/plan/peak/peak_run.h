@@ -6,6 +6,21 @@
 // run already estimated (plan/common/stall_estimate.h on the same schedule
 // and device) instead of timing the schedule again.
 //
+// Bound (Note [Planning bounds], planner.h), with n ops, W = ops + accesses
+// and C ≤ accesses candidates, per call: O(n) for the profile; one selection
+// (peak_selection.h, O(C log² n + n log n) with its cap on re-evaluations); three placements
+// (the first, then one per prefetch order: peak_placement.h) and the copies to
+// host ordered once (host_copies.h); per prefetch order (two schedules, one
+// when nothing is selected) the boundaries, the copies to host issued and the
+// actions (peak_actions.h), O(W log W) with the placement; then, when
+// options.host_budget_bytes is set, trim_to_host_budget (host_budget.h, with
+// its cap on re-evaluations per storage kept) and the timer: estimate_stall_ms
+// (stall_estimate.h, O(ops + accesses + actions + releases log releases)), or
+// the caller's ScheduleTimer at the caller's cost. Memory O(W), with at most
+// three O(n) copies of the profile at once (the selected one, the first
+// placement's and the second prefetch order's); PlacementThreads::kTwo runs
+// the two prefetch orders on two threads, no more work in all.
+//
 // Thread-safety: a pure function of its arguments.
 #pragma once
 

@@ -24,6 +24,25 @@ constexpr double kSizeTieBreak = 1e-9;
 // Picks between checks of the stop token: a few ms on a large trace.
 constexpr std::int32_t kStopCheckSteps = 256;
 
+// Note [A cap on re-evaluations]
+// Lazy evaluation re-evaluates the leader until a fresh candidate is within
+// kNearBest of the leader's bound. Each re-evaluation but a pick's last cuts
+// that candidate's cached value by more than kNearBest, and a pick
+// re-evaluates a candidate at most once, so a pick makes at most as many as
+// there are candidates covering its peak op: O(candidates) per pick and
+// O(candidates²) in all at worst, which nothing in the scores rules out. On
+// every trace measured a pick makes about six (2.65M for the 414k picks of the
+// 1M-op chain at 50%) — but some picks make far more: when the peak moves,
+// every candidate covering the new peak op can be stale by more than
+// kNearBest, and single picks on the chain re-evaluated up to 182k
+// candidates. At PeakPlannerOptions::max_refreshes_per_pick (64) the pick takes the best
+// candidate re-evaluated so far, which is exact for what it has seen and may
+// miss a stale leader; the planner's note counts such picks. So selection is
+// O(max_refreshes_per_pick × log n) per pick on top of the query, whatever the
+// trace. At 64 the simulated overheads of the peak and hybrid plans of every
+// example and corpus trace at 30/50/70% on both devices are as without a cap
+// (the demo's peak plan at 70%: 29.99% against 30.36%; BENCHMARKS.md).
+
 // Copy-back windows (CopyBackWindows): per candidate, the earliest start of
 // its copy back, the end of the last op of its gap where it must be off the
 // device (0 where there is none).
@@ -83,12 +102,13 @@ class Selection {
   // `compute_before`: op_start_ms(trace); `prefetch_from_ms`: per
   // candidate, the earliest start of its copy back (a copy-back window, or 0).
   Selection(const Trace& trace, const PeakModel& model, const PeakScoreWeights& weights, SelectionTies ties,
-            HostCopyDeadline host_copy_deadline, std::int64_t limit, ProfileTree& profile,
-            std::vector<double> compute_before, std::vector<double> prefetch_from_ms)
+            HostCopyDeadline host_copy_deadline, std::int32_t max_refreshes, std::int64_t limit,
+            ProfileTree& profile, std::vector<double> compute_before, std::vector<double> prefetch_from_ms)
       : model_(model),
         weights_(weights),
         ties_(ties),
         host_copy_deadline_(host_copy_deadline),
+        max_refreshes_(std::max<std::int32_t>(1, max_refreshes)),
         limit_(limit),
         profile_(profile),
         index_(trace.op_count(), intervals(model)),
@@ -132,8 +152,9 @@ class Selection {
 
   // Runs to completion or until `stop` is requested; returns the selected
   // interior candidates in order.
-  std::vector<std::int32_t> run(std::stop_token stop) {
-    std::vector<std::int32_t> selected;
+  PeakSelection run(std::stop_token stop) {
+    PeakSelection out;
+    std::vector<std::int32_t>& selected = out.picks;
     for (std::int32_t step = 0;; ++step) {
       if (step % kStopCheckSteps == 0 && stop.stop_requested()) break;
       const std::int64_t peak = profile_.max();
@@ -156,7 +177,8 @@ class Selection {
       index_.set(pick, IndexGroup::kNone, 0.0);
       selected.push_back(pick);
     }
-    return selected;
+    out.cut_picks = cut_picks_;
+    return out;
   }
 
  private:
@@ -263,6 +285,7 @@ class Selection {
     // The best candidate re-evaluated in this step so far and its exact value.
     std::int32_t best_fresh = kNone;
     double best_fresh_value = 0.0;
+    std::int32_t refreshes = 0;
     for (;;) {
       const CoveringIndex::Best best = index_.query_cached(peak_op);
       std::int32_t pick = best.small;
@@ -289,6 +312,11 @@ class Selection {
       // The leader's key is an upper bound of its value: a fresh candidate
       // within kNearBest of it is within kNearBest of the exact best.
       if (best_fresh != kNone && best_fresh_value >= (1.0 - kNearBest) * value(pick, excess)) return best_fresh;
+      if (refreshes == max_refreshes_) {
+        ++cut_picks_;
+        return best_fresh;
+      }
+      ++refreshes;
       refresh(pick);
       fresh_at_[index] = step;
       const double fresh_value = value(pick, excess);
@@ -327,6 +355,8 @@ class Selection {
   SelectionTies ties_;
   HostCopyDeadline host_copy_deadline_;
   OpIndex peak_op_ = -1;  // the op whose peak the current pick resolves (-1 before the first)
+  std::int32_t max_refreshes_ = 1;  // PeakPlannerOptions::max_refreshes_per_pick, at least 1
+  std::int64_t cut_picks_ = 0;      // picks that stopped at max_refreshes_
   std::int64_t limit_;
   ProfileTree& profile_;
   CoveringIndex index_;
@@ -345,9 +375,8 @@ class Selection {
 
 }  // namespace
 
-std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakModel& model,
-                                                 const PeakPlannerOptions& options, std::int64_t limit_bytes,
-                                                 ProfileTree& profile, std::stop_token stop) {
+PeakSelection select_peak_candidates(const Trace& trace, const PeakModel& model, const PeakPlannerOptions& options,
+                                     std::int64_t limit_bytes, ProfileTree& profile, std::stop_token stop) {
   const PeakScoreWeights& weights = options.weights;
   const SelectionTies ties = options.ties;
   const HostCopyDeadline host_copy_deadline = options.host_copy_deadline;
@@ -363,15 +392,17 @@ std::vector<std::int32_t> select_peak_candidates(const Trace& trace, const PeakM
     case CopyBackWindows::kAfterAFirstPass: {
       // A first pass, with the windows before planning, on a copy of the profile.
       ProfileTree after = profile;
-      const std::vector<std::int32_t> first_pass =
-          Selection(trace, model, weights, ties, host_copy_deadline, limit_bytes, after, compute_before,
+      const PeakSelection first_pass =
+          Selection(trace, model, weights, ties, host_copy_deadline, options.max_refreshes_per_pick, limit_bytes, after,
+                    compute_before,
                     windows_before_planning(model, limit_bytes, compute_before))
               .run(stop);
-      prefetch_from_ms = windows_after_a_pass(model, limit_bytes, compute_before, after, first_pass);
+      prefetch_from_ms = windows_after_a_pass(model, limit_bytes, compute_before, after, first_pass.picks);
       break;
     }
   }
-  return Selection(trace, model, weights, ties, host_copy_deadline, limit_bytes, profile, std::move(compute_before),
+  return Selection(trace, model, weights, ties, host_copy_deadline, options.max_refreshes_per_pick, limit_bytes, profile,
+                   std::move(compute_before),
                    std::move(prefetch_from_ms))
       .run(stop);
 }
