@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -176,20 +177,28 @@ struct Most {
 };
 
 // Plans `c` with every planner at a tight, a middle and a loose budget and
-// checks validity, the budget where the planner guarantees it, and the bounds.
-void check_every_planner(const Case& c, const std::string& what, Most& most) {
+// checks validity, the budget where the planner guarantees it, and the bounds;
+// with `host_fraction`, also under a host budget of that share of the
+// unplanned peak (every schedule trimmed to it: plan/common/host_budget.h).
+void check_every_planner(const Case& c, const std::string& what, Most& most,
+                         std::optional<double> host_fraction = std::nullopt) {
   const Trace& trace = c.trace;
   const std::int64_t unplanned = unplanned_peak(trace).bytes;
   const std::int64_t work = trace.op_count() + static_cast<std::int64_t>(trace.access_count());
   const std::int64_t memory_bound =
       static_cast<std::int64_t>(kMemoryMultiple * static_cast<double>(c.trace_bytes)) + kMemoryConstantBytes;
   const double seconds_bound = kMicrosPerWork * 1e-6 * static_cast<double>(work) + kConstantSeconds;
+  PlannerOptions options;
+  if (host_fraction) {
+    options.host_budget_bytes = static_cast<std::int64_t>(static_cast<double>(unplanned) * *host_fraction);
+  }
   for (const double fraction : {0.1, 0.35, 0.7}) {
     const auto budget = static_cast<std::int64_t>(static_cast<double>(unplanned) * fraction);
     for (const std::string_view name : {"greedy", "peak", "hybrid", "recompute", "dtr"}) {
       SCOPED_TRACE(::testing::Message() << what << ", " << name << " at " << fraction << " of " << unplanned
-                                        << " bytes, " << trace.op_count() << " ops, " << work << " work");
-      const Result<std::unique_ptr<Planner>> planner = make_planner(name);
+                                        << " bytes, " << trace.op_count() << " ops, " << work << " work, host budget "
+                                        << options.host_budget_bytes.value_or(-1));
+      const Result<std::unique_ptr<Planner>> planner = make_planner(name, options);
       ASSERT_TRUE(planner.has_value());
       const Measured m = plan_measured(**planner, trace, budget);
       const ValidationReport report = validate_schedule(trace, m.plan.schedule);
@@ -202,8 +211,13 @@ void check_every_planner(const Case& c, const std::string& what, Most& most) {
         EXPECT_EQ(missed, report.peak_bytes > budget);
         // Note [The walk's work bound]: re-runs ≤ 4 W + 2 S.
         EXPECT_LE(report.recompute_count, kDtrRerunWorkFactor * work + 2 * trace.storage_count());
-      } else if (name != "greedy" && m.plan.floor && budget >= m.plan.floor->bytes) {
+      } else if (name != "greedy" && m.plan.floor && budget >= m.plan.floor->bytes && !host_fraction) {
         EXPECT_LE(report.peak_bytes, budget);
+      }
+      // A trimmed schedule keeps the host budget unless faulting storages
+      // hold the host peak (the planners here make fault-free schedules).
+      if (options.host_budget_bytes) {
+        EXPECT_LE(report.peak_host_bytes, *options.host_budget_bytes);
       }
       EXPECT_LE(m.heap_bytes, memory_bound) << "trace " << c.trace_bytes << " bytes";
       most.heap_multiple =
@@ -229,6 +243,17 @@ TEST(PlanningBoundsProperty, StressTracesPlanValidWithinTheBudgetAndTheStatedBou
     if (::testing::Test::HasFailure()) return;
   }
   record(most);  // 34.4x and 250 us when written (hybrid)
+}
+
+// The same with a host budget of 5% of the unplanned peak: every schedule is
+// trimmed, and the trim's rounds (one per storage kept) are bounded too.
+TEST(PlanningBoundsProperty, StressTracesUnderAHostBudgetStayWithinTheStatedBounds) {
+  Most most;
+  for (std::uint64_t seed = 0; seed < 24; seed += 2) {
+    check_every_planner(stress_case(seed), fmt::format("stress trace {}", seed), most, 0.05);
+    if (::testing::Test::HasFailure()) return;
+  }
+  record(most);
 }
 
 TEST(PlanningBoundsProperty, RandomTracesPlanValidWithinTheBudgetAndTheStatedBounds) {
