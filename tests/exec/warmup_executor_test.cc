@@ -363,7 +363,10 @@ TEST(WarmupExecutor, QuantizedTimesTakeTheMedianOfOpsAlike) {
   // each records their median, about 13 ms, rounded: 16 (between 11.3 and
   // 22.6 every power of two rounds to 16; a loaded machine only lengthens a
   // sleep, and the median stays below 22.6 unless it is slowed 1.7 times).
-  // "other" is alone in its group: its own time, < 10 us: 0.
+  // "other" is alone in its group: its own time, < 10 us on a quiet machine
+  // (0); a preemption between its begin and end on a loaded one can record a
+  // few tens of us (2^-6 ms was seen under a full parallel ctest), never the
+  // sleeps' 16.
   HostRuntime rt;
   auto warmup = start(rt, std::nullopt, OpTimes::kQuantized);
   for (int ms : {3, 13, 40}) {
@@ -376,7 +379,7 @@ TEST(WarmupExecutor, QuantizedTimesTakeTheMedianOfOpsAlike) {
   Result<WarmupResult> result = warmup->finish();
   ASSERT_TRUE(result.has_value());
   for (OpIndex op = 0; op < 3; ++op) EXPECT_EQ(result->trace.op_duration_ms(op), 16.0) << op;
-  EXPECT_EQ(result->trace.op_duration_ms(3), 0.0);
+  EXPECT_LT(result->trace.op_duration_ms(3), 1.0);
 }
 
 TEST(WarmupExecutor, AReFedOpTakesItsMeasuredTwinsTime) {

@@ -166,6 +166,37 @@ TEST(HostBudget, WithoutTheFallbackAPlanOverTheDeviceBudgetIsKeptAndTheNoteNames
   EXPECT_EQ(planned->result.schedule.planner, "peak");
 }
 
+// The same trace with c recomputable (it reads nothing, so s2 can be made
+// again before e): recompute-only reaches 200 B (s2 dropped after c, c re-run
+// before e), so the host floor is 0. Under a host budget of 50 B the peak
+// planner's offload of s2 (100 B of host) is trimmed and its plan peaks at
+// 300 B; asked for by name, the note names the planners that would fit and
+// leaves "peak" out, which just did not.
+TEST(HostBudget, TheNoteOfANamedPlannerThatMissedLeavesItOutOfWhoWouldFit) {
+  const Trace trace = TraceDsl()
+                          .storage(1, 100, Retention::kRetained)
+                          .storage(2, 100)
+                          .storage(3, 100)
+                          .op("a", "W1", 1.0)
+                          .op("b", "R1", 1.0)
+                          .op("c", "W2", 1.0, Recomputable::kYes)
+                          .op("d", "W3", 1.0)
+                          .op("e", "R2", 1.0)
+                          .build();
+  PlannerOptions options;
+  options.host_budget_bytes = 50;
+  Result<BudgetedPlan> planned = plan_within_budget(trace, 200, "peak", options, FallbackToPeak::kNo);
+  ASSERT_TRUE(planned) << planned.error().message;
+  EXPECT_EQ(planned->outcome, BudgetOutcome::kOverBudget);
+  EXPECT_EQ(planned->validation.peak_bytes, 300);
+  EXPECT_EQ(planned->host_floor_bytes, 0);
+  ASSERT_FALSE(planned->result.notes.empty());
+  EXPECT_EQ(planned->result.notes.front(),
+            "planner \"peak\" peaked at 300 B (300 bytes), over the budget of 200 B by 100 B; \"hybrid\" or "
+            "\"recompute\" would fit: at or above the floors (200 B device, 0 B host) one of them keeps both budgets "
+            "(the budget policy's fallback takes the first that does)");
+}
+
 // Note [Keeping storages lazily]: on a transformer step every storage kept
 // raises the device profile under every other's gaps, so many rounds find
 // their leaders stale and some stop at the cap of re-evaluations. A 20-layer

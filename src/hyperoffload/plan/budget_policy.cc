@@ -89,11 +89,21 @@ Result<BudgetedPlan> within_both_budgets(const Trace& trace, std::int64_t budget
   if (fallback == FallbackToPeak::kNo) {
     budgeted.outcome = below_host_floor ? BudgetOutcome::kBelowHostFloor : BudgetOutcome::kOverBudget;
     if (!below_host_floor) {
+      // At or above both floors one of the fallback's planners keeps both
+      // budgets; the named one just did not, so it is left out of the list.
+      std::vector<std::string> others;
+      for (const std::string_view other :
+           {std::string_view("peak"), std::string_view(kDefaultPlannerName), std::string_view("recompute")}) {
+        if (other != planner) others.push_back(fmt::format("\"{}\"", other));
+      }
+      const std::string listed =
+          others.size() == 3 ? fmt::format("{}, {} or {}", others[0], others[1], others[2])
+                             : fmt::format("{} or {}", others[0], others[1]);
       budgeted.result.notes.insert(
           budgeted.result.notes.begin(),
-          fmt::format("{}; \"peak\", \"{}\" or \"recompute\" would fit: at or above the floors ({} device, {} "
-                      "host) one of them keeps both budgets (the budget policy's fallback takes the first that does)",
-                      over_budget(planner, budgeted.validation, budget), kDefaultPlannerName,
+          fmt::format("{}; {} would fit: at or above the floors ({} device, {} host) one of them keeps both budgets "
+                      "(the budget policy's fallback takes the first that does)",
+                      over_budget(planner, budgeted.validation, budget), listed,
                       format_bytes(budgeted.floor->bytes), format_bytes(floor.host_bytes)));
     }
     return budgeted;
