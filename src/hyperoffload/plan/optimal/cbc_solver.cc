@@ -102,8 +102,10 @@ std::mutex& cbc_mutex() {
 std::string cbc_version() { return std::string("CBC ") + CBC_VERSION; }
 
 Result<MilpSolution> solve_milp(const MilpProblem& problem, const MilpSolveOptions& options) {
-  const std::lock_guard<std::mutex> lock(cbc_mutex());
+  // The limit counts from the call: a solve that waits for another on the
+  // lock spends its own time there, not time beyond its limit.
   const auto start = Clock::now();
+  const std::lock_guard<std::mutex> lock(cbc_mutex());
   const int columns = static_cast<int>(problem.column_count());
   const int rows = static_cast<int>(problem.row_count());
 

@@ -12,13 +12,12 @@
 // Bound, with c columns, r rows and z nonzeros: O(c + r + z) here to copy the
 // program into CBC (plus CBC's own loading) and the solution out; then CBC's
 // branch and cut, exponential at worst, which only the wall clock bounds:
-// MilpSolveOptions::time_limit_s, counted from when the call holds the CBC
-// lock, CBC's own limit set to 0.85 of what is left and the handler stopping
-// it at the limit at CBC's next event. Not bounded by the program, and not
-// exactly by the limit: what CBC does between two events (its preprocessing,
-// one LP solve, undoing its preprocessing after the stop) runs past it, and a
-// call first waits, outside its limit, for every solve ahead of it on the
-// lock. Memory: the program twice (ours and CBC's copy) plus CBC's search
+// MilpSolveOptions::time_limit_s, counted from the call (a wait for the CBC
+// lock spends it), CBC's own limit set to 0.85 of what is left and the
+// handler stopping it at the limit at CBC's next event. Not bounded by the
+// program, and not exactly by the limit: what CBC does between two events (its
+// preprocessing, one LP solve, undoing its preprocessing after the stop) runs
+// past it. Memory: the program twice (ours and CBC's copy) plus CBC's search
 // tree, which grows with the nodes explored within the limit; nothing here
 // bounds it.
 //
