@@ -83,13 +83,8 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
 }
 
-Status write_file_atomically(const std::filesystem::path& path, std::string_view contents) {
-  if (path == "-") {
-    std::cout.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    std::cout.flush();
-    if (!std::cout) return make_error(ErrorCode::kIo, "cannot write to standard output");
-    return ok_status();
-  }
+Result<AtomicFile> AtomicFile::create(const std::filesystem::path& path) {
+  if (path == "-") return AtomicFile(path, std::string(), -1);
   const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : ".";
   std::string temp_name = ".";
   temp_name += path.filename().string();
@@ -99,17 +94,43 @@ Status write_file_atomically(const std::filesystem::path& path, std::string_view
   if (fd < 0) {
     return make_error(ErrorCode::kIo, fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
   }
-  auto fail = [&](const char* what) {
-    const int saved = errno;
-    ::close(fd);
-    ::unlink(temp.c_str());
-    return make_error(ErrorCode::kIo, fmt::format("cannot write {}: {}: {}", path.string(), what,
-                                                  std::strerror(saved)));
-  };
-  const char* data = contents.data();
-  std::size_t left = contents.size();
+  return AtomicFile(path, std::move(temp), fd);
+}
+
+AtomicFile::AtomicFile(AtomicFile&& other) noexcept
+    : path_(std::move(other.path_)), temp_(std::move(other.temp_)), fd_(std::exchange(other.fd_, -1)) {
+  other.temp_.clear();
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(temp_.c_str());
+  }
+}
+
+Status AtomicFile::fail(const char* what) {
+  const int saved = errno;
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(temp_.c_str());
+    fd_ = -1;
+  }
+  return make_error(ErrorCode::kIo,
+                    fmt::format("cannot write {}: {}: {}", path_.string(), what, std::strerror(saved)));
+}
+
+Status AtomicFile::append(std::string_view text) {
+  if (temp_.empty()) {
+    std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
+    if (!std::cout) return make_error(ErrorCode::kIo, "cannot write to standard output");
+    return ok_status();
+  }
+  if (fd_ < 0) return make_error(ErrorCode::kIo, fmt::format("cannot write {}: already closed", path_.string()));
+  const char* data = text.data();
+  std::size_t left = text.size();
   while (left > 0) {
-    const ssize_t written = ::write(fd, data, left);
+    const ssize_t written = ::write(fd_, data, left);
     if (written < 0) {
       if (errno == EINTR) continue;
       return fail("write failed");
@@ -117,24 +138,41 @@ Status write_file_atomically(const std::filesystem::path& path, std::string_view
     data += written;
     left -= static_cast<std::size_t>(written);
   }
-  if (::fsync(fd) != 0) return fail("fsync failed");
+  return ok_status();
+}
+
+Status AtomicFile::commit() && {
+  if (temp_.empty()) {
+    std::cout.flush();
+    if (!std::cout) return make_error(ErrorCode::kIo, "cannot write to standard output");
+    return ok_status();
+  }
+  if (fd_ < 0) return make_error(ErrorCode::kIo, fmt::format("cannot write {}: already closed", path_.string()));
+  if (::fsync(fd_) != 0) return fail("fsync failed");
   // mkstemp creates the file 0600; give the output the usual umask-based mode.
   const mode_t mask = ::umask(0);
   ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
+  ::fchmod(fd_, 0666 & ~mask);
+  const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0) {
     const int saved = errno;
-    ::unlink(temp.c_str());
-    return make_error(ErrorCode::kIo, fmt::format("cannot write {}: close failed: {}", path.string(),
+    ::unlink(temp_.c_str());
+    return make_error(ErrorCode::kIo, fmt::format("cannot write {}: close failed: {}", path_.string(),
                                                   std::strerror(saved)));
   }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) {
     const int saved = errno;
-    ::unlink(temp.c_str());
-    return make_error(ErrorCode::kIo, fmt::format("cannot write {}: rename failed: {}", path.string(),
+    ::unlink(temp_.c_str());
+    return make_error(ErrorCode::kIo, fmt::format("cannot write {}: rename failed: {}", path_.string(),
                                                   std::strerror(saved)));
   }
   return ok_status();
+}
+
+Status write_file_atomically(const std::filesystem::path& path, std::string_view contents) {
+  HO_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
+  HO_RETURN_IF_ERROR(file.append(contents));
+  return std::move(file).commit();
 }
 
 }  // namespace hyperoffload

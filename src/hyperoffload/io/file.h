@@ -38,7 +38,39 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
-// Writes `contents` to `path` atomically (temp file + fsync + rename). `path` "-"
+// An output file written piece by piece and put in place only when complete:
+// create() makes a temporary file beside `path`, append() writes through to
+// it, commit() fsyncs it, gives it the usual umask-based mode and renames it
+// onto `path`. Destroyed uncommitted (an error, an exception), it removes the
+// temporary file, so `path` is either untouched or whole. A large output (a
+// 2.8M-action schedule is 218 MB) need not be held in memory at once.
+// `path` "-" writes to standard output instead (commit() flushes it).
+// Move-only. Thread-safety: one thread at a time.
+class AtomicFile {
+ public:
+  static Result<AtomicFile> create(const std::filesystem::path& path);
+
+  AtomicFile(AtomicFile&& other) noexcept;
+  AtomicFile& operator=(AtomicFile&&) = delete;
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile();
+
+  Status append(std::string_view text);
+  // Precondition: no append() failed (after a failure, drop the AtomicFile).
+  Status commit() &&;
+
+ private:
+  AtomicFile(std::filesystem::path path, std::string temp, int fd)
+      : path_(std::move(path)), temp_(std::move(temp)), fd_(fd) {}
+  Status fail(const char* what);  // closes and removes the temporary file, names the error
+
+  std::filesystem::path path_;
+  std::string temp_;  // empty for standard output
+  int fd_ = -1;       // -1: standard output, or nothing left to clean up
+};
+
+// Writes `contents` to `path` atomically (AtomicFile in one piece). `path` "-"
 // writes to standard output instead.
 Status write_file_atomically(const std::filesystem::path& path, std::string_view contents);
 

@@ -153,19 +153,26 @@ Result<Schedule> read_schedule_file(const std::filesystem::path& path) {
   return parse_schedule_json(*text, path == "-" ? "<stdin>" : path.string());
 }
 
-std::string schedule_to_json(const Schedule& schedule) {
+namespace {
+
+// Hands the schedule's JSON to sink(std::string_view) in pieces of about
+// kPieceBytes: the header, then the actions, then the end. The actions are
+// written by hand into room sized for the longest one: one fmt::format_to per
+// action was 300 ns, a fifth of `plan`'s 2 s on a 1M-op trace (BENCHMARKS.md,
+// "1M ops end to end"). In pieces, a 218 MB schedule goes to its file without
+// being held whole (write_schedule_file); the text is the same.
+template <typename Sink>
+void emit_schedule_json(const Schedule& schedule, Sink&& sink) {
+  constexpr std::size_t kMaxActionChars = 128;  // 74 of text, two integers of at most 20
+  constexpr std::size_t kChunk = 4096;           // actions written between two resizes
+  constexpr std::size_t kPieceBytes = 4 << 20;   // a piece is handed on once this large
   std::string out;
   auto buffer = std::back_inserter(out);
   fmt::format_to(buffer, "{{\"format\": \"{}\", \"version\": {}, \"planner\": ", kScheduleFormat, kScheduleVersion);
   internal::append_json_string(out, schedule.planner);
   if (schedule.budget_bytes) fmt::format_to(buffer, ", \"budget_bytes\": {}", *schedule.budget_bytes);
   out += ",\n \"actions\": [";
-  // The actions are written by hand into room sized for the longest one: one
-  // fmt::format_to per action was 300 ns, a fifth of `plan`'s 2 s on a 1M-op
-  // trace (BENCHMARKS.md, "1M ops end to end"). The text is the same.
-  constexpr std::size_t kMaxActionChars = 128;  // 74 of text, two integers of at most 20
-  constexpr std::size_t kChunk = 4096;           // actions written between two resizes
-  out.reserve(out.size() + 80 * schedule.actions.size() + 16);  // ~72 bytes each on 1M-op traces
+  out.reserve(std::min(out.size() + 80 * schedule.actions.size() + 16, kPieceBytes + kChunk * kMaxActionChars));
   char* p = nullptr;
   auto put = [&p](std::string_view text) {
     std::memcpy(p, text.data(), text.size());
@@ -199,13 +206,32 @@ std::string schedule_to_json(const Schedule& schedule) {
       put("}");
     }
     out.resize(static_cast<std::size_t>(p - out.data()));
+    if (out.size() >= kPieceBytes) {
+      sink(std::string_view(out));
+      out.clear();
+    }
   }
   out += schedule.actions.empty() ? "]}\n" : "\n ]}\n";
-  return out;
+  sink(std::string_view(out));
+}
+
+}  // namespace
+
+std::string schedule_to_json(const Schedule& schedule) {
+  std::string text;
+  text.reserve(80 * schedule.actions.size() + 256);  // ~72 bytes an action on 1M-op traces
+  emit_schedule_json(schedule, [&text](std::string_view piece) { text += piece; });
+  return text;
 }
 
 Status write_schedule_file(const Schedule& schedule, const std::filesystem::path& path) {
-  return write_file_atomically(path, schedule_to_json(schedule));
+  HO_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
+  Status written = ok_status();
+  emit_schedule_json(schedule, [&](std::string_view piece) {
+    if (written) written = file.append(piece);
+  });
+  HO_RETURN_IF_ERROR(written);
+  return std::move(file).commit();
 }
 
 }  // namespace hyperoffload
