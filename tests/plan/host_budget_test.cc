@@ -129,23 +129,28 @@ TEST(HostBudget, BelowTheHostFloorThePolicyNamesBothFloors) {
   EXPECT_LE(planned->validation.peak_host_bytes, 100);
 }
 
+//   op0 a W1 | op1 b R1 | op2 c W2 | op3 d W3 | op4 e R2     s1..s3 100 B, s1 retained
+// Op 3 holds s1 (retained), s2 and s3: 300 B unplanned. `c` says whether op c
+// (which reads nothing) is recomputable.
+Trace retained_and_two(Recomputable c) {
+  return TraceDsl()
+      .storage(1, 100, Retention::kRetained)
+      .storage(2, 100)
+      .storage(3, 100)
+      .op("a", "W1", 1.0)
+      .op("b", "R1", 1.0)
+      .op("c", "W2", 1.0, c)
+      .op("d", "W3", 1.0)
+      .op("e", "R2", 1.0)
+      .build();
+}
+
 TEST(HostBudget, WithoutTheFallbackAPlanOverTheDeviceBudgetIsKeptAndTheNoteNamesWhoWouldFit) {
-  //   op0 a W1 | op1 b R1 | op2 c W2 | op3 d W3 | op4 e R2     s1..s3 100 B, s1 retained
-  // Op 3 holds s1 (retained), s2 and s3: 300 B unplanned. The floor is 200 B
-  // (op 3's s3 and the retained s1): s2 offloaded over op 3 (the peak
-  // planner's plan, 100 B of host: the host floor). Greedy's model counts a
-  // retained storage only up to its last access, so it plans nothing at
-  // 200 B and peaks at 300 B; without the fallback its plan is kept.
-  const Trace trace = TraceDsl()
-                          .storage(1, 100, Retention::kRetained)
-                          .storage(2, 100)
-                          .storage(3, 100)
-                          .op("a", "W1", 1.0)
-                          .op("b", "R1", 1.0)
-                          .op("c", "W2", 1.0)
-                          .op("d", "W3", 1.0)
-                          .op("e", "R2", 1.0)
-                          .build();
+  // The floor is 200 B (op 3's s3 and the retained s1): s2 offloaded over op 3
+  // (the peak planner's plan, 100 B of host: the host floor). Greedy's model
+  // counts a retained storage only up to its last access, so it plans nothing
+  // at 200 B and peaks at 300 B; without the fallback its plan is kept.
+  const Trace trace = retained_and_two(Recomputable::kNo);
   PlannerOptions options;
   options.host_budget_bytes = 1000;
   Result<BudgetedPlan> planned = plan_within_budget(trace, 200, "greedy", options, FallbackToPeak::kNo);
@@ -173,16 +178,7 @@ TEST(HostBudget, WithoutTheFallbackAPlanOverTheDeviceBudgetIsKeptAndTheNoteNames
 // 300 B; asked for by name, the note names the planners that would fit and
 // leaves "peak" out, which just did not.
 TEST(HostBudget, TheNoteOfANamedPlannerThatMissedLeavesItOutOfWhoWouldFit) {
-  const Trace trace = TraceDsl()
-                          .storage(1, 100, Retention::kRetained)
-                          .storage(2, 100)
-                          .storage(3, 100)
-                          .op("a", "W1", 1.0)
-                          .op("b", "R1", 1.0)
-                          .op("c", "W2", 1.0, Recomputable::kYes)
-                          .op("d", "W3", 1.0)
-                          .op("e", "R2", 1.0)
-                          .build();
+  const Trace trace = retained_and_two(Recomputable::kYes);
   PlannerOptions options;
   options.host_budget_bytes = 50;
   Result<BudgetedPlan> planned = plan_within_budget(trace, 200, "peak", options, FallbackToPeak::kNo);
