@@ -169,7 +169,9 @@ struct PeakPlannerOptions {
   // The most lazy re-evaluations of candidates one selection pick makes
   // before it takes the best re-evaluated so far (Note [A cap on
   // re-evaluations], peak/peak_selection.cc; at least 1). It bounds the
-  // selection's work on every trace; the plan's note counts the picks it cut.
+  // selection's work on every trace; the peak planner's plan notes how many
+  // picks it cut (the hybrid planner's runs of it weigh plans by their
+  // timing and say nothing of it).
   std::int32_t max_refreshes_per_pick = 64;
 };
 
