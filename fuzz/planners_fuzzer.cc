@@ -5,7 +5,10 @@
 //  - planning succeeds (the MILP planner may refuse a program above its limits)
 //    and the schedule validates;
 //  - when the planner reports an unavoidable floor and the budget is at least
-//    that floor, the op-granular peak is within the budget;
+//    that floor, the op-granular peak is within the budget (without a host
+//    budget: keeping one may keep storages on the device);
+//  - with a host budget (a fuzzed share of the unplanned peak, or none), a
+//    schedule without faults holds at most that many host bytes at once;
 //  - the simulator agrees with the validator and is self-consistent, with one
 //    and two copy engines, with and without a memory cap: makespan >= compute,
 //    stall >= 0, bytes and copies moved equal the validator's, every time
@@ -20,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -30,6 +34,7 @@
 #include "hyperoffload/io/schedule_json.h"
 #include "hyperoffload/io/timeline_json.h"
 #include "hyperoffload/io/trace_json.h"
+#include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/planner.h"
 #include "hyperoffload/report/comparison.h"
 #include "hyperoffload/report/comparison_table.h"
@@ -208,10 +213,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::fprintf(stderr, "%s\nbudget %s, %d copy engines\n", trace_to_json(*trace).c_str(),
                  budget ? std::to_string(*budget).c_str() : "none", static_cast<int>(engines));
   }
+  std::optional<std::int64_t> host_budget;
+  if (in.ConsumeBool()) {
+    host_budget = unplanned_peak(*trace).bytes / 100 * in.ConsumeIntegralInRange<std::int64_t>(0, 100);
+  }
   for (const std::string& name : planners_for(*trace)) {
     PlannerOptions planner_options;
     planner_options.device_memory = in.ConsumeBool() ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
     planner_options.time_limit_s = kSolveSeconds;
+    planner_options.host_budget_bytes = host_budget;
     Result<std::unique_ptr<Planner>> planner = make_planner(name, planner_options);
     FUZZ_CHECK(planner.has_value(), "make_planner(\"{}\"): {}", name, planner ? "" : planner.error().message);
     Result<PlanResult> plan = (*planner)->plan(*trace, budget);
@@ -223,9 +233,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const Schedule& schedule = plan->schedule;
     const ValidationReport report = validate_schedule(*trace, schedule);
     FUZZ_CHECK(report.valid(), "{}'s schedule is invalid: {}", name, report.problems.front());
-    if (budget && plan->floor && *budget >= plan->floor->bytes) {
+    if (budget && plan->floor && *budget >= plan->floor->bytes && !host_budget) {
       FUZZ_CHECK(report.peak_bytes <= *budget, "{}: peak {} above the budget {} (floor {})", name, report.peak_bytes,
                  *budget, plan->floor->bytes);
+    }
+    if (host_budget && report.faults.empty()) {
+      FUZZ_CHECK(report.peak_host_bytes <= *host_budget, "{}: {} host bytes above the host budget {}", name,
+                 report.peak_host_bytes, *host_budget);
     }
     for (DeviceMemory memory : {DeviceMemory::kUnlimited, DeviceMemory::kBudget}) {
       check_simulation(*trace, schedule, report, budget, engines, memory);
