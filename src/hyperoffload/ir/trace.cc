@@ -94,22 +94,22 @@ std::uint32_t TraceBuilder::intern(std::string_view name) {
     const std::size_t mask = name_slots_.size() - 1;
     for (const NameSlot& slot : old) {
       if (slot.index_plus_one == 0) continue;
-      std::size_t at = slot.hash & mask;
+      std::size_t at = slot.hash_low & mask;
       while (name_slots_[at].index_plus_one != 0) at = (at + 1) & mask;
       name_slots_[at] = slot;
     }
   }
   OpNames& names = owned_names();
-  const std::uint64_t hash = std::hash<std::string_view>{}(name);
+  const auto hash_low = static_cast<std::uint32_t>(std::hash<std::string_view>{}(name));
   const std::size_t mask = name_slots_.size() - 1;
-  std::size_t at = hash & mask;
+  std::size_t at = hash_low & mask;
   while (name_slots_[at].index_plus_one != 0) {
     const NameSlot& slot = name_slots_[at];
-    if (slot.hash == hash && names[slot.index_plus_one - 1] == name) return slot.index_plus_one - 1;
+    if (slot.hash_low == hash_low && names[slot.index_plus_one - 1] == name) return slot.index_plus_one - 1;
     at = (at + 1) & mask;
   }
   const std::uint32_t index = names.append(name);
-  name_slots_[at] = NameSlot{hash, index + 1};
+  name_slots_[at] = NameSlot{hash_low, index + 1};
   ++interned_count_;
   return index;
 }
