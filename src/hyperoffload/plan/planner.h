@@ -36,11 +36,18 @@
 //              the program's build; refuses traces over
 //              OptimalPlannerOptions::max_ops / max_columns
 //
-// Two parts could run away and are cut by a work budget, with a note in the
+// Four parts could run away and are cut by a work budget, with a note in the
 // plan when they are: DTR's walk, whose re-runs thrash below some budget
 // (Note [The walk's work bound], dtr_planner.h: planning a vit_b_16 capture
-// grew to 6–13 GB), and the searches for recompute chains (Note [Chain work],
-// plan/recompute/recompute_model.h). tests/plan/planning_bounds_property_test.cc
+// grew to 6–13 GB), the searches for recompute chains (Note [Chain work],
+// plan/recompute/recompute_model.h), the peak selection's lazy
+// re-evaluations per pick (Note [A cap on re-evaluations],
+// peak/peak_selection.cc: up to 182k in one pick on a 1M-op chain), and those
+// of the host-budget trim per storage kept (Note [Keeping storages lazily],
+// common/host_budget.cc: a scan of every storage per storage kept took 9-14 s
+// on a 28k-op step). With a host budget, every schedule's trim adds
+// O((actions + intervals) log actions) plus at most 64 re-evaluations per
+// storage kept (common/host_budget.h). tests/plan/planning_bounds_property_test.cc
 // holds every planner but optimal, on random traces and on traces built to
 // stress these bounds (gen/stress_trace.h), to at most 128 × the trace's heap
 // bytes + 1 MiB of heap while it plans (34× at most when written) and 1 ms per
