@@ -55,10 +55,16 @@ int others_in(const std::filesystem::path& dir, const std::filesystem::path& kee
   return count;
 }
 
-TEST(AtomicFile, PutsThePiecesInPlaceOnlyWhenCommitted) {
-  const std::filesystem::path dir = scratch_dir() / "atomic";
+// An empty directory `name` in the scratch directory.
+std::filesystem::path empty_dir(const std::string& name) {
+  const std::filesystem::path dir = scratch_dir() / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(AtomicFile, PutsThePiecesInPlaceOnlyWhenCommitted) {
+  const std::filesystem::path dir = empty_dir("atomic");
   const std::filesystem::path path = dir / "out.json";
   ASSERT_TRUE(write_file_atomically(path, "old"));
   {
@@ -77,9 +83,7 @@ TEST(AtomicFile, PutsThePiecesInPlaceOnlyWhenCommitted) {
 }
 
 TEST(AtomicFile, DroppedUncommittedItLeavesTheOutputAndNoTemporaryFile) {
-  const std::filesystem::path dir = scratch_dir() / "dropped";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = empty_dir("dropped");
   const std::filesystem::path path = dir / "out.json";
   ASSERT_TRUE(write_file_atomically(path, "old"));
   {

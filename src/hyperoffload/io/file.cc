@@ -102,26 +102,25 @@ AtomicFile::AtomicFile(AtomicFile&& other) noexcept
   other.temp_.clear();
 }
 
-AtomicFile::~AtomicFile() {
-  if (fd_ >= 0) {
-    ::close(fd_);
+AtomicFile::~AtomicFile() { discard(); }
+
+void AtomicFile::discard() {
+  if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  if (!temp_.empty()) {
     ::unlink(temp_.c_str());
+    temp_.clear();
   }
 }
 
 Status AtomicFile::fail(const char* what) {
   const int saved = errno;
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(temp_.c_str());
-    fd_ = -1;
-  }
+  discard();
   return make_error(ErrorCode::kIo,
                     fmt::format("cannot write {}: {}: {}", path_.string(), what, std::strerror(saved)));
 }
 
 Status AtomicFile::append(std::string_view text) {
-  if (temp_.empty()) {
+  if (path_ == "-") {
     std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
     if (!std::cout) return make_error(ErrorCode::kIo, "cannot write to standard output");
     return ok_status();
@@ -142,7 +141,7 @@ Status AtomicFile::append(std::string_view text) {
 }
 
 Status AtomicFile::commit() && {
-  if (temp_.empty()) {
+  if (path_ == "-") {
     std::cout.flush();
     if (!std::cout) return make_error(ErrorCode::kIo, "cannot write to standard output");
     return ok_status();
@@ -153,19 +152,9 @@ Status AtomicFile::commit() && {
   const mode_t mask = ::umask(0);
   ::umask(mask);
   ::fchmod(fd_, 0666 & ~mask);
-  const int fd = std::exchange(fd_, -1);
-  if (::close(fd) != 0) {
-    const int saved = errno;
-    ::unlink(temp_.c_str());
-    return make_error(ErrorCode::kIo, fmt::format("cannot write {}: close failed: {}", path_.string(),
-                                                  std::strerror(saved)));
-  }
-  if (::rename(temp_.c_str(), path_.c_str()) != 0) {
-    const int saved = errno;
-    ::unlink(temp_.c_str());
-    return make_error(ErrorCode::kIo, fmt::format("cannot write {}: rename failed: {}", path_.string(),
-                                                  std::strerror(saved)));
-  }
+  if (::close(std::exchange(fd_, -1)) != 0) return fail("close failed");
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) return fail("rename failed");
+  temp_.clear();  // it is the output now
   return ok_status();
 }
 

@@ -63,11 +63,12 @@ class AtomicFile {
  private:
   AtomicFile(std::filesystem::path path, std::string temp, int fd)
       : path_(std::move(path)), temp_(std::move(temp)), fd_(fd) {}
-  Status fail(const char* what);  // closes and removes the temporary file, names the error
+  void discard();                 // closes and removes the temporary file, if any
+  Status fail(const char* what);  // discard(), and the error naming the output, `what` and errno
 
-  std::filesystem::path path_;
-  std::string temp_;  // empty for standard output
-  int fd_ = -1;       // -1: standard output, or nothing left to clean up
+  std::filesystem::path path_;    // "-": standard output
+  std::string temp_;  // the temporary file while it is ours to remove; empty otherwise
+  int fd_ = -1;       // the temporary file while it is open; -1 otherwise
 };
 
 // Writes `contents` to `path` atomically (AtomicFile in one piece). `path` "-"

@@ -72,12 +72,6 @@ class OpNames {
     return static_cast<std::uint32_t>(ends_.size() - 1);
   }
 
-  // Reserves room for `names` names of `chars` characters in all.
-  void reserve(std::size_t names, std::size_t chars) {
-    ends_.reserve(names);
-    chars_.reserve(chars);
-  }
-
  private:
   std::string chars_;               // every name, back to back
   std::vector<std::size_t> ends_;   // per name: one past its last character in chars_

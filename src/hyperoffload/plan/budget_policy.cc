@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <memory>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,12 @@ const char* to_string(BudgetOutcome outcome) {
 }
 
 namespace {
+
+// The planners the host-budget fallback tries, in order: the peak planner,
+// then the hybrid planner, which also finds plans below the host floor
+// (recomputing some of what the peak planner offloads), then the
+// recompute-only plan. The note of a named planner that missed lists the same.
+constexpr std::array<std::string_view, 3> kHostFallbackOrder = {"peak", kDefaultPlannerName, "recompute"};
 
 Status check_valid(const std::string& planner, const ValidationReport& validation) {
   if (validation.valid()) return ok_status();
@@ -92,8 +100,7 @@ Result<BudgetedPlan> within_both_budgets(const Trace& trace, std::int64_t budget
       // At or above both floors one of the fallback's planners keeps both
       // budgets; the named one just did not, so it is left out of the list.
       std::vector<std::string> others;
-      for (const std::string_view other :
-           {std::string_view("peak"), std::string_view(kDefaultPlannerName), std::string_view("recompute")}) {
+      for (const std::string_view other : kHostFallbackOrder) {
         if (other != planner) others.push_back(fmt::format("\"{}\"", other));
       }
       const std::string listed =
@@ -114,11 +121,7 @@ Result<BudgetedPlan> within_both_budgets(const Trace& trace, std::int64_t budget
       "planner \"{}\" peaked at {} ({} bytes), above the budget of {}, within the host budget of {}", planner,
       format_bytes(budgeted.validation.peak_bytes), budgeted.validation.peak_bytes, format_bytes(budget),
       format_bytes(host_budget));
-  // The hybrid planner also finds plans below the host floor (recomputing
-  // some of what the peak planner offloads); it is tried too, before the
-  // recompute-only plan.
-  for (const std::string_view other :
-       {std::string_view("peak"), std::string_view(kDefaultPlannerName), std::string_view("recompute")}) {
+  for (const std::string_view other : kHostFallbackOrder) {
     if (other == planner) continue;
     PlannerOptions other_options = options;
     if (other == "recompute") other_options.score_weights.clear();
