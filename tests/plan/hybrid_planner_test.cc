@@ -8,15 +8,20 @@
 #include "hyperoffload/plan/hybrid_planner.h"
 
 #include <algorithm>
+#include <random>
 
 #include <gtest/gtest.h>
 
 #include "hyperoffload/check/validator.h"
+#include "hyperoffload/gen/random_trace.h"
 #include "hyperoffload/gen/transformer_trace.h"
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/plan/hybrid/hybrid_plans.h"
 #include "hyperoffload/plan/hybrid/segment_search.h"
 #include "hyperoffload/plan/hybrid/hybrid_models.h"
+#include "hyperoffload/plan/common/stall_estimate.h"
+#include "hyperoffload/plan/peak/peak_model.h"
+#include "hyperoffload/plan/peak/peak_run.h"
 #include "hyperoffload/sim/simulator.h"
 #include "testing/trace_dsl.h"
 
@@ -124,6 +129,120 @@ TEST(HybridPlanner, WithOffloadsRulesOutAPlanWhoseReRunsAloneAreSlowerThanOneMad
   const internal::HybridPlan tie = maker.with_offloads(decisions, "tie", options, 13.0);
   EXPECT_FALSE(tie.ruled_out);
   EXPECT_EQ(tie.actions, made.actions);
+}
+
+// Note [Re-runs that fit leave the offloads nothing] (hybrid_plans.cc):
+// where the re-runs alone bring the augmented trace within the budget,
+// with_offloads makes the plan without the peak planner. Over small
+// transformer steps of random shapes at 40-90% of their peak, on both
+// devices, its plan is the one the peak planner gives on the augmented trace
+// (mapped back and timed on the original, as with_offloads does otherwise):
+// the same actions, peak, time and floor. The decisions are prefixes of the
+// recompute-only sequence around the one at which its profile fits, and the
+// whole sequence, so both sides of the shortcut are compared.
+TEST(HybridPlannerProperty, ReRunsThatFitGiveThePeakPlannersPlanWithoutIt) {
+  int fitting = 0;
+  int over = 0;
+  for (std::uint64_t seed = 0; seed < 80; ++seed) {
+    std::mt19937_64 rng(seed * 104729);
+    TransformerOptions shape;
+    shape.layers = 1 + static_cast<std::int32_t>(rng() % 3);
+    shape.hidden = 32 << (rng() % 3);
+    shape.heads = 2;
+    shape.seq = 16 << (rng() % 3);
+    shape.batch = 1 + static_cast<std::int64_t>(rng() % 3);
+    shape.vocab = 100;
+    shape.dropout = rng() % 2 == 0 ? Dropout::kOff : Dropout::kOn;
+    const Trace trace = value_or_throw(generate_transformer_trace(shape));
+    const std::int64_t budget =
+        unplanned_peak(trace).bytes * (40 + static_cast<std::int64_t>(rng() % 51)) / 100;
+    const DeviceMemory device = seed % 2 == 0 ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", budget " << budget);
+    internal::HybridModels models(trace, device, budget);
+    models.wait_for_recompute_model();
+    internal::SegmentSearch segments;
+    PeakPlannerOptions peak_options;
+    peak_options.device_memory = device;
+    const internal::PlanMaker maker(models, peak_options, segments);
+    const internal::RecomputeSelection sequence = maker.recompute_only_sequence();
+    const std::size_t fits = maker.profile_fitting_length(sequence);
+    const std::size_t total = sequence.decisions.size();
+    for (const std::size_t length : {fits - 1, fits, fits + 1, fits + 4, total}) {
+      if (length == 0 || length > total) continue;
+      const std::vector<internal::RecomputeDecision> decisions = sequence.prefix(length);
+      const internal::HybridPlan made = maker.with_offloads(decisions, "made", peak_options);
+      const internal::AugmentedTrace augmented = internal::build_augmented_trace(trace, models.recompute, decisions);
+      const internal::PeakModel model = internal::build_peak_model(augmented.trace, StorageAccesses(augmented.trace));
+      const internal::ScheduleTimer timer = [&](std::vector<Action> actions) {
+        internal::TimedSchedule timed{internal::map_back(augmented, actions), 0.0};
+        timed.stall_ms = internal::estimate_stall_ms(trace, timed.actions, models.memory_cap());
+        return timed;
+      };
+      const internal::PeakRun run = internal::run_peak_planner(augmented.trace, model, peak_options, budget,
+                                                               {.timer = timer, .stop = {}, .threads = {}});
+      (run.result.initial_peak_bytes <= budget ? fitting : over) += 1;
+      EXPECT_EQ(made.actions, run.result.schedule.actions) << "length " << length;
+      EXPECT_EQ(made.peak_bytes, run.result.planned_peak_bytes) << "length " << length;
+      EXPECT_DOUBLE_EQ(made.time_ms, trace.total_compute_ms() + augmented.recompute_ms + run.stall_ms)
+          << "length " << length;
+      ASSERT_TRUE(made.floor.has_value());
+      ASSERT_TRUE(run.result.floor.has_value());
+      EXPECT_EQ(made.floor->op, augmented.original_op[static_cast<std::size_t>(run.result.floor->op)]);
+      EXPECT_EQ(made.floor->bytes, run.result.floor->bytes);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  // Both sides, many times: the seeds above give 81 plans whose re-runs
+  // fit and 198 that leave the offloads work.
+  EXPECT_GE(fitting, 50);
+  EXPECT_GE(over, 50);
+  ::testing::Test::RecordProperty("fitting", fitting);
+  ::testing::Test::RecordProperty("over", over);
+}
+
+// Note [The whole sequence beside its first prefix] (hybrid_plans.cc): on a
+// trace of at least 100,000 ops and accesses, recompute_only drafts the
+// whole decision sequence on a second thread beside the prefix at which the
+// selection's profile fits. The plan is still that prefix where its draft
+// fits (an 850-layer transformer step at 50%: it does), with the whole
+// sequence's peak as its floor, each measured here on its own.
+TEST(RecomputePlanner, OnALargeTraceDraftsTheWholeSequenceBesideItsFirstPrefix) {
+  TransformerOptions shape;
+  shape.layers = 850;
+  shape.hidden = 64;
+  shape.heads = 2;
+  shape.seq = 64;
+  shape.batch = 2;
+  shape.vocab = 100;
+  shape.dropout = Dropout::kOn;
+  const Trace trace = value_or_throw(generate_transformer_trace(shape));
+  ASSERT_GE(trace.op_count() + trace.access_count(), 100'000);
+  const std::int64_t budget = unplanned_peak(trace).bytes / 2;
+  internal::HybridModels models(trace, DeviceMemory::kBudget, budget);
+  models.wait_for_recompute_model();
+  internal::SegmentSearch segments;
+  const PeakPlannerOptions options;
+  const internal::PlanMaker maker(models, options, segments);
+  const internal::RecomputeSelection sequence = maker.recompute_only_sequence();
+  const std::size_t first = maker.profile_fitting_length(sequence);
+  ASSERT_LT(first, sequence.decisions.size());
+  const internal::AugmentedTrace prefix =
+      internal::build_augmented_trace(trace, models.recompute, sequence.prefix(first));
+  const PeakBytes prefix_peak = unplanned_peak(prefix.trace);
+  ASSERT_LE(prefix_peak.bytes, budget);
+  const internal::AugmentedTrace whole = internal::build_augmented_trace(trace, models.recompute, sequence.decisions);
+  const PeakBytes whole_peak = unplanned_peak(whole.trace);
+
+  const internal::HybridPlan plan = maker.recompute_only(sequence);
+  EXPECT_EQ(plan.peak_bytes, prefix_peak.bytes);
+  EXPECT_EQ(plan.recompute_count, prefix.recompute_count);
+  EXPECT_DOUBLE_EQ(plan.recompute_ms, prefix.recompute_ms);
+  ASSERT_TRUE(plan.floor.has_value());
+  EXPECT_EQ(plan.floor->bytes, whole_peak.bytes);
+  EXPECT_EQ(plan.floor->op, whole.original_op[static_cast<std::size_t>(whole_peak.op)]);
+  Schedule schedule;
+  schedule.actions = plan.actions;
+  EXPECT_TRUE(validate_schedule(trace, schedule).valid());
 }
 
 TEST(HybridPlanner, OffloadsWhenRecomputeCostsMoreThanTheCopyItReplaces) {

@@ -112,7 +112,8 @@ class PlanMaker {
   // Offloads planned around the recomputes of `chosen`: the peak planner on
   // the augmented trace, each of its schedules mapped back to the original
   // trace and timed there (so it picks its prefetch order by the schedule
-  // that is used). When the compute plus the re-runs of `chosen` is above
+  // that is used). Where the re-runs alone fit the budget, the plan the peak
+  // planner would give (no copies), made without it. When the compute plus the re-runs of `chosen` is above
   // `slower_than_ms` the plan could only be slower than that, whatever its
   // offloads (a stall only adds), and the peak planner is not run: the plan
   // comes back `ruled_out`, with its floor and re-runs.
@@ -129,6 +130,9 @@ class PlanMaker {
   // Only the plan returned is made whole (releases, actions, timing); of the
   // others only the peak is measured (RecomputeOnlyDraft).
   HybridPlan recompute_only(const RecomputeSelection& sequence) const;
+  // The length of the prefix of `sequence` at which the selection's profile
+  // fits the budget (the whole sequence when it never does).
+  std::size_t profile_fitting_length(const RecomputeSelection& sequence) const;
   // The recompute-only plan of Note [Excluding candidates] (below):
   // `sequence` (recompute_only_sequence() with its defaults) re-selected with
   // some candidates excluded, the exclusions found by a bounded local search;
@@ -212,14 +216,16 @@ class PlanMaker {
   };
   RecomputeOnlyDraft draft_without_offloads(std::span<const RecomputeDecision> chosen) const;
   // The shortest prefix of `sequence` whose draft fits the budget, and its
-  // length: tried from the prefix at which the selection's profile fits,
-  // then longer ones (doubling the step); nullopt when not even the whole
+  // length: tried from the prefix at which the selection's profile fits
+  // (whose draft is `first` when the caller has made it already), then
+  // longer ones (doubling the step); nullopt when not even the whole
   // sequence fits.
   struct FittingPrefix {
     RecomputeOnlyDraft draft;
     std::size_t length = 0;
   };
-  std::optional<FittingPrefix> shortest_fitting_prefix(const RecomputeSelection& sequence) const;
+  std::optional<FittingPrefix> shortest_fitting_prefix(const RecomputeSelection& sequence,
+                                                       std::optional<RecomputeOnlyDraft> first = std::nullopt) const;
   // A sequence of Note [Excluding candidates] and its shortest fitting
   // prefix; nullopt when none fits.
   struct ExcludingSequence {
@@ -228,6 +234,10 @@ class PlanMaker {
   };
   std::optional<ExcludingSequence> with_fitting_prefix(RecomputeSelection sequence) const;
   HybridPlan finish_without_offloads(const RecomputeOnlyDraft& draft, std::string label) const;
+  // The plan of an augmented trace without copies: `accesses` are its
+  // accesses, `peak` its peak with releases after the last access.
+  HybridPlan finish_without_offloads(const AugmentedTrace& augmented, const StorageAccesses& accesses,
+                                     PeakBytes peak, std::string label) const;
 
   const HybridModels& models_;
   const PeakPlannerOptions& peak_options_;
