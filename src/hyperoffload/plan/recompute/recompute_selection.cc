@@ -5,7 +5,6 @@
 #include <unordered_map>
 
 #include "hyperoffload/plan/common/covering_index.h"
-#include "hyperoffload/plan/common/profile_tree.h"
 #include "hyperoffload/plan/common/range_max_tree.h"
 
 namespace hyperoffload::internal {
@@ -22,7 +21,7 @@ class Selector {
         model_(model),
         stop_bytes_(stop_bytes),
         regeneration_(regeneration),
-        profile_(resident_bytes, stop_bytes),
+        profile_(resident_bytes),
         decisions_of_(static_cast<std::size_t>(trace.storage_count())),
         locks_(static_cast<std::size_t>(trace.storage_count())),
         kept_until_(keep_dead_inputs ? static_cast<std::size_t>(trace.storage_count()) : 0, -1),
@@ -326,7 +325,7 @@ class Selector {
   const RecomputeModel& model_;
   std::int64_t stop_bytes_;
   RegenerationRule regeneration_;
-  ProfileTree profile_;
+  RangeMaxTree profile_;
   std::vector<std::vector<std::size_t>> decisions_of_;  // per storage: its decisions
   std::unordered_map<OpIndex, std::vector<std::size_t>> decisions_by_source_;  // per source op: its decisions
   std::vector<std::vector<OpIndex>> locks_;             // per storage: sorted lock points
