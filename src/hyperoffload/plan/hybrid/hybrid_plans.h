@@ -13,12 +13,13 @@
 //  - offload_only: one peak-planner run on the trace (peak_run.h);
 //    more_offload_only_plans: four (one of them two selection passes).
 //  - with_offloads: one augmented trace and its peak model, then, unless
-//    ruled out, one peak-planner run on it whose two schedules are each
-//    mapped back and timed on the trace.
+//    ruled out or its re-runs fit the budget (then it is finished), one
+//    peak-planner run on it whose two schedules are each mapped back and
+//    timed on the trace.
 //  - without_offloads: one draft, finished.
 //  - recompute_only: at most ⌈log₂(D + 1)⌉ + 2 drafts (the whole sequence,
-//    then prefixes with a step doubling from max(1, length / 16)), one
-//    finished.
+//    then prefixes with a step doubling from max(1, length / 16); the whole
+//    and the first prefix on two threads when W ≥ 100,000), one finished.
 //  - recompute_only_excluding: nothing when W > 1,562; else at most
 //    exclusion_evaluations() ≤ kMaxExclusionEvaluations (128) evaluations,
 //    each a select_recomputes and its fitting prefix's drafts, and a plan
@@ -33,7 +34,8 @@
 //    recompute_only_sequence_if_it_can_fit: O(ops + candidates) first;
 //    compute_and_reruns_ms O(D); count_copies O(actions).
 // Memory: each plan's actions, and at most two drafts at once (the exclusion
-// search's current and tried sequences), each of its augmented trace's size.
+// search's current and tried sequences, or recompute_only's whole sequence
+// and first prefix), each of its augmented trace's size.
 //
 // Thread-safety: PlanMaker's methods are const and may run concurrently; they
 // read the models only after HybridModels::wait_for_recompute_model, except
