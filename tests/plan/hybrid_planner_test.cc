@@ -201,12 +201,13 @@ TEST(HybridPlannerProperty, ReRunsThatFitGiveThePeakPlannersPlanWithoutIt) {
 }
 
 // Note [The whole sequence beside its first prefix] (hybrid_plans.cc): on a
-// trace of at least 100,000 ops and accesses, recompute_only drafts the
-// whole decision sequence on a second thread beside the prefix at which the
-// selection's profile fits. The plan is still that prefix where its draft
-// fits (an 850-layer transformer step at 50%: it does), with the whole
-// sequence's peak as its floor, each measured here on its own.
-TEST(RecomputePlanner, OnALargeTraceDraftsTheWholeSequenceBesideItsFirstPrefix) {
+// trace of at least 100,000 ops and accesses, recompute_only measures the
+// whole decision sequence's peak on a second thread beside the draft of the
+// prefix at which the selection's profile fits. The plan is still that
+// prefix where its draft fits (an 850-layer transformer step at 50%: it
+// does), with the whole sequence's peak as its floor, each measured here on
+// its own.
+TEST(RecomputePlanner, OnALargeTraceMeasuresTheWholeSequenceBesideItsFirstPrefix) {
   TransformerOptions shape;
   shape.layers = 850;
   shape.hidden = 64;

@@ -197,43 +197,47 @@ std::optional<PlanMaker::FittingPrefix> PlanMaker::shortest_fitting_prefix(
 }
 
 HybridPlan PlanMaker::recompute_only(const RecomputeSelection& sequence) const {
-  // Note [The whole sequence beside its first prefix]: the whole sequence's
-  // draft gives the floor and whether any prefix fits; the prefix at which
-  // the selection's profile fits is the plan almost always. On a large trace
-  // the two are drafted at once, the whole on a second thread (each a pass
-  // over the augmented trace, 0.4 s for a 1M-op chain), at the cost of both
-  // augmented traces in memory together; on a small one, where a thread
-  // costs more than it saves, one after the other.
+  const std::size_t total = sequence.decisions.size();
   const std::size_t first_length = profile_fitting_length(sequence);
-  std::optional<RecomputeOnlyDraft> first;
-  std::optional<RecomputeOnlyDraft> full;
-  constexpr std::int64_t kMinWorkForTwoThreads = 100'000;  // ops + accesses; 10 ms a draft
-  const Trace& trace = models_.trace;
-  if (first_length < sequence.decisions.size() &&
-      static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count()) >=
-          kMinWorkForTwoThreads) {
-    std::future<RecomputeOnlyDraft> whole =
-        std::async(std::launch::async, [&] { return draft_without_offloads(sequence.decisions); });
-    first = draft_without_offloads(sequence.prefix(first_length));
-    full = whole.get();
-  } else {
-    full = draft_without_offloads(sequence.decisions);
-  }
-  const PeakBytes full_peak = full->peak;
-  const UnavoidableFloor floor{
-      full_peak.op >= 0 ? full->augmented.original_op[static_cast<std::size_t>(full_peak.op)] : -1, full_peak.bytes};
-  auto made = [&](const RecomputeOnlyDraft& draft) {
+  auto made = [&](const RecomputeOnlyDraft& draft, UnavoidableFloor floor) {
     HybridPlan plan = finish_without_offloads(draft, "recompute-only");
     plan.floor = floor;
     plan.chain_work_cut = sequence.cut;
     return plan;
   };
-  if (full_peak.bytes > models_.budget_bytes) return made(*full);
-  // The whole sequence fits, so some prefix does; when it is the whole
-  // sequence, this is its draft.
-  if (first_length == sequence.decisions.size()) return made(*full);
-  full.reset();  // a prefix fits where the selection's profile does, almost always: memory back first
-  return made(shortest_fitting_prefix(sequence, std::move(first))->draft);
+  // The whole sequence is its own first prefix: one draft, its peak the floor.
+  if (first_length == total) {
+    const RecomputeOnlyDraft whole = draft_without_offloads(sequence.decisions);
+    const PeakBytes peak = whole.peak;
+    return made(whole, {peak.op >= 0 ? whole.augmented.original_op[static_cast<std::size_t>(peak.op)] : -1, peak.bytes});
+  }
+  // Note [The whole sequence beside its first prefix]: the whole sequence's
+  // peak gives the floor and whether any prefix fits, without its augmented
+  // trace (augmented_peak); the prefix at which the selection's profile fits
+  // is the plan almost always. On a large trace the two are made at once, the
+  // whole sequence's peak on a second thread (on the 1M-op chain the first
+  // prefix's draft takes 0.2 s and the peak 0.1 s); on a small one, where a
+  // thread costs more than it saves, one after the other.
+  constexpr std::int64_t kMinWorkForTwoThreads = 100'000;  // ops + accesses; 10 ms a draft
+  const Trace& trace = models_.trace;
+  const auto whole_peak = [&] { return augmented_peak(trace, models_.recompute, sequence.decisions); };
+  std::optional<RecomputeOnlyDraft> first;
+  AugmentedPeak peak;
+  if (static_cast<std::int64_t>(trace.op_count()) + static_cast<std::int64_t>(trace.access_count()) >=
+      kMinWorkForTwoThreads) {
+    std::future<AugmentedPeak> later = std::async(std::launch::async, whole_peak);
+    first = draft_without_offloads(sequence.prefix(first_length));
+    peak = later.get();
+  } else {
+    peak = whole_peak();
+  }
+  const UnavoidableFloor floor{peak.original_op, peak.bytes};
+  if (peak.bytes > models_.budget_bytes) {
+    first.reset();
+    return made(draft_without_offloads(sequence.decisions), floor);  // below the floor: the whole sequence
+  }
+  // The whole sequence fits, so some prefix does.
+  return made(shortest_fitting_prefix(sequence, std::move(first))->draft, floor);
 }
 
 std::size_t exclusion_evaluations(const Trace& trace) {

@@ -17,9 +17,12 @@
 //    peak-planner run on it whose two schedules are each mapped back and
 //    timed on the trace.
 //  - without_offloads: one draft, finished.
-//  - recompute_only: at most ⌈log₂(D + 1)⌉ + 2 drafts (the whole sequence,
-//    then prefixes with a step doubling from max(1, length / 16); the whole
-//    and the first prefix on two threads when W ≥ 100,000), one finished.
+//  - recompute_only: the whole sequence's peak (augmented_peak, one walk
+//    of an augmented trace without building it), then at most
+//    ⌈log₂(D + 1)⌉ + 1 drafts (prefixes with a step doubling from max(1,
+//    length / 16), or the whole sequence below its floor; the whole
+//    sequence's peak and the first prefix on two threads when W ≥
+//    100,000), one finished.
 //  - recompute_only_excluding: nothing when W > 1,562; else at most
 //    exclusion_evaluations() ≤ kMaxExclusionEvaluations (128) evaluations,
 //    each a select_recomputes and its fitting prefix's drafts, and a plan
@@ -34,8 +37,8 @@
 //    recompute_only_sequence_if_it_can_fit: O(ops + candidates) first;
 //    compute_and_reruns_ms O(D); count_copies O(actions).
 // Memory: each plan's actions, and at most two drafts at once (the exclusion
-// search's current and tried sequences, or recompute_only's whole sequence
-// and first prefix), each of its augmented trace's size.
+// search's current and tried sequences), each of its augmented trace's
+// size.
 //
 // Thread-safety: PlanMaker's methods are const and may run concurrently; they
 // read the models only after HybridModels::wait_for_recompute_model, except
@@ -128,7 +131,8 @@ class PlanMaker {
   // The recompute-only plan: the shortest prefix of `sequence` (the full
   // decision sequence) whose peak over ops and recomputes fits the budget,
   // found by trying the prefix at which the selection's profile fits and then
-  // longer ones (doubling the step). Its floor is the full sequence's peak.
+  // longer ones (doubling the step). Its floor is the full sequence's peak;
+  // below it, the plan is the full sequence's.
   // Only the plan returned is made whole (releases, actions, timing); of the
   // others only the peak is measured (RecomputeOnlyDraft).
   HybridPlan recompute_only(const RecomputeSelection& sequence) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/recompute_unit.h"
 #include "hyperoffload/plan/common/schedule_assembler.h"
 
@@ -45,6 +46,81 @@ OpBuckets bucket(OpIndex op_count, std::size_t count, OpOf op_of) {
   return buckets;
 }
 
+// Note [One walk, two sinks]: the walk below decides the augmented trace's
+// ops, storages and accesses, and hands them to a sink: TraceSink builds the
+// trace; PeakSink only follows each storage's first and last access, which
+// gives the trace's peak with releases after the last access, without the
+// trace (its ops, accesses, the id map, the per-storage accesses). The
+// recompute-only plan needs only the peak of its whole decision sequence (its
+// floor): on the 1M-op chain that is a third of the build's time.
+class TraceSink {
+ public:
+  void begin(const Trace& trace, std::size_t decisions) {
+    builder_.reserve(static_cast<std::size_t>(trace.op_count()) + 2 * decisions,
+                     static_cast<std::size_t>(trace.storage_count()) + 2 * decisions,
+                     trace.access_count() + 8 * decisions);
+    builder_.set_d2h_bandwidth_gib_per_s(trace.d2h_bandwidth_gib_per_s());
+    builder_.set_h2d_bandwidth_gib_per_s(trace.h2d_bandwidth_gib_per_s());
+    builder_.set_memory_limit_bytes(trace.memory_limit_bytes());
+    builder_.use_op_names(trace.op_names_shared());
+  }
+  // Cannot fail: ids are dense and every op and size comes from a valid trace.
+  void add_storage(StorageId id, std::int64_t size_bytes, Retention retention) {
+    (void)builder_.add_storage(id, size_bytes, retention);
+  }
+  void add_op(std::uint32_t name_index, double duration_ms) { (void)builder_.add_named_op(name_index, duration_ms); }
+  void add_access(StorageId id, AccessKind kind) { builder_.add_access(id, kind); }
+  Trace finish() && { return value_or_throw(std::move(builder_).build()); }
+
+ private:
+  TraceBuilder builder_;
+};
+
+class PeakSink {
+ public:
+  void begin(const Trace& trace, std::size_t decisions) {
+    storages_.reserve(static_cast<std::size_t>(trace.storage_count()) + 2 * decisions);
+  }
+  // Ids are dense, in order (0, 1, ...): the id is the index.
+  void add_storage(StorageId, std::int64_t size_bytes, Retention retention) {
+    storages_.push_back({size_bytes, -1, -1, retention == Retention::kRetained});
+  }
+  void add_op(std::uint32_t, double) { ++ops_; }
+  void add_access(StorageId id, AccessKind) {
+    Lifetime& storage = storages_[static_cast<std::size_t>(id)];
+    if (storage.first < 0) storage.first = ops_ - 1;
+    storage.last = ops_ - 1;
+  }
+  // As unplanned_peak (ir/memory_profile.h) on the trace TraceSink builds.
+  PeakBytes finish() && {
+    const auto ops = static_cast<std::size_t>(ops_);
+    std::vector<std::int64_t> delta(ops + 1, 0);
+    for (const Lifetime& storage : storages_) {
+      if (storage.first < 0) continue;
+      delta[static_cast<std::size_t>(storage.first)] += storage.size_bytes;
+      delta[storage.retained ? ops : static_cast<std::size_t>(storage.last) + 1] -= storage.size_bytes;
+    }
+    PeakBytes peak;
+    std::int64_t running = 0;
+    for (std::size_t op = 0; op < ops; ++op) {
+      running += delta[op];
+      if (peak.op < 0 || running > peak.bytes) peak = {running, static_cast<OpIndex>(op)};
+    }
+    return peak;
+  }
+
+ private:
+  struct Lifetime {
+    std::int64_t size_bytes;
+    OpIndex first;  // first and last op accessing it; -1: none
+    OpIndex last;
+    bool retained;
+  };
+  std::vector<Lifetime> storages_;
+  OpIndex ops_ = 0;
+};
+
+template <typename Sink>
 class Builder {
  public:
   Builder(const Trace& trace, const RecomputeModel& model, std::span<const RecomputeDecision> decisions)
@@ -69,38 +145,34 @@ class Builder {
     }
   }
 
-  AugmentedTrace run() && {
+  // Walks the trace into the sink, which it returns; out() then holds the
+  // rest of the augmented trace (all but `trace`). Call once.
+  Sink run() {
     const OpBuckets ends =
         bucket(trace_.op_count(), decisions_.size(), [&](std::size_t d) { return decisions_[d].regenerate_before; });
     const OpBuckets starts =
         bucket(trace_.op_count(), decisions_.size(), [&](std::size_t d) { return gap(d).start_op; });
-    builder_.reserve(static_cast<std::size_t>(trace_.op_count()) + 2 * decisions_.size(),
-                     static_cast<std::size_t>(trace_.storage_count()) + 2 * decisions_.size(),
-                     trace_.access_count() + 8 * decisions_.size());
-    builder_.set_d2h_bandwidth_gib_per_s(trace_.d2h_bandwidth_gib_per_s());
-    builder_.set_h2d_bandwidth_gib_per_s(trace_.h2d_bandwidth_gib_per_s());
-    builder_.set_memory_limit_bytes(trace_.memory_limit_bytes());
-    builder_.use_op_names(trace_.op_names_shared());
+    sink_.begin(trace_, decisions_.size());
     out_.original_id.reserve(static_cast<std::size_t>(trace_.storage_count()) + decisions_.size());
     for (StorageIndex s = 0; s < trace_.storage_count(); ++s) {
       const StorageInfo& info = trace_.storage(s);
-      (void)builder_.add_storage(static_cast<StorageId>(s), info.size_bytes, info.retention);
+      sink_.add_storage(static_cast<StorageId>(s), info.size_bytes, info.retention);
       out_.original_id.push_back(info.id);
     }
     for (OpIndex op = 0; op < trace_.op_count(); ++op) {
       if (!ends.at(op).empty()) regenerate_before(op, ends.at(op));
-      (void)builder_.add_named_op(trace_.op_name_index(op), trace_.op_duration_ms(op));
+      sink_.add_op(trace_.op_name_index(op), trace_.op_duration_ms(op));
       for (const Access& access : trace_.accesses(op)) {
-        builder_.add_access(current_[static_cast<std::size_t>(access.storage)], access.kind);
+        sink_.add_access(current_[static_cast<std::size_t>(access.storage)], access.kind);
       }
       out_.original_op.push_back(op);
       out_.source_op.push_back(-1);
       for (const std::int32_t d : starts.at(op)) dropped_[static_cast<std::size_t>(gap(d).storage)] = true;
     }
-    // Cannot fail: ids are dense and every op and size comes from a valid trace.
-    out_.trace = value_or_throw(std::move(builder_).build());
-    return std::move(out_);
+    return std::move(sink_);
   }
+
+  AugmentedTrace& out() { return out_; }
 
  private:
   const RecomputeCandidate& gap(std::size_t d) const {
@@ -109,7 +181,7 @@ class Builder {
 
   StorageId new_instance(StorageIndex s) {
     const auto id = static_cast<StorageId>(out_.original_id.size());
-    (void)builder_.add_storage(id, trace_.storage(s).size_bytes, Retention::kReleasable);
+    sink_.add_storage(id, trace_.storage(s).size_bytes, Retention::kReleasable);
     out_.original_id.push_back(trace_.storage(s).id);
     return id;
   }
@@ -173,7 +245,7 @@ class Builder {
     std::map<StorageIndex, StorageId> transient_instance;
     for (auto& [k, rerun] : reruns) {
       // A follower's re-run is its unit's, as one op (rerun_accesses).
-      (void)builder_.add_named_op(trace_.op_name_index(k), unit_duration_ms(trace_, k));
+      sink_.add_op(trace_.op_name_index(k), unit_duration_ms(trace_, k));
       // One instance per output however many writes of it the op lists: a
       // second instance would leave the first unread, and the planner would
       // release the storage right after regenerating it (found by
@@ -183,23 +255,23 @@ class Builder {
         const StorageIndex s = access.storage;
         if (access.kind == AccessKind::kRead) {
           const auto transient = transient_instance.find(s);
-          builder_.add_access(transient != transient_instance.end() ? transient->second : current_[static_cast<std::size_t>(s)],
+          sink_.add_access(transient != transient_instance.end() ? transient->second : current_[static_cast<std::size_t>(s)],
                               AccessKind::kRead);
         } else if (const auto again = written_here.find(s); again != written_here.end()) {
-          builder_.add_access(again->second, AccessKind::kWrite);
+          sink_.add_access(again->second, AccessKind::kWrite);
         } else if (contains(rerun.persistent, s)) {
           const StorageId id = new_instance(s);
           current_[static_cast<std::size_t>(s)] = id;
           dropped_[static_cast<std::size_t>(s)] = false;
           written_here.emplace(s, id);
-          builder_.add_access(id, AccessKind::kWrite);
+          sink_.add_access(id, AccessKind::kWrite);
         } else if (contains(rerun.transient, s)) {
           const StorageId id = new_instance(s);
           transient_instance[s] = id;
           written_here.emplace(s, id);
-          builder_.add_access(id, AccessKind::kWrite);
+          sink_.add_access(id, AccessKind::kWrite);
         } else {
-          builder_.add_access(current_[static_cast<std::size_t>(s)], AccessKind::kRead);
+          sink_.add_access(current_[static_cast<std::size_t>(s)], AccessKind::kRead);
         }
       }
       out_.original_op.push_back(op);
@@ -212,7 +284,7 @@ class Builder {
   const Trace& trace_;
   const RecomputeModel& model_;
   std::span<const RecomputeDecision> decisions_;
-  TraceBuilder builder_;
+  Sink sink_;
   AugmentedTrace out_;
   std::vector<StorageId> current_;  // per original storage: the instance later accesses use
   std::vector<bool> dropped_;       // per original storage: off the device, inside a decision's gap
@@ -225,7 +297,19 @@ class Builder {
 
 AugmentedTrace build_augmented_trace(const Trace& trace, const RecomputeModel& model,
                                      std::span<const RecomputeDecision> decisions) {
-  return Builder(trace, model, decisions).run();
+  Builder<TraceSink> builder(trace, model, decisions);
+  Trace augmented = builder.run().finish();
+  AugmentedTrace out = std::move(builder.out());
+  out.trace = std::move(augmented);
+  return out;
+}
+
+AugmentedPeak augmented_peak(const Trace& trace, const RecomputeModel& model,
+                             std::span<const RecomputeDecision> decisions) {
+  Builder<PeakSink> builder(trace, model, decisions);
+  const PeakBytes peak = builder.run().finish();
+  const AugmentedTrace& out = builder.out();
+  return {peak.bytes, peak.op >= 0 ? out.original_op[static_cast<std::size_t>(peak.op)] : -1};
 }
 
 std::vector<Action> map_back(const AugmentedTrace& augmented, std::span<const Action> actions) {

@@ -64,6 +64,19 @@ struct AugmentedTrace {
 AugmentedTrace build_augmented_trace(const Trace& trace, const RecomputeModel& model,
                                      std::span<const RecomputeDecision> decisions);
 
+// The peak of build_augmented_trace(trace, model, decisions).trace with
+// every storage released after its last access (unplanned_peak,
+// ir/memory_profile.h), and the original op where it is reached (the first
+// augmented op with that peak: an original op, or the op a re-run there
+// precedes; -1 when there are no ops), without building the trace (Note [One
+// walk, two sinks], augmented_trace.cc). Same preconditions and bound.
+struct AugmentedPeak {
+  std::int64_t bytes = 0;
+  OpIndex original_op = -1;
+};
+AugmentedPeak augmented_peak(const Trace& trace, const RecomputeModel& model,
+                             std::span<const RecomputeDecision> decisions);
+
 // The schedule for the original trace. Precondition: `actions` are in
 // execution order for augmented.trace.
 std::vector<Action> map_back(const AugmentedTrace& augmented, std::span<const Action> actions);
