@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <unordered_map>
 
 #include "hyperoffload/plan/common/covering_index.h"
 #include "hyperoffload/plan/common/range_max_tree.h"
@@ -13,25 +12,26 @@ namespace {
 // Costs below this count as this (a free recompute still ranks by its size).
 constexpr double kMinCostMs = 1e-9;
 
-// Note [Lists for the few storages that get one]: the selection keeps, per
-// storage, its decisions and its lock points, which most storages never get.
-// A vector per storage cost the 1M-op chain's 2.1M storages 100 MB of empty
-// vectors to make, zero and free (55 ms to make, about as much to free, 8%
-// of the selection); here a storage holds the index of its list, made when it
-// gets its first entry.
+// Note [Lists for the few that get one]: the selection keeps, per storage,
+// its decisions and its lock points, and per source op its decisions, which
+// most storages and ops never get. A vector per storage cost the 1M-op
+// chain's 2.1M storages 100 MB of empty vectors to make, zero and free (55 ms
+// to make, about as much to free, 8% of the selection), and a hash map per
+// source op a node and a probe per decision; here each index holds the
+// position of its list, made when it gets its first entry.
 template <typename T>
-class ListsByStorage {
+class ListsByIndex {
  public:
-  explicit ListsByStorage(StorageIndex storages) : list_of_(static_cast<std::size_t>(storages), kNoList) {}
+  explicit ListsByIndex(std::int32_t indices) : list_of_(static_cast<std::size_t>(indices), kNoList) {}
 
-  std::span<const T> of(StorageIndex storage) const {
-    const std::uint32_t list = list_of_[static_cast<std::size_t>(storage)];
+  std::span<const T> of(std::int32_t index) const {
+    const std::uint32_t list = list_of_[static_cast<std::size_t>(index)];
     return list == kNoList ? std::span<const T>() : std::span<const T>(lists_[list]);
   }
-  // The list of `storage`, made empty when it has none. The reference lasts
+  // The list of `index`, made empty when it has none. The reference lasts
   // until the next call.
-  std::vector<T>& at(StorageIndex storage) {
-    std::uint32_t& list = list_of_[static_cast<std::size_t>(storage)];
+  std::vector<T>& at(std::int32_t index) {
+    std::uint32_t& list = list_of_[static_cast<std::size_t>(index)];
     if (list == kNoList) {
       list = static_cast<std::uint32_t>(lists_.size());
       lists_.emplace_back();
@@ -41,7 +41,7 @@ class ListsByStorage {
 
  private:
   static constexpr std::uint32_t kNoList = std::numeric_limits<std::uint32_t>::max();
-  std::vector<std::uint32_t> list_of_;  // per storage: index into lists_, or kNoList
+  std::vector<std::uint32_t> list_of_;  // per index: position in lists_, or kNoList
   std::vector<std::vector<T>> lists_;
 };
 
@@ -55,6 +55,7 @@ class Selector {
         regeneration_(regeneration),
         profile_(resident_bytes),
         decisions_of_(trace.storage_count()),
+        decisions_by_source_(trace.op_count()),
         locks_(trace.storage_count()),
         kept_until_(keep_dead_inputs ? static_cast<std::size_t>(trace.storage_count()) : 0, -1),
         marks_(trace.op_count()),
@@ -125,6 +126,16 @@ class Selector {
     std::vector<std::pair<StorageIndex, OpIndex>> locks;
     std::vector<StorageIndex> kept;  // dead inputs kept until the point (Note [Keeping a dead input])
     std::size_t reruns = 0;  // producers re-run at the point (marked in marks_)
+
+    // Empty, its lists keeping their memory: one Effect serves every
+    // candidate tried (a quarter of a million on the 1M-op chain).
+    void reset(OpIndex point) {
+      regenerate_before = point;
+      moves.clear();
+      locks.clear();
+      kept.clear();
+      reruns = 0;
+    }
   };
 
   static std::uint8_t way_bit(bool keep) { return keep ? 2 : 1; }
@@ -256,10 +267,8 @@ class Selector {
   // O(1) per candidate tried, not O(its decisions).
   static constexpr std::size_t kMaxSiblings = 16;
   std::span<const std::size_t> recent_decisions_of(OpIndex source) const {
-    const auto siblings = decisions_by_source_.find(source);
-    if (siblings == decisions_by_source_.end()) return {};
-    const std::vector<std::size_t>& list = siblings->second;
-    return std::span(list).last(std::min(list.size(), kMaxSiblings));
+    const std::span<const std::size_t> list = decisions_by_source_.of(source);
+    return list.last(std::min(list.size(), kMaxSiblings));
   }
 
   void share_rerun(const RecomputeCandidate& c, OpIndex peak_op, Effect& effect) {
@@ -307,8 +316,8 @@ class Selector {
   // (see the header) and it lowers op peak_op; whether it did.
   bool try_take(std::int32_t g, OpIndex peak_op, bool keep) {
     const RecomputeCandidate& c = candidate(g);
-    Effect effect;
-    effect.regenerate_before = c.end_op;
+    Effect& effect = effect_;
+    effect.reset(c.end_op);
     const std::span<const OpIndex> locks = locks_.of(c.storage);
     const auto lock = std::upper_bound(locks.begin(), locks.end(), c.start_op);
     // Regenerated before the first lock instead, however early: it frees
@@ -347,7 +356,7 @@ class Selector {
       kept_until_[static_cast<std::size_t>(u)] = effect.regenerate_before;
     }
     decisions_of_.at(c.storage).push_back(step);
-    decisions_by_source_[c.source_op].push_back(step);
+    decisions_by_source_.at(c.source_op).push_back(step);
     result_.decisions.push_back({g, effect.regenerate_before, keep});
     result_.peak_after.push_back(profile_.max());
     return true;
@@ -358,9 +367,9 @@ class Selector {
   std::int64_t stop_bytes_;
   RegenerationRule regeneration_;
   RangeMaxTree profile_;
-  ListsByStorage<std::size_t> decisions_of_;  // per storage: its decisions
-  std::unordered_map<OpIndex, std::vector<std::size_t>> decisions_by_source_;  // per source op: its decisions
-  ListsByStorage<OpIndex> locks_;             // per storage: sorted lock points
+  ListsByIndex<std::size_t> decisions_of_;          // per storage: its decisions
+  ListsByIndex<std::size_t> decisions_by_source_;  // per source op: its decisions
+  ListsByIndex<OpIndex> locks_;                    // per storage: sorted lock points
   // Per storage: the point of the latest re-run an earlier decision keeps it
   // for (it is held over the ops before it; -1: none), as in the augmented
   // trace's Builder; empty unless dead inputs may be kept.
@@ -368,6 +377,7 @@ class Selector {
   std::vector<std::uint8_t> ways_;  // per candidate: way_bit of each way within the cost limit
   std::vector<bool> keeps_first_;   // per candidate: whether keeping is its better way
   ChainMarks marks_;                                    // the producers of the re-run being planned
+  Effect effect_;                                       // try_take's, of the candidate it tries
   std::int64_t work_left_;                              // of the chain work budget (Note [Chain work])
   RecomputeSelection result_;
 };
