@@ -19,9 +19,7 @@ class TransferLoad {
  public:
   // compute_before[x] = compute ms of ops [0, x), for x in [0, ops].
   explicit TransferLoad(std::span<const double> compute_before)
-      : compute_before_(compute_before),
-        density_(compute_before.size() + 1, 0.0),
-        weighted_(compute_before.size() + 1, 0.0) {}
+      : compute_before_(compute_before), sums_(compute_before.size() + 1) {}
 
   // Spreads `transfer_ms` over the compute of ops [first, last]. No effect when
   // those ops have no compute (there is nothing to overlap with).
@@ -42,21 +40,26 @@ class TransferLoad {
     if (count == 0) return 0.0;
     double density = 0.0, weighted = 0.0;
     for (std::size_t i = count; i > 0; i -= i & (~i + 1)) {  // entries at positions < count
-      density += density_[i];
-      weighted += weighted_[i];
+      density += sums_[i].density;
+      weighted += sums_[i].weighted;
     }
     return density * compute_before_[count] - weighted;
   }
   void update(std::size_t position, double density, double weighted) {
-    for (std::size_t i = position + 1; i < density_.size(); i += i & (~i + 1)) {
-      density_[i] += density;
-      weighted_[i] += weighted;
+    for (std::size_t i = position + 1; i < sums_.size(); i += i & (~i + 1)) {
+      sums_[i].density += density;
+      sums_[i].weighted += weighted;
     }
   }
 
   std::span<const double> compute_before_;
-  std::vector<double> density_;   // Fenwick over range starts/ends: sum of densities
-  std::vector<double> weighted_;  // same, each weighted by compute before its position
+  // A Fenwick tree over range starts and ends of two sums side by side (every
+  // query and update reads both at the same entries: one cache line, not two).
+  struct Sums {
+    double density = 0.0;   // of the densities
+    double weighted = 0.0;  // of the densities, each weighted by the compute before its position
+  };
+  std::vector<Sums> sums_;
 };
 
 }  // namespace hyperoffload::internal
