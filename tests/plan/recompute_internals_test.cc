@@ -554,6 +554,68 @@ TEST(ReserveForOffload, CountsTheTimesOfAStepLongerThanInt64NanosecondsInCoarser
   EXPECT_EQ(reserve_for_offload(trace, model, 3, 1e300), (std::vector<std::int32_t>{0, 1}));
 }
 
+// reserve_for_offload against its definition, played out: of the candidates
+// covering the peak op, the most expensive per byte first (ties in candidate
+// order), each taken while a FIFO copy engine running the taken copies in the
+// order their data is ready (copy op + 1, at that op's start) finishes them
+// all by the deadline — over random traces, every op as the peak op, and
+// deadlines from nothing to the whole step and where one copy just fits.
+// (Times here are in ns ticks, as in reserve_for_offload on a step this
+// short.)
+TEST(ReserveForOffloadProperty, TakesWhatAFifoEngineFinishesByTheDeadline) {
+  int reserved_total = 0;
+  for (std::uint64_t seed = 0; seed < 150; ++seed) {
+    const Trace trace = generate_random_trace(unit_trace_options(seed));
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    const RecomputeModel model = model_of(trace);
+    const std::vector<double> start_ms = op_start_ms(trace);
+    const auto ticks = [](double ms) { return static_cast<std::int64_t>(ms * 1e6); };
+    for (OpIndex peak_op = 0; peak_op < trace.op_count(); ++peak_op) {
+      std::vector<std::int32_t> order;
+      for (std::size_t g = 0; g < model.candidates.size(); ++g) {
+        const RecomputeCandidate& c = model.candidates[g];
+        if (c.interior_first() <= peak_op && peak_op <= c.interior_last() && c.size_bytes > 0) {
+          order.push_back(static_cast<std::int32_t>(g));
+        }
+      }
+      const auto per_byte = [&](std::int32_t g) {
+        const RecomputeCandidate& c = model.candidates[static_cast<std::size_t>(g)];
+        return c.cost_ms / static_cast<double>(c.size_bytes);
+      };
+      std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return per_byte(a) > per_byte(b); });
+      // Fractions of the step, and the finishes of the first three
+      // candidates' copies alone, where taking one is decided by a tick.
+      std::vector<double> deadlines;
+      for (const double fraction : {0.0, 0.2, 0.5, 1.0, 3.0}) deadlines.push_back(fraction * trace.total_compute_ms());
+      for (std::size_t i = 0; i < std::min<std::size_t>(order.size(), 3); ++i) {
+        const RecomputeCandidate& c = model.candidates[static_cast<std::size_t>(order[i])];
+        deadlines.push_back(start_ms[static_cast<std::size_t>(c.copy_op) + 1] + trace.d2h_ms(c.size_bytes));
+      }
+      for (const double deadline_ms : deadlines) {
+        std::vector<std::int32_t> expected;
+        for (const std::int32_t g : order) {
+          std::vector<std::int32_t> taken = expected;
+          taken.push_back(g);
+          std::vector<std::pair<std::size_t, std::int64_t>> copies;  // (ready position, ticks), in ready order
+          for (const std::int32_t t : taken) {
+            const RecomputeCandidate& c = model.candidates[static_cast<std::size_t>(t)];
+            copies.emplace_back(static_cast<std::size_t>(c.copy_op) + 1, ticks(trace.d2h_ms(c.size_bytes)));
+          }
+          std::stable_sort(copies.begin(), copies.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+          std::int64_t engine = 0;
+          for (const auto& [ready, copy] : copies) engine = std::max(engine, ticks(start_ms[ready])) + copy;
+          if (engine <= ticks(deadline_ms)) expected = std::move(taken);
+        }
+        ASSERT_EQ(reserve_for_offload(trace, model, peak_op, deadline_ms), expected)
+            << "peak op " << peak_op << ", deadline " << deadline_ms << " ms";
+        reserved_total += static_cast<int>(expected.size());
+      }
+    }
+  }
+  EXPECT_GE(reserved_total, 1000);
+  ::testing::Test::RecordProperty("reserved", reserved_total);
+}
+
 TEST(AugmentedTrace, EachReRunIsAnOpBeforeItsUseWritingFreshStoragesThatLaterAccessesRead) {
   // chain_trace with s2 regenerated before op 6: g re-runs there and needs s1,
   // dead by then (last read at op 5), so f re-runs first into a short-lived

@@ -403,25 +403,27 @@ RecomputeSelection select_recomputes(const Trace& trace, std::span<const std::in
 
 std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const RecomputeModel& model, OpIndex peak_op,
                                               double deadline_ms) {
-  std::vector<std::int32_t> order;
+  // The candidates covering the peak op, the most expensive to recompute per
+  // byte first (ties: in candidate order), sorted on their keys computed once
+  // (a comparison that read two candidates was a cache miss each on a large
+  // trace).
+  std::vector<std::pair<double, std::int32_t>> by_cost;
   for (std::size_t g = 0; g < model.candidates.size(); ++g) {
     const RecomputeCandidate& c = model.candidates[g];
     if (c.interior_first() <= peak_op && peak_op <= c.interior_last() && c.size_bytes > 0) {
-      order.push_back(static_cast<std::int32_t>(g));
+      by_cost.emplace_back(c.cost_ms / static_cast<double>(c.size_bytes), static_cast<std::int32_t>(g));
     }
   }
-  auto per_byte = [&](std::int32_t g) {
-    const RecomputeCandidate& c = model.candidates[static_cast<std::size_t>(g)];
-    return c.cost_ms / static_cast<double>(c.size_bytes);
-  };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::int32_t a, std::int32_t b) { return per_byte(a) > per_byte(b); });
+  std::sort(by_cost.begin(), by_cost.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
 
   // finish[x] = start[x] + the copy time of the taken copies ready at or after
   // position x (ready at position copy_op + 1: when that op starts without
   // stalls). The FIFO engine finishes the copies in ready order at the maximum
   // of finish over the positions up to the last one holding a copy: a position
-  // without one is dominated by the next that has one.
+  // without one is dominated by the next that has one (its start is no later
+  // and the same copies are ready at or after it), so only the positions of
+  // the candidates' copies are kept, in order.
   //
   // Times are integer ticks, so that taking a copy back restores finish
   // exactly. A tick is 1 ns unless the step's compute and every candidate's
@@ -432,25 +434,36 @@ std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const Recomput
   // exceeds 2^62 ticks.
   const auto ops = static_cast<std::size_t>(trace.op_count());
   double longest_ms = trace.total_compute_ms();
-  for (const std::int32_t g : order) longest_ms += trace.d2h_ms(model.candidates[static_cast<std::size_t>(g)].size_bytes);
+  for (const auto& [per_byte, g] : by_cost) longest_ms += trace.d2h_ms(model.candidates[static_cast<std::size_t>(g)].size_bytes);
   constexpr double kMaxTicks = 0x1p62;
   const double ticks_per_ms = longest_ms * 1e6 <= kMaxTicks ? 1e6 : kMaxTicks / longest_ms;
   auto ticks = [&](double ms) { return static_cast<std::int64_t>(ms * ticks_per_ms); };
-  std::vector<std::int64_t> finish_ticks(ops + 1, 0);
+  const auto ready_of = [&](std::int32_t g) {
+    return static_cast<std::size_t>(model.candidates[static_cast<std::size_t>(g)].copy_op) + 1;
+  };
+  std::vector<std::size_t> positions;  // the copies' ready positions, ascending, distinct
+  positions.reserve(by_cost.size());
+  for (const auto& [per_byte, g] : by_cost) positions.push_back(ready_of(g));
+  std::sort(positions.begin(), positions.end());
+  positions.erase(std::unique(positions.begin(), positions.end()), positions.end());
+  std::vector<std::int64_t> finish_ticks(positions.size(), 0);
   double start_ms = 0.0;
-  for (std::size_t x = 0; x <= ops; ++x) {
-    finish_ticks[x] = ticks(start_ms);
+  std::size_t next = 0;
+  for (std::size_t x = 0; x <= ops && next < positions.size(); ++x) {
+    if (x == positions[next]) finish_ticks[next++] = ticks(start_ms);
     if (x < ops) start_ms += trace.op_duration_ms(static_cast<OpIndex>(x));
   }
+  if (positions.empty()) return {};
   RangeMaxTree finish(finish_ticks);
   // A deadline beyond every finish takes every candidate.
   const std::int64_t deadline_ticks =
       deadline_ms * ticks_per_ms < kMaxTicks ? ticks(deadline_ms) : std::numeric_limits<std::int64_t>::max();
-  std::size_t last = 0;
+  std::size_t last = 0;  // the latest position of a taken copy (an index into positions)
   std::vector<std::int32_t> reserved;
-  for (const std::int32_t g : order) {
+  for (const auto& [per_byte, g] : by_cost) {
     const RecomputeCandidate& c = model.candidates[static_cast<std::size_t>(g)];
-    const auto ready = static_cast<std::size_t>(c.copy_op) + 1;
+    const auto ready = static_cast<std::size_t>(
+        std::lower_bound(positions.begin(), positions.end(), ready_of(g)) - positions.begin());
     const std::int64_t copy_ticks = ticks(trace.d2h_ms(c.size_bytes));
     finish.add(0, ready, copy_ticks);
     if (finish.max(0, std::max(last, ready)) <= deadline_ticks) {
