@@ -54,6 +54,32 @@ TEST(TraceBuilder, InternsManyNamesAcrossTableGrowth) {
   EXPECT_EQ(unnamed->op_names().size(), 1u);
 }
 
+// Note [Interning while it pays]: after the first 65,536 names the builder
+// keeps interning only if at least 1 in 16 of them, 4,096, were found in the
+// table. Two builders whose first 65,536 names differ in one repeat:
+// 65,536 - h distinct names "n{i}" and then h repeats of "n0". With h = 4,096
+// (4,096 x 16 = 65,536, not below it) interning goes on, so a later "n1"
+// finds index 1 and the table keeps 61,440 names; with h = 4,095 it stops,
+// so "n1" gets a new index, 61,441, the table's size before it.
+TEST(TraceBuilder, StopsInterningWhereFewerThanOneNameInSixteenRepeats) {
+  for (const std::size_t repeats : {std::size_t{4096}, std::size_t{4095}}) {
+    SCOPED_TRACE(repeats);
+    TraceBuilder builder;
+    const std::size_t distinct = 65'536 - repeats;
+    for (std::size_t i = 0; i < distinct; ++i) ASSERT_TRUE(builder.add_op(fmt::format("n{}", i)));
+    for (std::size_t i = 0; i < repeats; ++i) ASSERT_TRUE(builder.add_op("n0"));
+    ASSERT_TRUE(builder.add_op("n1"));
+    const Trace trace = value_or_throw(std::move(builder).build());
+    const bool interning = repeats == 4096;
+    EXPECT_EQ(trace.op_name_index(65'536), interning ? 1u : static_cast<std::uint32_t>(distinct));
+    EXPECT_EQ(trace.op_names().size(), interning ? distinct : distinct + 1);
+    // Every op reads its own name either way.
+    EXPECT_EQ(trace.op_name(65'536), "n1");
+    EXPECT_EQ(trace.op_name(65'535), "n0");
+    EXPECT_EQ(trace.op_name(static_cast<OpIndex>(distinct) - 1), fmt::format("n{}", distinct - 1));
+  }
+}
+
 TEST(TraceBuilder, NamesOpsByTheIndexOfNamesItWasGiven) {
   const Trace source = TraceDsl().op("mm", "").op("add", "").build();
   TraceBuilder builder;

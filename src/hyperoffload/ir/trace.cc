@@ -87,7 +87,29 @@ OpNames& TraceBuilder::owned_names() {
   return *owned_names_;
 }
 
+// Note [Interning while it pays]
+// Interning saves a name's characters when ops share names, as the ops of a
+// captured step do ("aten::mm" thousands of times). Where nearly every name is
+// new, as in a generated 1M-op transformer ("layer12345.attn.qkv"), it saves
+// nothing and costs a hash and a cache miss in a table of 16 MiB per op: a
+// quarter of reading the 1M-op chain trace. So after kInternTrial names the
+// builder looks at what interning found: when fewer than 1 in
+// kInternHitsPerTrial of them were already in the table, every later name is
+// appended without a lookup (a name seen again then gets a second index; the
+// names read the same). The decision depends only on the names in order, so
+// the same trace always gets the same table; smaller traces are never
+// affected.
 std::uint32_t TraceBuilder::intern(std::string_view name) {
+  constexpr std::size_t kInternTrial = 1 << 16;
+  constexpr std::size_t kInternHitsPerTrial = 16;
+  if (!interning_) return owned_names().append(name);
+  // Each lookup so far either found its name or added it to the table.
+  if (intern_lookups_ == kInternTrial && (intern_lookups_ - interned_count_) * kInternHitsPerTrial < kInternTrial) {
+    interning_ = false;
+    name_slots_ = {};
+    return owned_names().append(name);
+  }
+  ++intern_lookups_;
   if (2 * (interned_count_ + 1) > name_slots_.size()) {
     std::vector<NameSlot> old = std::move(name_slots_);
     name_slots_.assign(std::max<std::size_t>(64, 2 * old.size()), NameSlot{});

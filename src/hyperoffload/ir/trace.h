@@ -288,7 +288,11 @@ class TraceBuilder {
   OpNames& owned_names();
   OpNames* owned_names_ = nullptr;
   std::vector<NameSlot> name_slots_;
-  std::size_t interned_count_ = 0;
+  std::size_t interned_count_ = 0;  // names in name_slots_
+  // Note [Interning while it pays] (trace.cc): names looked up so far, and
+  // whether later names are still looked up.
+  std::size_t intern_lookups_ = 0;
+  bool interning_ = true;
   std::optional<std::int64_t> limit_;
   std::optional<std::int64_t> host_limit_;
   std::int64_t total_storage_bytes_ = 0;  // sum of size_bytes declared so far
