@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "hyperoffload/gen/random_trace.h"
@@ -88,6 +89,45 @@ TEST(TraceFastReader, GivesTheDomReadersTraceOnGeneratedTraces) {
   Result<Trace> transformer = generate_transformer_trace(demo_transformer_options());
   ASSERT_TRUE(transformer);
   expect_same_as_dom(trace_to_json(*transformer), "transformer");
+}
+
+// Note [Room for the ops before reading them]: from 8 MiB of ops on, the
+// builder reserves what the first MiB extrapolates to. Two traces past it:
+// a random one, whose first MiB is like the rest (the estimate about right),
+// and one whose first 50,000 ops have no accesses and the next 60,000 three
+// each (nothing reserved for accesses, so they grow as before). Both read as
+// the DOM reader reads them.
+TEST(TraceFastReader, GivesTheDomReadersTraceWhereItReservesRoomForTheOps) {
+  constexpr std::size_t kReserveFrom = std::size_t{8} << 20;
+  RandomTraceOptions options;
+  options.op_count = 80'000;
+  options.storage_count = 40'000;
+  options.recomputable_fraction = 0.5;
+  options.seed = 7;
+  const std::string random = trace_to_json(generate_random_trace(options));
+  ASSERT_GT(random.size() - random.find("\"ops\""), kReserveFrom);
+  expect_same_as_dom(random, "random, 80,000 ops");
+
+  std::string skewed = R"({"format": "hyperoffload.trace", "version": 2, "storages": [)";
+  for (int id = 0; id < 1000; ++id) skewed += fmt::format(R"({}{{"id": {}, "size_bytes": {}}})", id ? ", " : "", id, 64 * (id + 1));
+  skewed += "],\n \"ops\": [";
+  for (int op = 0; op < 50'000; ++op) skewed += fmt::format(R"({}{{"name": "idle{}", "accesses": []}})", op ? ",\n  " : "\n  ", op);
+  for (int op = 0; op < 60'000; ++op) {
+    skewed += ",\n  ";
+    skewed += fmt::format(R"({{"name": "busy", "duration_ms": 0.5, "accesses": [{{"storage": {}, "kind": "read"}}, )"
+                          R"({{"storage": {}, "kind": "read"}}, {{"storage": {}, "kind": "write"}}]}})",
+                          op % 1000, (op + 1) % 1000, (op + 2) % 1000);
+  }
+  skewed += "\n ]}\n";
+  ASSERT_GT(skewed.size() - skewed.find("\"ops\""), kReserveFrom);
+  std::optional<Trace> trace = read_trace_fast(skewed);
+  ASSERT_TRUE(trace.has_value());
+  ASSERT_EQ(trace->op_count(), 110'000);
+  EXPECT_EQ(trace->access_count(), 180'000u);
+  EXPECT_EQ(trace->op_name(49'999), "idle49999");
+  ASSERT_EQ(trace->accesses(109'999).size(), 3u);
+  EXPECT_EQ(trace->storage(trace->accesses(109'999)[2].storage).id, (59'999 + 2) % 1000);
+  expect_same_as_dom(skewed, "skewed, 110,000 ops");
 }
 
 TEST(TraceFastReader, GivesTheDomReadersTraceOnEveryExampleAndCorpusTrace) {
