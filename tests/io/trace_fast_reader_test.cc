@@ -91,8 +91,8 @@ TEST(TraceFastReader, GivesTheDomReadersTraceOnGeneratedTraces) {
   expect_same_as_dom(trace_to_json(*transformer), "transformer");
 }
 
-// Note [Room for the ops before reading them]: from 8 MiB of ops on, the
-// builder reserves what the first MiB extrapolates to. Two traces past it:
+// Note [Room for the ops before reading them]: from 8 MiB of storages or ops
+// on, the builder reserves what the first MiB extrapolates to. Two traces past it:
 // a random one, whose first MiB is like the rest (the estimate about right),
 // and one whose first 50,000 ops have no accesses and the next 60,000 three
 // each (nothing reserved for accesses, so they grow as before). Both read as

@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <array>
 #include <charconv>
 #include <cstdint>
 
@@ -337,30 +338,39 @@ bool read_op(Cursor& in, TraceBuilder& builder, std::int64_t version) {
 }
 
 // Note [Room for the ops before reading them]
-// The builder's arrays of ops and accesses grow by doubling: on the 1M-op
-// chain trace they end at 90 MB, and each doubling copies what was read into
-// memory never touched before (a page fault per 4 KiB, microseconds each on a
-// virtual machine). So before a large ops array the builder reserves room for
-// the ops and accesses its first MiB extrapolates to, plus a sixteenth. An
-// estimate too low costs a doubling as before; one too high costs address
-// space only (pages never written are never faulted in). `plan --planner
-// greedy` on the chain: 203,905 -> 189,260 page faults; reading it about
-// 555-595 -> 500-520 ms (three interleaved rounds).
-void reserve_for_ops(std::string_view ops_text, TraceBuilder& builder) {
+// The builder's arrays of storages, ops and accesses grow by doubling: on the
+// 1M-op chain trace they end at 140 MB, and each doubling copies what was
+// read into memory never touched before (a page fault per 4 KiB,
+// microseconds each on a virtual machine). So before a large array of
+// storages or ops (8 MiB of text or more) the builder reserves room for what
+// its first MiB extrapolates to, plus a sixteenth. An estimate too low costs
+// a doubling as before; one too high costs address space only (pages never
+// written are never faulted in). The storages' estimate extrapolates over the
+// rest of the document, ops included (where the array ends is not known
+// before reading it): too high by the ops' share, at most about the size of
+// the text in address space. `plan --planner greedy` on the chain: 203,905
+// -> 189,260 page faults with the ops' room, 161,369 with the storages' too;
+// reading it about 555-595 -> 500-520 ms (three interleaved rounds).
+//
+// How many of each of `keys` the array starting `text` holds, extrapolated
+// from its first MiB (+1/16); zeros below 8 MiB of text.
+template <std::size_t N>
+std::array<std::size_t, N> extrapolate(std::string_view text, const std::array<std::string_view, N>& keys) {
   constexpr std::size_t kMinBytes = std::size_t{8} << 20;
   constexpr std::size_t kSampleBytes = std::size_t{1} << 20;
-  if (ops_text.size() < kMinBytes) return;
-  const std::string_view sample = ops_text.substr(0, kSampleBytes);
-  auto count = [&sample](std::string_view key) {
+  std::array<std::size_t, N> counts{};
+  if (text.size() < kMinBytes) return counts;
+  const std::string_view sample = text.substr(0, kSampleBytes);
+  const double scale = static_cast<double>(text.size()) / static_cast<double>(sample.size()) * (1.0 + 1.0 / 16);
+  for (std::size_t k = 0; k < N; ++k) {
     std::size_t found = 0;
-    for (std::size_t at = sample.find(key); at != std::string_view::npos; at = sample.find(key, at + key.size())) {
+    for (std::size_t at = sample.find(keys[k]); at != std::string_view::npos;
+         at = sample.find(keys[k], at + keys[k].size())) {
       ++found;
     }
-    return found;
-  };
-  const double scale = static_cast<double>(ops_text.size()) / static_cast<double>(sample.size()) * (1.0 + 1.0 / 16);
-  builder.reserve_more(static_cast<std::size_t>(static_cast<double>(count("\"accesses\"")) * scale),
-                       static_cast<std::size_t>(static_cast<double>(count("\"storage\"")) * scale));
+    counts[k] = static_cast<std::size_t>(static_cast<double>(found) * scale);
+  }
+  return counts;
 }
 
 }  // namespace
@@ -411,11 +421,16 @@ std::optional<Trace> read_trace_fast(std::string_view json) {
     if (key == "h2d_bandwidth_gbps") {
       return once(32) && bandwidth([&](double value) { builder.set_h2d_bandwidth_gib_per_s(value); });
     }
-    if (key == "storages") return once(64) && elements(in, [&] { return read_storage(in, builder); });
+    if (key == "storages") {
+      // Note [Room for the ops before reading them].
+      builder.reserve_more(0, extrapolate<1>(in.rest(), {"\"id\""})[0], 0);
+      return once(64) && elements(in, [&] { return read_storage(in, builder); });
+    }
     if (key == "ops") {
       // The ops' checks need the header, and their accesses the storages.
       if ((seen & 67) != 67) return false;
-      reserve_for_ops(in.rest(), builder);
+      const auto [ops, accesses] = extrapolate<2>(in.rest(), {"\"accesses\"", "\"storage\""});
+      builder.reserve_more(ops, 0, accesses);
       return once(128) && elements(in, [&] { return read_op(in, builder, version); });
     }
     // The DOM reader ignores other members (it takes the first of duplicates,
