@@ -109,9 +109,13 @@ TEST(TraceFastReader, GivesTheDomReadersTraceWhereItReservesRoomForTheOps) {
   expect_same_as_dom(random, "random, 80,000 ops");
 
   std::string skewed = R"({"format": "hyperoffload.trace", "version": 2, "storages": [)";
-  for (int id = 0; id < 1000; ++id) skewed += fmt::format(R"({}{{"id": {}, "size_bytes": {}}})", id ? ", " : "", id, 64 * (id + 1));
+  for (int id = 0; id < 1000; ++id) {
+    skewed += fmt::format(R"({}{{"id": {}, "size_bytes": {}}})", id ? ", " : "", id, 64 * (id + 1));
+  }
   skewed += "],\n \"ops\": [";
-  for (int op = 0; op < 50'000; ++op) skewed += fmt::format(R"({}{{"name": "idle{}", "accesses": []}})", op ? ",\n  " : "\n  ", op);
+  for (int op = 0; op < 50'000; ++op) {
+    skewed += fmt::format(R"({}{{"name": "idle{}", "accesses": []}})", op ? ",\n  " : "\n  ", op);
+  }
   for (int op = 0; op < 60'000; ++op) {
     skewed += ",\n  ";
     skewed += fmt::format(R"({{"name": "busy", "duration_ms": 0.5, "accesses": [{{"storage": {}, "kind": "read"}}, )"

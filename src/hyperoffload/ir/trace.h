@@ -276,13 +276,12 @@ class TraceBuilder {
   std::vector<StorageId> pending_ids_;  // external id per access, resolved in build()
   // Interned op names: open addressing over indices into trace_.names_, at
   // most half full. The names are appended through owned_names_, which is
-  // null while the table is shared (use_op_names) until the first add_op. An unordered_map of strings held a node and a second copy
-  // of each name: with a million distinct names (a 1M-op transformer) that
-  // was a third of reading the trace, and freeing it in build() a tenth more.
-  // 8 bytes: a million distinct names (a 1M-op transformer step) take a 16 MiB
-  // table, not 32, which stays in a 32 MiB L3 cache beside the rest. The low
-  // 32 bits of the hash place a slot at any table size up to 2^32 slots and
-  // screen the name comparisons.
+  // null while the table is shared (use_op_names) until the first add_op.
+  // An unordered_map of strings held a node and a second copy of each name.
+  // 8 bytes a slot: the low 32 bits of the hash place a slot at any table
+  // size up to 2^32 slots and screen the name comparisons. Where nearly every
+  // name is new the table is dropped after 65,536 names (Note [Interning
+  // while it pays]), so it stays within 1 MiB there.
   struct NameSlot {
     std::uint32_t hash_low = 0;
     std::uint32_t index_plus_one = 0;  // 0: empty
