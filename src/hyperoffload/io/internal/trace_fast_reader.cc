@@ -5,6 +5,8 @@
 #include <array>
 #include <charconv>
 #include <cstdint>
+#include <new>
+#include <stdexcept>
 
 #include "hyperoffload/io/trace_json.h"
 
@@ -373,6 +375,17 @@ std::array<std::size_t, N> extrapolate(std::string_view text, const std::array<s
   return counts;
 }
 
+// Reserves room as a hint: where the address space is refused (an estimate
+// too high on a machine short of memory), the arrays grow as they would
+// without it.
+void reserve_room(TraceBuilder& builder, std::size_t ops, std::size_t storages, std::size_t accesses) {
+  try {
+    builder.reserve_more(ops, storages, accesses);
+  } catch (const std::bad_alloc&) {
+  } catch (const std::length_error&) {
+  }
+}
+
 }  // namespace
 
 std::optional<Trace> read_trace_fast(std::string_view json) {
@@ -423,14 +436,14 @@ std::optional<Trace> read_trace_fast(std::string_view json) {
     }
     if (key == "storages") {
       // Note [Room for the ops before reading them].
-      builder.reserve_more(0, extrapolate<1>(in.rest(), {"\"id\""})[0], 0);
+      reserve_room(builder, 0, extrapolate<1>(in.rest(), {"\"id\""})[0], 0);
       return once(64) && elements(in, [&] { return read_storage(in, builder); });
     }
     if (key == "ops") {
       // The ops' checks need the header, and their accesses the storages.
       if ((seen & 67) != 67) return false;
       const auto [ops, accesses] = extrapolate<2>(in.rest(), {"\"accesses\"", "\"storage\""});
-      builder.reserve_more(ops, 0, accesses);
+      reserve_room(builder, ops, 0, accesses);
       return once(128) && elements(in, [&] { return read_op(in, builder, version); });
     }
     // The DOM reader ignores other members (it takes the first of duplicates,
