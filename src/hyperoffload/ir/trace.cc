@@ -182,18 +182,11 @@ void TraceBuilder::add_access(StorageId storage, AccessKind kind) {
   trace_.ops_.back().access_end = static_cast<std::uint32_t>(trace_.accesses_.size());
 }
 
-void TraceBuilder::reserve_more(std::size_t ops, std::size_t storages, std::size_t accesses) {
+void TraceBuilder::reserve(std::size_t ops, std::size_t storages, std::size_t accesses) {
   trace_.ops_.reserve(trace_.ops_.size() + ops);
   trace_.storages_.reserve(trace_.storages_.size() + storages);
   trace_.accesses_.reserve(trace_.accesses_.size() + accesses);
   pending_ids_.reserve(pending_ids_.size() + accesses);
-}
-
-void TraceBuilder::reserve(std::size_t ops, std::size_t storages, std::size_t accesses) {
-  trace_.ops_.reserve(ops);
-  trace_.storages_.reserve(storages);
-  trace_.accesses_.reserve(accesses);
-  pending_ids_.reserve(accesses);
 }
 
 // What a recomputable op must look like from the trace alone: it writes at

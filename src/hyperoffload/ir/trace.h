@@ -256,11 +256,9 @@ class TraceBuilder {
   // Adds an access by the most recently added op (precondition: an op exists).
   void add_access(StorageId storage, AccessKind kind);
 
-  // Reserves capacity (optional, for large traces).
-  void reserve(std::size_t ops, std::size_t storages, std::size_t accesses);
   // Reserves room for this many ops, storages and accesses more than added
-  // so far.
-  void reserve_more(std::size_t ops, std::size_t storages, std::size_t accesses);
+  // so far (optional, for large traces).
+  void reserve(std::size_t ops, std::size_t storages, std::size_t accesses);
 
   // Resolves storage ids and returns the trace, or the first error found.
   // Bandwidths must be positive and fast enough to copy all storages in at

@@ -380,7 +380,7 @@ std::array<std::size_t, N> extrapolate(std::string_view text, const std::array<s
 // without it.
 void reserve_room(TraceBuilder& builder, std::size_t ops, std::size_t storages, std::size_t accesses) {
   try {
-    builder.reserve_more(ops, storages, accesses);
+    builder.reserve(ops, storages, accesses);
   } catch (const std::bad_alloc&) {
   } catch (const std::length_error&) {
   }
