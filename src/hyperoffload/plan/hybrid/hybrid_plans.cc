@@ -84,14 +84,18 @@ HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, s
   const Trace& trace = models_.trace;
   const AugmentedTrace augmented = build_augmented_trace(trace, models_.recompute, chosen);
   const StorageAccesses accesses(augmented.trace);
-  const PeakModel model = build_peak_model(augmented.trace, accesses);
+  // The floor of a plan on the augmented trace is its peak model's, as
+  // run_peak_planner reports it; where the peak planner is not run it comes
+  // from offload_floor (planner.h: the same arithmetic and ties, without the
+  // model's versions and candidates, which a plan with no copies never needs).
+  const auto floor_without_model = [&]() -> std::optional<UnavoidableFloor> {
+    const UnavoidableFloor floor = offload_floor(augmented.trace);
+    if (floor.op < 0) return std::nullopt;
+    return UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(floor.op)], floor.bytes};
+  };
   if (trace.total_compute_ms() + augmented.recompute_ms > slower_than_ms) {
-    // The floor is the peak model's, as run_peak_planner reports it.
     HybridPlan ruled_out = ruled_out_plan(std::move(label));
-    if (model.floor.op >= 0) {
-      ruled_out.floor =
-          UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(model.floor.op)], model.floor.bytes};
-    }
+    ruled_out.floor = floor_without_model();
     ruled_out.recompute_count = augmented.recompute_count;
     ruled_out.recompute_ms = augmented.recompute_ms;
     return ruled_out;
@@ -100,16 +104,16 @@ HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, s
   // alone bring the augmented trace within the budget, the peak planner
   // selects nothing and its schedule is the releases after the last access,
   // timed without a stall (Note [A plan without copies waits for nothing]).
-  // That plan is made here without it: on the 1M-op chain at 50% the peak
-  // planner's pass over the augmented trace took 0.45 s to add nothing.
-  if (!model.resident_bytes.empty() &&
-      *std::max_element(model.resident_bytes.begin(), model.resident_bytes.end()) <= models_.budget_bytes) {
-    HybridPlan plan = finish_without_offloads(augmented, accesses, peak_of(model.resident_bytes), std::move(label));
-    if (model.floor.op >= 0) {
-      plan.floor = UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(model.floor.op)], model.floor.bytes};
-    }
+  // That plan is made here without it, or its model: on the 1M-op chain at
+  // 50% the peak planner's pass over the augmented trace took 0.45 s to add
+  // nothing, and its model 0.15 s more.
+  const PeakBytes unplanned = unplanned_peak(augmented.trace, accesses);
+  if (unplanned.op >= 0 && unplanned.bytes <= models_.budget_bytes) {
+    HybridPlan plan = finish_without_offloads(augmented, accesses, unplanned, std::move(label));
+    plan.floor = floor_without_model();
     return plan;
   }
+  const PeakModel model = build_peak_model(augmented.trace, accesses);
   const std::optional<std::int64_t> memory_cap = models_.memory_cap();
   const ScheduleTimer timer = [&](std::vector<Action> actions) {
     TimedSchedule timed{map_back(augmented, actions), 0.0};

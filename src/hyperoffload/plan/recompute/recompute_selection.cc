@@ -425,13 +425,20 @@ std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const Recomput
   // and the same copies are ready at or after it), so only the positions of
   // the candidates' copies are kept, in order.
   //
-  // Times are integer ticks, so that taking a copy back restores finish
-  // exactly. A tick is 1 ns unless the step's compute and every candidate's
-  // copy together take more than 2^62 ns (146 years): the trace limits allow
-  // 1e15 ms of compute and as much again of copies (docs/FORMATS.md,
-  // "Limits"), which in ns overflow int64 (found by fuzz/planners_fuzzer.cc).
-  // Then a tick is that total / 2^62, and no finish, a start plus copies,
-  // exceeds 2^62 ticks.
+  // Taking a copy ready at position r adds its time to finish over [0, r],
+  // and the positions after r keep what they had, within the deadline since
+  // the last copy taken; so it is taken exactly when the maximum of finish
+  // over [0, r] plus its time is within the deadline, and the tree is only
+  // updated for copies taken. Every copy taken adds to the first position, so
+  // a copy longer than the deadline leaves after it is refused without the
+  // tree: once the engine is full, that is most of them.
+  //
+  // Times are integer ticks, so that sums are exact. A tick is 1 ns unless
+  // the step's compute and every candidate's copy together take more than
+  // 2^62 ns (146 years): the trace limits allow 1e15 ms of compute and as
+  // much again of copies (docs/FORMATS.md, "Limits"), which in ns overflow
+  // int64 (found by fuzz/planners_fuzzer.cc). Then a tick is that total /
+  // 2^62, and no finish, a start plus copies, exceeds 2^62 ticks.
   const auto ops = static_cast<std::size_t>(trace.op_count());
   double longest_ms = trace.total_compute_ms();
   for (const auto& [per_byte, g] : by_cost) longest_ms += trace.d2h_ms(model.candidates[static_cast<std::size_t>(g)].size_bytes);
@@ -441,37 +448,33 @@ std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const Recomput
   const auto ready_of = [&](std::int32_t g) {
     return static_cast<std::size_t>(model.candidates[static_cast<std::size_t>(g)].copy_op) + 1;
   };
-  std::vector<std::size_t> positions;  // the copies' ready positions, ascending, distinct
-  positions.reserve(by_cost.size());
-  for (const auto& [per_byte, g] : by_cost) positions.push_back(ready_of(g));
-  std::sort(positions.begin(), positions.end());
-  positions.erase(std::unique(positions.begin(), positions.end()), positions.end());
-  std::vector<std::int64_t> finish_ticks(positions.size(), 0);
+  // position_of[op]: the index among the distinct ready positions, ascending.
+  std::vector<std::int32_t> position_of(ops + 1, -1);
+  for (const auto& [per_byte, g] : by_cost) position_of[ready_of(g)] = 0;
+  std::vector<std::int64_t> finish_ticks;
   double start_ms = 0.0;
-  std::size_t next = 0;
-  for (std::size_t x = 0; x <= ops && next < positions.size(); ++x) {
-    if (x == positions[next]) finish_ticks[next++] = ticks(start_ms);
+  for (std::size_t x = 0; x <= ops; ++x) {
+    if (position_of[x] == 0) {
+      position_of[x] = static_cast<std::int32_t>(finish_ticks.size());
+      finish_ticks.push_back(ticks(start_ms));
+    }
     if (x < ops) start_ms += trace.op_duration_ms(static_cast<OpIndex>(x));
   }
-  if (positions.empty()) return {};
+  if (finish_ticks.empty()) return {};
+  std::int64_t first_finish = finish_ticks.front();
   RangeMaxTree finish(finish_ticks);
   // A deadline beyond every finish takes every candidate.
   const std::int64_t deadline_ticks =
       deadline_ms * ticks_per_ms < kMaxTicks ? ticks(deadline_ms) : std::numeric_limits<std::int64_t>::max();
-  std::size_t last = 0;  // the latest position of a taken copy (an index into positions)
   std::vector<std::int32_t> reserved;
   for (const auto& [per_byte, g] : by_cost) {
-    const RecomputeCandidate& c = model.candidates[static_cast<std::size_t>(g)];
-    const auto ready = static_cast<std::size_t>(
-        std::lower_bound(positions.begin(), positions.end(), ready_of(g)) - positions.begin());
-    const std::int64_t copy_ticks = ticks(trace.d2h_ms(c.size_bytes));
+    const std::int64_t copy_ticks = ticks(trace.d2h_ms(model.candidates[static_cast<std::size_t>(g)].size_bytes));
+    if (first_finish > deadline_ticks - copy_ticks) continue;
+    const auto ready = static_cast<std::size_t>(position_of[ready_of(g)]);
+    if (finish.max(0, ready) > deadline_ticks - copy_ticks) continue;
     finish.add(0, ready, copy_ticks);
-    if (finish.max(0, std::max(last, ready)) <= deadline_ticks) {
-      last = std::max(last, ready);
-      reserved.push_back(g);
-    } else {
-      finish.add(0, ready, -copy_ticks);
-    }
+    first_finish += copy_ticks;
+    reserved.push_back(g);
   }
   return reserved;
 }

@@ -117,7 +117,8 @@ RecomputeSelection select_recomputes(const Trace& trace, std::span<const std::in
 // without stalls), one after the other — still finishes them all by
 // `deadline_ms` (compute time from the start of the step). A copy that finishes
 // by then is one that a plan can hide before the memory is needed at the peak.
-// O(candidates log candidates + candidates log ops).
+// O(ops + candidates log candidates + candidates log ops) time, O(ops +
+// candidates) memory.
 std::vector<std::int32_t> reserve_for_offload(const Trace& trace, const RecomputeModel& model, OpIndex peak_op,
                                               double deadline_ms);
 
