@@ -108,8 +108,14 @@ TEST(HybridPlanner, WithOffloadsRulesOutAPlanWhoseReRunsAloneAreSlowerThanOneMad
   const internal::PlanMaker maker(models, options, segments);
   const std::vector<internal::RecomputeDecision> decisions = maker.recompute_only_sequence().decisions;
   ASSERT_EQ(decisions.size(), 1u);
-  const internal::HybridPlan made = maker.with_offloads(decisions, "made", options);
+  internal::HybridPlan made = maker.with_offloads(decisions, "made", options);
   EXPECT_FALSE(made.ruled_out);
+  // Note [Actions made when chosen] (hybrid_plans.cc): its re-runs fit, so
+  // its actions wait until it is chosen.
+  EXPECT_TRUE(made.actions.empty());
+  ASSERT_TRUE(made.deferred_decisions.has_value());
+  maker.make_deferred_actions(made);
+  EXPECT_FALSE(made.deferred_decisions.has_value());
   EXPECT_EQ(made.actions, actions("post 1 release_device 1; post 2 release_device 2; pre 3 recompute 1; "
                                   "post 3 release_device 1"));
   EXPECT_DOUBLE_EQ(made.recompute_ms, 5.0);
@@ -126,14 +132,15 @@ TEST(HybridPlanner, WithOffloadsRulesOutAPlanWhoseReRunsAloneAreSlowerThanOneMad
   EXPECT_EQ(ruled_out.floor->bytes, made.floor->bytes);
   EXPECT_EQ(ruled_out.floor->op, made.floor->op);
 
-  const internal::HybridPlan tie = maker.with_offloads(decisions, "tie", options, 13.0);
+  internal::HybridPlan tie = maker.with_offloads(decisions, "tie", options, 13.0);
   EXPECT_FALSE(tie.ruled_out);
+  maker.make_deferred_actions(tie);
   EXPECT_EQ(tie.actions, made.actions);
 }
 
-// Note [Re-runs that fit leave the offloads nothing] (hybrid_plans.cc):
-// where the re-runs alone bring the augmented trace within the budget,
-// with_offloads makes the plan without the peak planner. Over small
+// Note [Actions made when chosen] (hybrid_plans.cc): where the re-runs alone
+// bring the augmented trace within the budget, with_offloads makes the plan
+// without the peak planner, its actions once it is chosen. Over small
 // transformer steps of random shapes at 40-90% of their peak, on both
 // devices, its plan is the one the peak planner gives on the augmented trace
 // (mapped back and timed on the original, as with_offloads does otherwise):
@@ -170,7 +177,7 @@ TEST(HybridPlannerProperty, ReRunsThatFitGiveThePeakPlannersPlanWithoutIt) {
     for (const std::size_t length : {fits - 1, fits, fits + 1, fits + 4, total}) {
       if (length == 0 || length > total) continue;
       const std::vector<internal::RecomputeDecision> decisions = sequence.prefix(length);
-      const internal::HybridPlan made = maker.with_offloads(decisions, "made", peak_options);
+      internal::HybridPlan made = maker.with_offloads(decisions, "made", peak_options);
       const internal::AugmentedTrace augmented = internal::build_augmented_trace(trace, models.recompute, decisions);
       const internal::PeakModel model = internal::build_peak_model(augmented.trace, StorageAccesses(augmented.trace));
       const internal::ScheduleTimer timer = [&](std::vector<Action> actions) {
@@ -181,6 +188,9 @@ TEST(HybridPlannerProperty, ReRunsThatFitGiveThePeakPlannersPlanWithoutIt) {
       const internal::PeakRun run = internal::run_peak_planner(augmented.trace, model, peak_options, budget,
                                                                {.timer = timer, .stop = {}, .threads = {}});
       (run.result.initial_peak_bytes <= budget ? fitting : over) += 1;
+      // Note [Actions made when chosen]: deferred exactly where the re-runs fit.
+      EXPECT_EQ(made.deferred_decisions.has_value(), run.result.initial_peak_bytes <= budget) << "length " << length;
+      maker.make_deferred_actions(made);
       EXPECT_EQ(made.actions, run.result.schedule.actions) << "length " << length;
       EXPECT_EQ(made.peak_bytes, run.result.planned_peak_bytes) << "length " << length;
       EXPECT_DOUBLE_EQ(made.time_ms, trace.total_compute_ms() + augmented.recompute_ms + run.stall_ms)

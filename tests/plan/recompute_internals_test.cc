@@ -972,11 +972,14 @@ TEST(RecomputeSelectionProperty, KeptInputsGiveValidPlansWithinTheSelectionsProf
 // Note [One walk, two sinks] (augmented_trace.cc): augmented_peak is the
 // peak of the augmented trace build_augmented_trace makes, with every storage
 // released after its last access, and the original op of the first augmented
-// op that reaches it — over random traces (in-place units, retained storages,
-// kept dead inputs) and every prefix of their decision sequences.
+// op that reaches it; that trace's offload floor (offload_floor, the peak
+// planner's floor on it), its op mapped back the same way; and its re-runs —
+// over random traces (in-place units, retained storages, kept dead inputs)
+// and every prefix of their decision sequences.
 TEST(AugmentedTraceProperty, ItsPeakWithoutTheTraceIsThePeakOfTheTrace) {
   int compared = 0;
   int at_reruns = 0;
+  int floors_below_peak = 0;
   for (std::uint64_t seed = 0; seed < 600; ++seed) {
     const Trace trace = generate_random_trace(unit_trace_options(seed));
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -991,15 +994,24 @@ TEST(AugmentedTraceProperty, ItsPeakWithoutTheTraceIsThePeakOfTheTrace) {
       const AugmentedPeak peak = augmented_peak(trace, model, decisions);
       ASSERT_EQ(peak.bytes, expected.bytes) << "length " << length;
       ASSERT_EQ(peak.original_op, augmented.original_op[static_cast<std::size_t>(expected.op)]) << "length " << length;
+      const UnavoidableFloor floor = offload_floor(augmented.trace);
+      ASSERT_EQ(peak.floor.bytes, floor.bytes) << "length " << length;
+      ASSERT_EQ(peak.floor.op, augmented.original_op[static_cast<std::size_t>(floor.op)]) << "length " << length;
+      ASSERT_EQ(peak.recompute_count, augmented.recompute_count) << "length " << length;
+      ASSERT_EQ(peak.recompute_ms, augmented.recompute_ms) << "length " << length;
+      floors_below_peak += floor.bytes < expected.bytes ? 1 : 0;
       ++compared;
       at_reruns += augmented.source_op[static_cast<std::size_t>(expected.op)] >= 0 ? 1 : 0;
     }
   }
-  // The seeds above give 1,062 prefixes, 115 of them peaking at a re-run.
+  // The seeds above give 1,062 prefixes, 115 of them peaking at a re-run and
+  // 901 with a floor below the peak.
   EXPECT_GE(compared, 800);
   EXPECT_GE(at_reruns, 60);
+  EXPECT_GE(floors_below_peak, 600);
   ::testing::Test::RecordProperty("compared", compared);
   ::testing::Test::RecordProperty("at_reruns", at_reruns);
+  ::testing::Test::RecordProperty("floors_below_peak", floors_below_peak);
 }
 
 // The recompute planner over 2,000 random traces with budgets from 20% to 85%

@@ -238,8 +238,10 @@ class HybridPlanning {
   // The portfolio's choice between the offload-only plan and `others`.
   HybridPlan finish(std::vector<HybridPlan> others, std::optional<UnavoidableFloor>& floor) {
     if (offload_stop_rule_ == OffloadOnlyStop::kNever && !offload_.stopped) kept_offload_ = offload_;
-    return internal::choose_plan(std::move(offload_), std::move(others), models_.budget_bytes,
-                                 models_.offload_only_bound_ms, floor);
+    HybridPlan chosen = internal::choose_plan(std::move(offload_), std::move(others), models_.budget_bytes,
+                                              models_.offload_only_bound_ms, floor);
+    maker_.make_deferred_actions(chosen);
+    return chosen;
   }
 
   // The second thread: the offload-only plan, stopped once another plan beats

@@ -82,37 +82,49 @@ HybridPlan PlanMaker::offload_only(const PeakPlannerOptions& options, std::strin
 HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, std::string label,
                                     const PeakPlannerOptions& options, double slower_than_ms) const {
   const Trace& trace = models_.trace;
-  const AugmentedTrace augmented = build_augmented_trace(trace, models_.recompute, chosen);
-  const StorageAccesses accesses(augmented.trace);
-  // The floor of a plan on the augmented trace is its peak model's, as
-  // run_peak_planner reports it; where the peak planner is not run it comes
-  // from offload_floor (planner.h: the same arithmetic and ties, without the
-  // model's versions and candidates, which a plan with no copies never needs).
-  const auto floor_without_model = [&]() -> std::optional<UnavoidableFloor> {
-    const UnavoidableFloor floor = offload_floor(augmented.trace);
-    if (floor.op < 0) return std::nullopt;
-    return UnavoidableFloor{augmented.original_op[static_cast<std::size_t>(floor.op)], floor.bytes};
+  // Note [Actions made when chosen]. Of the plans made for a trace, one is
+  // chosen; a plan is compared with the others by its step, peak and floor
+  // alone. Where the compute plus the re-runs of `chosen` rule the plan out,
+  // or the re-runs alone bring the augmented trace within the budget, those
+  // come from one walk of the augmented trace that does not build it
+  // (augmented_peak: its peak, the peak planner's floor on it and its
+  // re-runs). The first plan is not made. The second is the plan the peak
+  // planner would give (it selects nothing, and its schedule is the releases
+  // after the last access, timed without a stall: Note [A plan without
+  // copies waits for nothing]), and its actions are made only if it is
+  // chosen (make_deferred_actions). On the 1M-op chain at 50% the decision
+  // set's plan is such a plan, and not chosen: the walk takes a third of
+  // what building the augmented trace, its accesses and its releases took,
+  // and the peak planner's pass over that trace took 0.45 s more to add
+  // nothing.
+  const AugmentedPeak walked = augmented_peak(trace, models_.recompute, chosen);
+  const auto floor_of = [&]() -> std::optional<UnavoidableFloor> {
+    if (walked.floor.op < 0) return std::nullopt;
+    return walked.floor;
   };
-  if (trace.total_compute_ms() + augmented.recompute_ms > slower_than_ms) {
+  if (trace.total_compute_ms() + walked.recompute_ms > slower_than_ms) {
     HybridPlan ruled_out = ruled_out_plan(std::move(label));
-    ruled_out.floor = floor_without_model();
-    ruled_out.recompute_count = augmented.recompute_count;
-    ruled_out.recompute_ms = augmented.recompute_ms;
+    ruled_out.floor = floor_of();
+    ruled_out.recompute_count = walked.recompute_count;
+    ruled_out.recompute_ms = walked.recompute_ms;
     return ruled_out;
   }
-  // Note [Re-runs that fit leave the offloads nothing]: where the re-runs
-  // alone bring the augmented trace within the budget, the peak planner
-  // selects nothing and its schedule is the releases after the last access,
-  // timed without a stall (Note [A plan without copies waits for nothing]).
-  // That plan is made here without it, or its model: on the 1M-op chain at
-  // 50% the peak planner's pass over the augmented trace took 0.45 s to add
-  // nothing, and its model 0.15 s more.
-  const PeakBytes unplanned = unplanned_peak(augmented.trace, accesses);
-  if (unplanned.op >= 0 && unplanned.bytes <= models_.budget_bytes) {
-    HybridPlan plan = finish_without_offloads(augmented, accesses, unplanned, std::move(label));
-    plan.floor = floor_without_model();
+  if (walked.original_op >= 0 && walked.bytes <= models_.budget_bytes) {
+    // Within the budget, which is the device's cap when it has one: its step
+    // is the compute and the re-runs (finish_without_offloads).
+    HybridPlan plan;
+    plan.label = std::move(label);
+    plan.peak_bytes = walked.bytes;
+    plan.peak_op = walked.original_op;
+    plan.floor = floor_of();
+    plan.recompute_count = walked.recompute_count;
+    plan.recompute_ms = walked.recompute_ms;
+    plan.time_ms = trace.total_compute_ms() + plan.recompute_ms;
+    plan.deferred_decisions.emplace(chosen.begin(), chosen.end());
     return plan;
   }
+  const AugmentedTrace augmented = build_augmented_trace(trace, models_.recompute, chosen);
+  const StorageAccesses accesses(augmented.trace);
   const PeakModel model = build_peak_model(augmented.trace, accesses);
   const std::optional<std::int64_t> memory_cap = models_.memory_cap();
   const ScheduleTimer timer = [&](std::vector<Action> actions) {
@@ -169,6 +181,12 @@ HybridPlan PlanMaker::finish_without_offloads(const AugmentedTrace& augmented, c
                      ? models_.trace.total_compute_ms() + plan.recompute_ms
                      : estimated_time_ms(plan.actions, plan.recompute_ms);
   return plan;
+}
+
+void PlanMaker::make_deferred_actions(HybridPlan& plan) const {
+  if (!plan.deferred_decisions) return;
+  plan.actions = without_offloads(*plan.deferred_decisions, "").actions;
+  plan.deferred_decisions.reset();
 }
 
 HybridPlan PlanMaker::without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const {

@@ -12,10 +12,12 @@
 // is its releases, map_back and one stall estimate (stall_estimate.h).
 //  - offload_only: one peak-planner run on the trace (peak_run.h);
 //    more_offload_only_plans: four (one of them two selection passes).
-//  - with_offloads: one augmented trace and its peak model, then, unless
-//    ruled out or its re-runs fit the budget (then it is finished), one
-//    peak-planner run on it whose two schedules are each mapped back and
-//    timed on the trace.
+//  - with_offloads: one walk of the augmented trace without building it
+//    (augmented_peak); unless that rules it out or its re-runs fit the
+//    budget (then its actions are made only if it is chosen:
+//    make_deferred_actions, one draft finished), the augmented trace and its
+//    peak model, and one peak-planner run on it whose two schedules are each
+//    mapped back and timed on the trace.
 //  - without_offloads: one draft, finished.
 //  - recompute_only: the whole sequence's peak (augmented_peak, one walk
 //    of an augmented trace without building it), then at most
@@ -92,6 +94,10 @@ struct HybridPlan {
   // Its recompute decisions were selected with the chain work budget spent
   // (RecomputeSelection::cut, Note [Chain work]).
   bool chain_work_cut = false;
+  // Note [Actions made when chosen]: a plan without copies whose actions are
+  // not made yet (`actions` is empty): its recompute decisions, from which
+  // PlanMaker::make_deferred_actions makes them. Everything else is set.
+  std::optional<std::vector<RecomputeDecision>> deferred_decisions;
 };
 
 class PlanMaker {
@@ -125,6 +131,10 @@ class PlanMaker {
   HybridPlan with_offloads(std::span<const RecomputeDecision> chosen, std::string label,
                            const PeakPlannerOptions& options,
                            double slower_than_ms = std::numeric_limits<double>::infinity()) const;
+  // Makes the actions of a plan whose making deferred them (Note [Actions
+  // made when chosen], hybrid_plans.cc); nothing for any other plan. The
+  // orchestrator calls it on the plan chosen.
+  void make_deferred_actions(HybridPlan& plan) const;
   // Releases after the last access and the recomputes of `chosen`, no copies.
   HybridPlan without_offloads(std::span<const RecomputeDecision> chosen, std::string label) const;
 

@@ -5,7 +5,6 @@
 
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/recompute_unit.h"
-#include "hyperoffload/plan/common/schedule_assembler.h"
 
 namespace hyperoffload::internal {
 namespace {
@@ -80,19 +79,37 @@ class PeakSink {
  public:
   void begin(const Trace& trace, std::size_t decisions) {
     storages_.reserve(static_cast<std::size_t>(trace.storage_count()) + 2 * decisions);
+    reducible_delta_.reserve(static_cast<std::size_t>(trace.op_count()) + decisions + 1);
+    reducible_delta_.push_back(0);
   }
   // Ids are dense, in order (0, 1, ...): the id is the index.
   void add_storage(StorageId, std::int64_t size_bytes, Retention retention) {
     storages_.push_back({size_bytes, -1, -1, retention == Retention::kRetained});
   }
-  void add_op(std::uint32_t, double) { ++ops_; }
+  void add_op(std::uint32_t, double) {
+    ++ops_;
+    reducible_delta_.push_back(0);
+  }
+  // A gap of two ops or more between two accesses is one the peak planner
+  // could offload (offload_floor, plan/planner.h).
   void add_access(StorageId id, AccessKind) {
     Lifetime& storage = storages_[static_cast<std::size_t>(id)];
-    if (storage.first < 0) storage.first = ops_ - 1;
-    storage.last = ops_ - 1;
+    const OpIndex op = ops_ - 1;
+    if (storage.first < 0) {
+      storage.first = op;
+    } else if (op - storage.last >= 2 && storage.size_bytes > 0) {
+      reducible_delta_[static_cast<std::size_t>(storage.last) + 1] += storage.size_bytes;
+      reducible_delta_[static_cast<std::size_t>(op)] -= storage.size_bytes;
+    }
+    storage.last = op;
   }
-  // As unplanned_peak (ir/memory_profile.h) on the trace TraceSink builds.
-  PeakBytes finish() && {
+  // As unplanned_peak (ir/memory_profile.h) and offload_floor on the trace
+  // TraceSink builds: the same arithmetic, the first op for ties.
+  struct Result {
+    PeakBytes peak;
+    UnavoidableFloor floor{-1, 0};
+  };
+  Result finish() && {
     const auto ops = static_cast<std::size_t>(ops_);
     std::vector<std::int64_t> delta(ops + 1, 0);
     for (const Lifetime& storage : storages_) {
@@ -100,13 +117,18 @@ class PeakSink {
       delta[static_cast<std::size_t>(storage.first)] += storage.size_bytes;
       delta[storage.retained ? ops : static_cast<std::size_t>(storage.last) + 1] -= storage.size_bytes;
     }
-    PeakBytes peak;
+    Result result;
     std::int64_t running = 0;
+    std::int64_t reducible = 0;
     for (std::size_t op = 0; op < ops; ++op) {
       running += delta[op];
-      if (peak.op < 0 || running > peak.bytes) peak = {running, static_cast<OpIndex>(op)};
+      reducible += reducible_delta_[op];
+      if (result.peak.op < 0 || running > result.peak.bytes) result.peak = {running, static_cast<OpIndex>(op)};
+      if (result.floor.op < 0 || running - reducible > result.floor.bytes) {
+        result.floor = {static_cast<OpIndex>(op), running - reducible};
+      }
     }
-    return peak;
+    return result;
   }
 
  private:
@@ -117,6 +139,7 @@ class PeakSink {
     bool retained;
   };
   std::vector<Lifetime> storages_;
+  std::vector<std::int64_t> reducible_delta_;  // per op and one past the last
   OpIndex ops_ = 0;
 };
 
@@ -154,6 +177,9 @@ class Builder {
         bucket(trace_.op_count(), decisions_.size(), [&](std::size_t d) { return gap(d).start_op; });
     sink_.begin(trace_, decisions_.size());
     out_.original_id.reserve(static_cast<std::size_t>(trace_.storage_count()) + decisions_.size());
+    // At least one re-run per decision.
+    out_.original_op.reserve(static_cast<std::size_t>(trace_.op_count()) + decisions_.size());
+    out_.source_op.reserve(static_cast<std::size_t>(trace_.op_count()) + decisions_.size());
     for (StorageIndex s = 0; s < trace_.storage_count(); ++s) {
       const StorageInfo& info = trace_.storage(s);
       sink_.add_storage(static_cast<StorageId>(s), info.size_bytes, info.retention);
@@ -307,9 +333,11 @@ AugmentedTrace build_augmented_trace(const Trace& trace, const RecomputeModel& m
 AugmentedPeak augmented_peak(const Trace& trace, const RecomputeModel& model,
                              std::span<const RecomputeDecision> decisions) {
   Builder<PeakSink> builder(trace, model, decisions);
-  const PeakBytes peak = builder.run().finish();
+  const PeakSink::Result walked = builder.run().finish();
   const AugmentedTrace& out = builder.out();
-  return {peak.bytes, peak.op >= 0 ? out.original_op[static_cast<std::size_t>(peak.op)] : -1};
+  const auto original = [&](OpIndex op) { return op >= 0 ? out.original_op[static_cast<std::size_t>(op)] : -1; };
+  return {walked.peak.bytes, original(walked.peak.op), UnavoidableFloor{original(walked.floor.op), walked.floor.bytes},
+          out.recompute_count, out.recompute_ms};
 }
 
 std::vector<Action> map_back(const AugmentedTrace& augmented, std::span<const Action> actions) {
@@ -340,13 +368,30 @@ std::vector<Action> map_back(const AugmentedTrace& augmented, std::span<const Ac
 }
 
 std::vector<Action> end_of_life_releases(const Trace& trace, const StorageAccesses& accesses) {
-  ScheduleAssembler assembler(trace.op_count());
-  for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+  // A counting sort by op of the storages in index order (the order
+  // ScheduleAssembler keeps within an op), with one phase and 32-bit counts:
+  // on the 1M-op chain's augmented traces the assembler's two slots per op
+  // and its copy of every action were half of the time.
+  const auto ops = static_cast<std::size_t>(trace.op_count());
+  std::vector<std::uint32_t> start(ops + 1, 0);
+  std::size_t count = 0;
+  const auto released = [&](StorageIndex s) {
     const StorageInfo& info = trace.storage(s);
-    if (!accesses.accessed(s) || info.retained() || info.size_bytes <= 0) continue;
-    assembler.add(accesses.last_op(s), Phase::kPost, ActionKind::kReleaseDevice, info.id);
+    return accesses.accessed(s) && !info.retained() && info.size_bytes > 0;
+  };
+  for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+    if (!released(s)) continue;
+    ++start[static_cast<std::size_t>(accesses.last_op(s)) + 1];
+    ++count;
   }
-  return std::move(assembler).finish();
+  for (std::size_t op = 1; op <= ops; ++op) start[op] += start[op - 1];
+  std::vector<Action> releases(count);
+  for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
+    if (!released(s)) continue;
+    const OpIndex op = accesses.last_op(s);
+    releases[start[static_cast<std::size_t>(op)]++] = Action{op, Phase::kPost, ActionKind::kReleaseDevice, trace.storage(s).id};
+  }
+  return releases;
 }
 
 }  // namespace hyperoffload::internal

@@ -38,6 +38,7 @@
 #include "hyperoffload/ir/schedule.h"
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/ir/trace.h"
+#include "hyperoffload/plan/planner.h"
 #include "hyperoffload/plan/recompute/recompute_model.h"
 #include "hyperoffload/plan/recompute/recompute_selection.h"
 
@@ -68,11 +69,17 @@ AugmentedTrace build_augmented_trace(const Trace& trace, const RecomputeModel& m
 // every storage released after its last access (unplanned_peak,
 // ir/memory_profile.h), and the original op where it is reached (the first
 // augmented op with that peak: an original op, or the op a re-run there
-// precedes; -1 when there are no ops), without building the trace (Note [One
-// walk, two sinks], augmented_trace.cc). Same preconditions and bound.
+// precedes; -1 when there are no ops); that trace's offload floor
+// (offload_floor, plan/planner.h: the peak planner's floor on it), its op
+// mapped back the same way; and its re-runs — without building the trace
+// (Note [One walk, two sinks], augmented_trace.cc). Same preconditions and
+// bound.
 struct AugmentedPeak {
   std::int64_t bytes = 0;
   OpIndex original_op = -1;
+  UnavoidableFloor floor{-1, 0};
+  std::int64_t recompute_count = 0;
+  double recompute_ms = 0.0;
 };
 AugmentedPeak augmented_peak(const Trace& trace, const RecomputeModel& model,
                              std::span<const RecomputeDecision> decisions);
