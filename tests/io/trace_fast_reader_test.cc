@@ -134,6 +134,76 @@ TEST(TraceFastReader, GivesTheDomReadersTraceWhereItReservesRoomForTheOps) {
   expect_same_as_dom(skewed, "skewed, 110,000 ops");
 }
 
+// Note [Storages and ops read at once] (trace_fast_reader.cc): past 8 MiB
+// the storages are read beside the ops. A trace of 30,000 storages with
+// sparse ids (every seventh id, from 5) and 45,000 ops of three accesses
+// each (about 9.4 MiB), with `between` after the storages and `ops_key` (the
+// key, colon included) before the ops.
+std::string beside_trace(std::string_view between, std::string_view ops_key) {
+  std::string json = R"({"format": "hyperoffload.trace", "version": 2, "storages": [)";
+  for (int s = 0; s < 30'000; ++s) {
+    json += fmt::format(R"({}{{"id": {}, "size_bytes": {}, "retained": {}}})", s ? ",\n  " : "\n  ", 5 + 7 * s,
+                        64 * (s % 97 + 1), s % 5 == 0 ? "true" : "false");
+  }
+  json += "\n ],";
+  json += between;
+  json += "\n ";
+  json += ops_key;
+  json += " [";
+  for (int op = 0; op < 45'000; ++op) {
+    json += fmt::format(R"({}{{"name": "op{}", "duration_ms": 0.25, "accesses": [{{"storage": {}, "kind": "read"}}, )"
+                        R"({{"storage": {}, "kind": "read"}}, {{"storage": {}, "kind": "write"}}]}})",
+                        op ? ",\n  " : "\n  ", op % 100, 5 + 7 * (op % 30'000), 5 + 7 * ((op + 11) % 30'000),
+                        5 + 7 * ((op + 29'989) % 30'000));
+  }
+  json += "\n ]}\n";
+  return json;
+}
+
+// Read beside, where the key is where the writer puts it; read after the
+// storages, where the second thread finds no `"ops":` (a space before the
+// colon); and left to the DOM reader where another member comes between the
+// storages and the ops, or the ops do not read. The same trace every time:
+// the ids resolved through the storages read on the other thread.
+TEST(TraceFastReader, ReadsTheStoragesBesideTheOpsAsOneThreadReadsThem) {
+  const std::string plain = beside_trace("", R"("ops":)");
+  ASSERT_GT(plain.size() - plain.find("\"storages\""), std::size_t{8} << 20);
+  std::optional<Trace> beside = read_trace_fast(plain);
+  ASSERT_TRUE(beside.has_value());
+  ASSERT_EQ(beside->storage_count(), 30'000);
+  ASSERT_EQ(beside->op_count(), 45'000);
+  // Op 44,999 reads ids 5 + 7 * 14,999 and 5 + 7 * (45,010 % 30,000) and
+  // writes 5 + 7 * ((44,999 + 29,989) % 30,000) = 5 + 7 * 14,988: storages
+  // 14,999, 15,010 (retained: 15,010 % 5 = 0) and 14,988, of size
+  // 64 * (14,988 % 97 + 1) = 64 * 51.
+  const std::span<const Access> last = beside->accesses(44'999);
+  ASSERT_EQ(last.size(), 3u);
+  EXPECT_EQ(last[0].storage, 14'999);
+  EXPECT_EQ(last[1].storage, 15'010);
+  EXPECT_EQ(last[2].storage, 14'988);
+  EXPECT_EQ(beside->storage(14'988).size_bytes, 64 * 51);
+  EXPECT_TRUE(beside->storage(15'010).retained());
+  EXPECT_FALSE(beside->storage(14'988).retained());
+  EXPECT_EQ(beside->op_name(44'999), "op99");
+  expect_same_as_dom(plain, "read beside");
+
+  const std::string spaced = beside_trace("", R"("ops" :)");
+  std::optional<Trace> after = read_trace_fast(spaced);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(trace_to_json(*after), trace_to_json(*beside));
+
+  const std::string between = beside_trace(R"( "comment": "x",)", R"("ops":)");
+  EXPECT_FALSE(read_trace_fast(between).has_value());
+  Result<Trace> dom = parse_trace_json(between);
+  ASSERT_TRUE(dom) << dom.error().message;
+  EXPECT_EQ(trace_to_json(*dom), trace_to_json(*beside));
+
+  std::string broken = plain;
+  broken.replace(broken.rfind(R"("kind": "write")"), 15, R"("kind": "touch")");
+  EXPECT_FALSE(read_trace_fast(broken).has_value());
+  EXPECT_FALSE(parse_trace_json(broken).has_value());
+}
+
 TEST(TraceFastReader, GivesTheDomReadersTraceOnEveryExampleAndCorpusTrace) {
   const std::filesystem::path root = std::filesystem::path(HYPEROFFLOAD_SOURCE_DIR) / "examples" / "traces";
   int files = 0;

@@ -182,6 +182,11 @@ void TraceBuilder::add_access(StorageId storage, AccessKind kind) {
   trace_.ops_.back().access_end = static_cast<std::uint32_t>(trace_.accesses_.size());
 }
 
+void TraceBuilder::take_storages(TraceBuilder&& other) {
+  trace_.storages_ = std::move(other.trace_.storages_);
+  total_storage_bytes_ = other.total_storage_bytes_;
+}
+
 void TraceBuilder::reserve(std::size_t ops, std::size_t storages, std::size_t accesses) {
   trace_.ops_.reserve(trace_.ops_.size() + ops);
   trace_.storages_.reserve(trace_.storages_.size() + storages);

@@ -260,6 +260,12 @@ class TraceBuilder {
   // so far (optional, for large traces).
   void reserve(std::size_t ops, std::size_t storages, std::size_t accesses);
 
+  // Takes the storages added to `other`, as if added here: the trace reader
+  // reads them beside the ops (Note [Storages and ops read at once],
+  // io/internal/trace_fast_reader.cc). Precondition: none were added here,
+  // and `other` had only storages added.
+  void take_storages(TraceBuilder&& other);
+
   // Resolves storage ids and returns the trace, or the first error found.
   // Bandwidths must be positive and fast enough to copy all storages in at
   // most kMaxTotalMs each way.
