@@ -19,8 +19,9 @@ bool contains(const std::vector<StorageIndex>& list, StorageIndex s) {
   return std::find(list.begin(), list.end(), s) != list.end();
 }
 
-// Indices of decisions grouped by an op (their gap's start, or their
-// regeneration point), as offsets into one flat list: a counting sort.
+// Decisions grouped by an op (their gap's start, or their regeneration
+// point), as offsets into one flat list of an item per decision (its index,
+// or its storage): a counting sort.
 struct OpBuckets {
   std::vector<std::uint32_t> offsets;
   std::vector<std::int32_t> items;
@@ -31,8 +32,9 @@ struct OpBuckets {
   }
 };
 
-template <typename OpOf>
-OpBuckets bucket(OpIndex op_count, std::size_t count, OpOf op_of) {
+// Item d goes to op op_of(d) as item_of(d), in order of d.
+template <typename OpOf, typename ItemOf>
+OpBuckets bucket(OpIndex op_count, std::size_t count, OpOf op_of, ItemOf item_of) {
   OpBuckets buckets;
   buckets.offsets.assign(static_cast<std::size_t>(op_count) + 1, 0);
   for (std::size_t d = 0; d < count; ++d) ++buckets.offsets[static_cast<std::size_t>(op_of(d)) + 1];
@@ -40,7 +42,7 @@ OpBuckets bucket(OpIndex op_count, std::size_t count, OpOf op_of) {
   buckets.items.resize(count);
   std::vector<std::uint32_t> cursor(buckets.offsets.begin(), buckets.offsets.end() - 1);
   for (std::size_t d = 0; d < count; ++d) {
-    buckets.items[cursor[static_cast<std::size_t>(op_of(d))]++] = static_cast<std::int32_t>(d);
+    buckets.items[cursor[static_cast<std::size_t>(op_of(d))]++] = item_of(d);
   }
   return buckets;
 }
@@ -172,9 +174,13 @@ class Builder {
   // rest of the augmented trace (all but `trace`). Call once.
   Sink run() {
     const OpBuckets ends =
-        bucket(trace_.op_count(), decisions_.size(), [&](std::size_t d) { return decisions_[d].regenerate_before; });
-    const OpBuckets starts =
-        bucket(trace_.op_count(), decisions_.size(), [&](std::size_t d) { return gap(d).start_op; });
+        bucket(trace_.op_count(), decisions_.size(), [&](std::size_t d) { return decisions_[d].regenerate_before; },
+               [](std::size_t d) { return static_cast<std::int32_t>(d); });
+    // By gap start, the storage each decision drops there: the walk below
+    // then reads no candidate (on the 1M-op chain, a cache miss each).
+    const OpBuckets dropped_after =
+        bucket(trace_.op_count(), decisions_.size(), [&](std::size_t d) { return gap(d).start_op; },
+               [&](std::size_t d) { return static_cast<std::int32_t>(gap(d).storage); });
     sink_.begin(trace_, decisions_.size());
     out_.original_id.reserve(static_cast<std::size_t>(trace_.storage_count()) + decisions_.size());
     // At least one re-run per decision.
@@ -193,7 +199,7 @@ class Builder {
       }
       out_.original_op.push_back(op);
       out_.source_op.push_back(-1);
-      for (const std::int32_t d : starts.at(op)) dropped_[static_cast<std::size_t>(gap(d).storage)] = true;
+      for (const std::int32_t s : dropped_after.at(op)) dropped_[static_cast<std::size_t>(s)] = true;
     }
     return std::move(sink_);
   }
