@@ -4,8 +4,8 @@
 
 #include <array>
 #include <charconv>
-#include <future>
 #include <cstdint>
+#include <future>
 #include <new>
 #include <stdexcept>
 

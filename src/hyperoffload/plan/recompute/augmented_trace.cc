@@ -395,7 +395,8 @@ std::vector<Action> end_of_life_releases(const Trace& trace, const StorageAccess
   for (StorageIndex s = 0; s < trace.storage_count(); ++s) {
     if (!released(s)) continue;
     const OpIndex op = accesses.last_op(s);
-    releases[start[static_cast<std::size_t>(op)]++] = Action{op, Phase::kPost, ActionKind::kReleaseDevice, trace.storage(s).id};
+    releases[start[static_cast<std::size_t>(op)]++] =
+        Action{op, Phase::kPost, ActionKind::kReleaseDevice, trace.storage(s).id};
   }
   return releases;
 }
