@@ -131,27 +131,34 @@ def test_a_batch_norm_re_run_regenerates_its_results_and_updates_its_running_sta
     with probe:
         net(x).sum().backward()
     assert marks_by_name(probe.trace())["aten::native_batch_norm"] == {True}
-    budget = int(probe.unplanned_peak_bytes() * 0.8)
-    model, eager = batch_norm_net(), batch_norm_net()
-    session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="recompute",
-                                                 interception=interception))
-    for step in range(4):
-        model.zero_grad()
-        eager.zero_grad()
-        with session:
-            model(x).sum().backward()
-        eager(x).sum().backward()
-        assert session.stats()["kind"] == ("warmup" if step == 0 else "replay")
-        for (name, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
-            assert torch.equal(a, b), f"step {step}: {name}"
-        for i, (a, b) in enumerate(zip(eager.parameters(), model.parameters())):
-            assert torch.equal(a.grad, b.grad), f"step {step}: gradient of parameter {i}"
-    trace, schedule = session.trace(), session.schedule()
-    recomputed = [trace["ops"][a["source_op"]]["name"] for a in schedule["actions"] if a["kind"] == "recompute"]
     # The plan is chosen from measured op times: on a quiet machine it re-runs
-    # two batch norms, under load (a clean-clone make test on 2 cores) one.
-    # Either way a re-run took place, which is what the checks above cover.
-    assert recomputed.count("aten::native_batch_norm") >= 1
+    # two batch norms at 80% of the peak (four at 60%, six at 50%), but under
+    # load it once re-ran three convolutions and no batch norm at 80% (a
+    # clean-clone make test on 2 cores). So the budget goes down until a
+    # batch norm is re-run, every step of every budget checked against eager.
+    batch_norm_reruns = 0
+    for fraction in (0.8, 0.6, 0.5):
+        budget = int(probe.unplanned_peak_bytes() * fraction)
+        model, eager = batch_norm_net(), batch_norm_net()
+        session = ho.OffloadSession(ho.OffloadConfig(max_resident_activation_bytes=budget, planner="recompute",
+                                                     interception=interception))
+        for step in range(4):
+            model.zero_grad()
+            eager.zero_grad()
+            with session:
+                model(x).sum().backward()
+            eager(x).sum().backward()
+            assert session.stats()["kind"] == ("warmup" if step == 0 else "replay")
+            for (name, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
+                assert torch.equal(a, b), f"{fraction:.0%}, step {step}: {name}"
+            for i, (a, b) in enumerate(zip(eager.parameters(), model.parameters())):
+                assert torch.equal(a.grad, b.grad), f"{fraction:.0%}, step {step}: gradient of parameter {i}"
+        trace, schedule = session.trace(), session.schedule()
+        recomputed = [trace["ops"][a["source_op"]]["name"] for a in schedule["actions"] if a["kind"] == "recompute"]
+        batch_norm_reruns = recomputed.count("aten::native_batch_norm")
+        if batch_norm_reruns > 0:
+            break
+    assert batch_norm_reruns >= 1
 
 
 def test_a_batch_norm_in_eval_mode_is_not_recomputable():
