@@ -139,13 +139,19 @@ void CoveringIndex::set(std::int32_t entry, IndexGroup group, double key) {
   if (group != IndexGroup::kNone) place(entry, group, true);
 }
 
-void CoveringIndex::activate_all(IndexGroup group, std::span<const double> keys) {
+void CoveringIndex::activate_all(IndexGroup group, std::span<const double> keys, std::span<const std::uint8_t> active) {
   cached_op_ = -1;
-  std::copy(keys.begin(), keys.end(), key_.begin());
-  std::fill(group_.begin(), group_.end(), group);
+  // An entry left inactive keeps its key and group, as set() never called.
+  const auto is_active = [&](std::size_t e) { return active.empty() || active[e] != 0; };
+  for (std::size_t e = 0; e < key_.size(); ++e) {
+    if (!is_active(e)) continue;
+    key_[e] = keys[e];
+    group_[e] = group;
+  }
   for (Order* order : {&by_first_, &by_last_}) {
     for (std::size_t i = 0; i < order->entries.size(); ++i) {
-      order->keys[i] = keys[static_cast<std::size_t>(order->entries[i])];
+      const auto e = static_cast<std::size_t>(order->entries[i]);
+      if (is_active(e)) order->keys[i] = keys[e];
     }
     std::vector<std::int32_t>& tree = order->tree(group);
     for (std::size_t node = 0; node + 1 < offsets_.size(); ++node) {
@@ -153,7 +159,11 @@ void CoveringIndex::activate_all(IndexGroup group, std::span<const double> keys)
       const std::size_t count = offsets_[node + 1] - begin;
       if (count == 0) continue;
       const std::size_t base = 2 * begin;
-      for (std::size_t i = 0; i < count; ++i) tree[base + count + i] = static_cast<std::int32_t>(begin + i);
+      for (std::size_t i = 0; i < count; ++i) {
+        tree[base + count + i] = is_active(static_cast<std::size_t>(order->entries[begin + i]))
+                                     ? static_cast<std::int32_t>(begin + i)
+                                     : kNoEntry;
+      }
       for (std::size_t j = count - 1; j >= 1; --j) {
         const std::int32_t left = tree[base + 2 * j], right = tree[base + 2 * j + 1];
         tree[base + j] = better_at(*order, left, right) ? left : right;

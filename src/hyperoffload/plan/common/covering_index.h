@@ -48,10 +48,12 @@ class CoveringIndex {
   // Moves `entry` to `group` with `key` (kNone deactivates it). O(log n).
   void set(std::int32_t entry, IndexGroup group, double key);
 
-  // Activates every entry in `group` with keys[entry], in O(entries): the bulk
-  // form of set(). Precondition: every entry is inactive; keys.size() equals
-  // the number of entries; group is not kNone.
-  void activate_all(IndexGroup group, std::span<const double> keys);
+  // Activates every entry in `group` with keys[entry] — or, given `active`,
+  // those whose active[entry] is not 0, the others left inactive — in
+  // O(entries): the bulk form of set(), with the same result. Precondition:
+  // every entry is inactive; keys.size() (and active.size(), when given)
+  // equals the number of entries; group is not kNone.
+  void activate_all(IndexGroup group, std::span<const double> keys, std::span<const std::uint8_t> active = {});
 
   IndexGroup group(std::int32_t entry) const { return group_[static_cast<std::size_t>(entry)]; }
   double key(std::int32_t entry) const { return key_[static_cast<std::size_t>(entry)]; }

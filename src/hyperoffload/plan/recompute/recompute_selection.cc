@@ -84,12 +84,12 @@ class Selector {
     intervals.reserve(candidates.size());
     for (const RecomputeCandidate& c : candidates) intervals.push_back({c.interior_first(), c.interior_last()});
     CoveringIndex index(trace_.op_count(), intervals);
+    std::vector<double> keys(candidates.size(), 0.0);
     for (std::size_t g = 0; g < candidates.size(); ++g) {
-      if (ways_[g] != 0) {
-        const auto entry = static_cast<std::int32_t>(g);
-        index.set(entry, IndexGroup::kSmall, static_cast<double>(best_size(entry)) / best_cost(entry));
-      }
+      const auto entry = static_cast<std::int32_t>(g);
+      if (ways_[g] != 0) keys[g] = static_cast<double>(best_size(entry)) / best_cost(entry);
     }
+    index.activate_all(IndexGroup::kSmall, keys, ways_);
     while (profile_.max() > stop_bytes_) {
       const auto peak_op = static_cast<OpIndex>(profile_.argmax());
       const std::int64_t excess = profile_.max() - stop_bytes_;
