@@ -162,8 +162,8 @@ std::string beside_trace(std::string_view between, std::string_view ops_key) {
 
 // Read beside, where the key is where the writer puts it; read after the
 // storages, where the second thread finds no `"ops":` (a space before the
-// colon); and left to the DOM reader where another member comes between the
-// storages and the ops, or the ops do not read. The same trace every time:
+// colon); and left to the DOM reader where another member (unknown, or of
+// the header) comes between the storages and the ops, or the ops do not read. The same trace every time:
 // the ids resolved through the storages read on the other thread.
 TEST(TraceFastReader, ReadsTheStoragesBesideTheOpsAsOneThreadReadsThem) {
   const std::string plain = beside_trace("", R"("ops":)");
@@ -197,6 +197,13 @@ TEST(TraceFastReader, ReadsTheStoragesBesideTheOpsAsOneThreadReadsThem) {
   Result<Trace> dom = parse_trace_json(between);
   ASSERT_TRUE(dom) << dom.error().message;
   EXPECT_EQ(trace_to_json(*dom), trace_to_json(*beside));
+  // A member of the header between them too: the DOM reader takes it.
+  const std::string limit_between = beside_trace(R"( "memory_limit_bytes": 4096,)", R"("ops":)");
+  EXPECT_FALSE(read_trace_fast(limit_between).has_value());
+  Result<Trace> limited = parse_trace_json(limit_between);
+  ASSERT_TRUE(limited) << limited.error().message;
+  EXPECT_EQ(limited->memory_limit_bytes(), std::optional<std::int64_t>(4096));
+  EXPECT_EQ(limited->op_count(), beside->op_count());
 
   std::string broken = plain;
   broken.replace(broken.rfind(R"("kind": "write")"), 15, R"("kind": "touch")");

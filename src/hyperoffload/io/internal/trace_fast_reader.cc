@@ -469,6 +469,10 @@ std::optional<Trace> read_trace_fast(std::string_view json) {
     return true;
   };
   const bool read = members(in, [&](std::string_view key) {
+    // Note [Storages and ops read at once]: the ops come right after the
+    // storages read beside them (nothing else touches the builder while the
+    // ops' thread fills it).
+    if (ops_beside.valid() && key != "ops") return false;
     if (key == "format") {
       std::string_view format;
       return once(1) && in.string(&format) && format == kTraceFormat;
@@ -488,9 +492,6 @@ std::optional<Trace> read_trace_fast(std::string_view json) {
     if (key == "h2d_bandwidth_gbps") {
       return once(32) && bandwidth([&](double value) { builder.set_h2d_bandwidth_gib_per_s(value); });
     }
-    // Note [Storages and ops read at once]: the ops come right after the
-    // storages read beside them.
-    if (ops_beside.valid() && key != "ops") return false;
     if (key == "storages") {
       if (!once(64)) return false;
       TraceBuilder* into = &builder;
