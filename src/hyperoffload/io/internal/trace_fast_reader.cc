@@ -360,14 +360,17 @@ bool read_op(Cursor& in, TraceBuilder& builder, std::int64_t version) {
 // -> 189,260 page faults with the ops' room, 161,369 with the storages' too;
 // reading it about 555-595 -> 500-520 ms (three interleaved rounds).
 //
+// Text from which an array is large: room is reserved before it, and the
+// storages are read beside the ops (Note [Storages and ops read at once]).
+constexpr std::size_t kLargeTextBytes = std::size_t{8} << 20;
+
 // How many of each of `keys` the array starting `text` holds, extrapolated
-// from its first MiB (+1/16); zeros below 8 MiB of text.
+// from its first MiB (+1/16); zeros below kLargeTextBytes of text.
 template <std::size_t N>
 std::array<std::size_t, N> extrapolate(std::string_view text, const std::array<std::string_view, N>& keys) {
-  constexpr std::size_t kMinBytes = std::size_t{8} << 20;
   constexpr std::size_t kSampleBytes = std::size_t{1} << 20;
   std::array<std::size_t, N> counts{};
-  if (text.size() < kMinBytes) return counts;
+  if (text.size() < kLargeTextBytes) return counts;
   const std::string_view sample = text.substr(0, kSampleBytes);
   const double scale = static_cast<double>(text.size()) / static_cast<double>(sample.size()) * (1.0 + 1.0 / 16);
   for (std::size_t k = 0; k < N; ++k) {
@@ -445,7 +448,6 @@ std::optional<Trace> read_trace_fast(std::string_view json) {
   TraceBuilder builder;
   // Note [Storages and ops read at once]: the storages read beside the ops,
   // and the ops' thread (joined before the builders go).
-  constexpr std::size_t kReadBesideBytes = std::size_t{8} << 20;
   TraceBuilder storages;
   std::future<OpsRead> ops_beside;
   std::int64_t version = 0;
@@ -495,7 +497,7 @@ std::optional<Trace> read_trace_fast(std::string_view json) {
     if (key == "storages") {
       if (!once(64)) return false;
       TraceBuilder* into = &builder;
-      if ((seen & 3) == 3 && in.rest().size() >= kReadBesideBytes) {
+      if ((seen & 3) == 3 && in.rest().size() >= kLargeTextBytes) {
         ops_beside = std::async(std::launch::async, [rest = in.rest(), &builder, version]() {
           OpsRead ops;
           ops.value = ops_value(rest);
