@@ -18,8 +18,9 @@ namespace {
 
 TEST(ProfileTree, MatchesBruteForceUnderRandomAdds) {
   std::mt19937_64 rng(5);
-  for (int round = 0; round < 60; ++round) {
-    const std::size_t n = 1 + rng() % 70;
+  for (int round = 0; round < 90; ++round) {
+    // A third of the rounds on larger profiles (deeper trees).
+    const std::size_t n = 1 + rng() % (round % 3 == 0 ? 700 : 70);
     const std::int64_t limit = static_cast<std::int64_t>(rng() % 100);
     std::vector<std::int64_t> values(n);
     for (auto& v : values) v = static_cast<std::int64_t>(rng() % 200);
@@ -130,6 +131,93 @@ TEST(CoveringIndex, CachedQueriesMatchFreshOnesAfterEveryChange) {
       const CoveringIndex::Best fresh = index.query(op);
       ASSERT_EQ(cached.small, fresh.small) << "round " << round << " step " << step;
       ASSERT_EQ(cached.large, fresh.large) << "round " << round << " step " << step;
+    }
+  }
+}
+
+TEST(CoveringIndex, APinnedOpAnswersAsTheTreesAfterEveryChange) {
+  // As the planner drives it: long runs of queries at one op (each run pins
+  // the op once it has been asked (entries containing it) / 16 times), each
+  // followed by a change to that op's leader of either group (re-keyed lower or
+  // higher, moved to the other group, or deactivated) or to a random entry;
+  // now and then the op moves, which applies the deferred updates to the
+  // trees. Every answer is checked against brute force over the entries; few
+  // distinct keys make ties common (the lower entry wins).
+  std::mt19937_64 rng(29);
+  for (int round = 0; round < 40; ++round) {
+    const auto ops = static_cast<OpIndex>(1 + rng() % 120);
+    std::vector<OpInterval> intervals(rng() % 200);
+    std::vector<double> keys(intervals.size());
+    std::vector<IndexGroup> groups(intervals.size(), IndexGroup::kSmall);
+    for (std::size_t e = 0; e < intervals.size(); ++e) {
+      OpIndex a = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      OpIndex b = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+      intervals[e] = {std::min(a, b), std::max(a, b)};
+      keys[e] = static_cast<double>(rng() % 12);
+    }
+    CoveringIndex index(ops, intervals);
+    index.activate_all(IndexGroup::kSmall, keys);
+    auto brute = [&](OpIndex op) {
+      CoveringIndex::Best best;
+      for (std::size_t e = 0; e < intervals.size(); ++e) {
+        if (groups[e] == IndexGroup::kNone || intervals[e].first > op || intervals[e].last < op) continue;
+        std::int32_t& b = groups[e] == IndexGroup::kSmall ? best.small : best.large;
+        if (b == CoveringIndex::kNoEntry || keys[e] > keys[static_cast<std::size_t>(b)]) {
+          b = static_cast<std::int32_t>(e);
+        }
+      }
+      return best;
+    };
+    auto change = [&](std::int32_t e, IndexGroup group, double key) {
+      index.set(e, group, key);
+      groups[static_cast<std::size_t>(e)] = group;
+      keys[static_cast<std::size_t>(e)] = key;
+    };
+    auto op = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+    for (int step = 0; step < 1500; ++step) {
+      const CoveringIndex::Best got = index.query_cached(op);
+      const CoveringIndex::Best want = brute(op);
+      ASSERT_EQ(got.small, want.small) << "round " << round << " step " << step;
+      ASSERT_EQ(got.large, want.large) << "round " << round << " step " << step;
+      if (intervals.empty()) break;
+      const std::uint64_t what = rng() % 100;
+      const std::int32_t leader = rng() % 2 == 0 ? got.small : got.large;
+      if (what < 3) {
+        op = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+        if (what == 0) {  // a full query applies the deferred updates too
+          const CoveringIndex::Best full = index.query(op);
+          ASSERT_EQ(full.small, brute(op).small) << "round " << round << " step " << step;
+          ASSERT_EQ(full.large, brute(op).large) << "round " << round << " step " << step;
+        }
+      } else if (what < 80 && leader != CoveringIndex::kNoEntry) {
+        const double old_key = keys[static_cast<std::size_t>(leader)];
+        switch (rng() % 6) {
+          case 0:
+          case 1:
+          case 2:
+            change(leader, groups[static_cast<std::size_t>(leader)], old_key - static_cast<double>(rng() % 4));
+            break;
+          case 3:
+            change(leader, groups[static_cast<std::size_t>(leader)], old_key + 1.0);
+            break;
+          case 4:
+            change(leader,
+                   groups[static_cast<std::size_t>(leader)] == IndexGroup::kSmall ? IndexGroup::kLarge
+                                                                                  : IndexGroup::kSmall,
+                   old_key);
+            break;
+          default:
+            change(leader, IndexGroup::kNone, 0.0);
+        }
+      } else {
+        change(static_cast<std::int32_t>(rng() % intervals.size()), static_cast<IndexGroup>(rng() % 3),
+               static_cast<double>(rng() % 12));
+      }
+    }
+    // After the last change, every op as brute force says.
+    for (OpIndex at = 0; at < ops; ++at) {
+      ASSERT_EQ(index.query(at).small, brute(at).small) << "round " << round << " op " << at;
+      ASSERT_EQ(index.query(at).large, brute(at).large) << "round " << round << " op " << at;
     }
   }
 }

@@ -4,6 +4,29 @@
 #include <bit>
 #include <numeric>
 
+// Note [A pinned op]
+// The peak planner's selection asks for the best candidate at the peak op,
+// re-evaluates the leader, asks again, and so on; on the 1M-op chain the
+// peak op never moved in 416k picks and 2.1M re-evaluations, and each set()
+// walked two per-node segment trees of the root's hundreds of thousands of
+// entries (a million dependent loads per thousand picks, most of them cache
+// misses). When the op stays, only the entries containing it matter, and
+// every change the planner makes is to the leader or to an entry it just
+// re-evaluated: a heap per group answers that in O(1), and a changed leader
+// sinks in O(log_8 m) through cache lines of eight keys. The trees are
+// brought up to date, one deferred set() at a time in the order of first
+// deferral (each applied as set() would have been, so the trees end as if
+// every set() had reached them), when a query asks about another op.
+//
+// Heap items are never removed from the middle: an item is valid while its
+// entry is still in that group with that key (compared bit for bit), and
+// invalid items are dropped when they reach the top. So the top valid item
+// is the best active entry of the group containing the op, ties to the lower
+// entry as in the trees. The heaps are built from the path's entries, which
+// costs O(entries containing the op); pinning waits until the op has been
+// queried (entries containing it) / kPinEntriesPerQuery times, so building
+// costs at most kPinEntriesPerQuery per query already made.
+
 namespace hyperoffload::internal {
 
 CoveringIndex::CoveringIndex(OpIndex op_count, std::span<const OpInterval> intervals) {
@@ -55,7 +78,10 @@ CoveringIndex::CoveringIndex(OpIndex op_count, std::span<const OpInterval> inter
     order->large_tree.assign(2 * entries, kNoEntry);
   }
   group_.assign(entries, IndexGroup::kNone);
+  tree_group_.assign(entries, IndexGroup::kNone);
   key_.assign(entries, 0.0);
+  is_pending_.assign(entries, 0);
+  intervals_.assign(intervals.begin(), intervals.end());
 }
 
 std::size_t CoveringIndex::node_of(OpInterval interval) const {
@@ -128,18 +154,44 @@ void CoveringIndex::place(std::int32_t entry, IndexGroup group, bool present) {
 
 void CoveringIndex::set(std::int32_t entry, IndexGroup group, double key) {
   const auto e = static_cast<std::size_t>(entry);
-  touch(node_[e]);
-  const IndexGroup old = group_[e];
-  // Clear the old group's leaves first, while the old key still orders them.
-  if (old != group && old != IndexGroup::kNone) place(entry, old, false);
+  if (!pinned_) {
+    touch(node_[e]);
+    group_[e] = group;
+    key_[e] = key;
+    apply(entry, group, key);
+    return;
+  }
+  if (group != IndexGroup::kNone && intervals_[e].first <= cached_op_ && cached_op_ <= intervals_[e].last) {
+    KeyHeap& to = heap(group);
+    // The planner changes the leader most: it sinks from the top.
+    const bool leads = to.size() > 0 && to.top().entry == entry && valid(to.top(), group);
+    if (leads) {
+      to.replace_top({key, entry});
+    } else {
+      to.push({key, entry});
+    }
+  }
   group_[e] = group;
   key_[e] = key;
+  if (is_pending_[e] == 0) {
+    is_pending_[e] = 1;
+    pending_.push_back(entry);
+  }
+}
+
+void CoveringIndex::apply(std::int32_t entry, IndexGroup group, double key) {
+  const auto e = static_cast<std::size_t>(entry);
+  const IndexGroup old = tree_group_[e];
+  // Clear the old group's leaves first, while the old key still orders them.
+  if (old != group && old != IndexGroup::kNone) place(entry, old, false);
+  tree_group_[e] = group;
   by_first_.keys[position_in_first_[e]] = key;
   by_last_.keys[position_in_last_[e]] = key;
   if (group != IndexGroup::kNone) place(entry, group, true);
 }
 
 void CoveringIndex::activate_all(IndexGroup group, std::span<const double> keys, std::span<const std::uint8_t> active) {
+  unpin();
   cached_op_ = -1;
   // An entry left inactive keeps its key and group, as set() never called.
   const auto is_active = [&](std::size_t e) { return active.empty() || active[e] != 0; };
@@ -147,6 +199,7 @@ void CoveringIndex::activate_all(IndexGroup group, std::span<const double> keys,
     if (!is_active(e)) continue;
     key_[e] = keys[e];
     group_[e] = group;
+    tree_group_[e] = group;
   }
   for (Order* order : {&by_first_, &by_last_}) {
     for (std::size_t i = 0; i < order->entries.size(); ++i) {
@@ -172,7 +225,8 @@ void CoveringIndex::activate_all(IndexGroup group, std::span<const double> keys,
   }
 }
 
-CoveringIndex::Best CoveringIndex::query(OpIndex op) const {
+CoveringIndex::Best CoveringIndex::query(OpIndex op) {
+  unpin();
   Best best;
   const auto p = static_cast<std::uint32_t>(op);
   auto visit = [&](std::size_t node, const Order& order, std::size_t count) {
@@ -246,9 +300,16 @@ void CoveringIndex::fill_path(OpIndex op) {
   leaf.count = offsets_[leaf.node + 1] - offsets_[leaf.node];
   leaf.best = node_best(leaf);
   cached_op_ = op;
+  queries_at_op_ = 0;
+  path_entries_ = 0;
+  for (const PathNode& at : path_) path_entries_ += at.count;
 }
 
 CoveringIndex::Best CoveringIndex::query_cached(OpIndex op) {
+  if (pinned_) {
+    if (op == cached_op_) return pinned_best();
+    unpin();
+  }
   if (op != cached_op_) {
     fill_path(op);
   } else {
@@ -256,6 +317,11 @@ CoveringIndex::Best CoveringIndex::query_cached(OpIndex op) {
       if (!at.dirty) continue;
       at.best = node_best(at);
       at.dirty = false;
+    }
+    ++queries_at_op_;
+    if (queries_at_op_ * kPinEntriesPerQuery >= static_cast<std::int64_t>(path_entries_)) {
+      pin();
+      return pinned_best();
     }
   }
   // Keys only change through set(), which marks the node: the per-node bests
@@ -266,6 +332,115 @@ CoveringIndex::Best CoveringIndex::query_cached(OpIndex op) {
     if (better(at.best.large, best.large)) best.large = at.best.large;
   }
   return best;
+}
+
+bool CoveringIndex::valid(const KeyHeap::Item& item, IndexGroup group) const {
+  const auto e = static_cast<std::size_t>(item.entry);
+  return group_[e] == group && std::bit_cast<std::uint64_t>(key_[e]) == std::bit_cast<std::uint64_t>(item.key);
+}
+
+void CoveringIndex::pin() {
+  for (KeyHeap& h : heaps_) h.clear();
+  // The path's entries containing the op: a prefix of one order per node.
+  for (const PathNode& at : path_) {
+    const Order& order = at.by_first ? by_first_ : by_last_;
+    const std::size_t begin = offsets_[at.node];
+    for (std::size_t i = begin; i < begin + at.count; ++i) {
+      const std::int32_t entry = order.entries[i];
+      const IndexGroup group = group_[static_cast<std::size_t>(entry)];
+      if (group != IndexGroup::kNone) heap(group).append({key_[static_cast<std::size_t>(entry)], entry});
+    }
+  }
+  for (KeyHeap& h : heaps_) h.build();
+  pinned_ = true;
+}
+
+void CoveringIndex::unpin() {
+  if (!pinned_) return;
+  pinned_ = false;
+  for (KeyHeap& h : heaps_) h.clear();
+  cached_op_ = -1;  // the path's bests predate the deferred updates
+  for (const std::int32_t entry : pending_) {
+    const auto e = static_cast<std::size_t>(entry);
+    is_pending_[e] = 0;
+    apply(entry, group_[e], key_[e]);
+  }
+  pending_.clear();
+}
+
+CoveringIndex::Best CoveringIndex::pinned_best() {
+  Best best;
+  for (const IndexGroup group : {IndexGroup::kSmall, IndexGroup::kLarge}) {
+    KeyHeap& h = heap(group);
+    while (h.size() > 0 && !valid(h.top(), group)) h.pop();
+    if (h.size() > 0) (group == IndexGroup::kSmall ? best.small : best.large) = h.top().entry;
+  }
+  return best;
+}
+
+void CoveringIndex::KeyHeap::reserve_for(std::size_t size) {
+  const std::size_t lines = (size + kPad + kArity - 1) / kArity;
+  if (lines_.size() < lines) lines_.resize(std::max(lines, 2 * lines_.size()));
+}
+
+void CoveringIndex::KeyHeap::append(Item item) {
+  reserve_for(size_ + 1);
+  key_at(size_) = item.key;
+  entry_at(size_) = item.entry;
+  ++size_;
+}
+
+void CoveringIndex::KeyHeap::build() {
+  if (size_ < 2) return;
+  for (std::size_t i = (size_ - 2) / kArity + 1; i-- > 0;) sift_down(i, {key_at(i), entry_at(i)});
+}
+
+void CoveringIndex::KeyHeap::push(Item item) {
+  reserve_for(size_ + 1);
+  ++size_;
+  sift_up(size_ - 1, item);
+}
+
+void CoveringIndex::KeyHeap::pop() {
+  --size_;
+  if (size_ > 0) sift_down(0, {key_at(size_), entry_at(size_)});
+}
+
+void CoveringIndex::KeyHeap::replace_top(Item item) { sift_down(0, item); }
+
+void CoveringIndex::KeyHeap::sift_down(std::size_t i, Item item) {
+  for (;;) {
+    const std::size_t first = kArity * i + 1;
+    if (first >= size_) break;
+    const std::size_t end = std::min(first + kArity, size_);
+    std::size_t best = first;
+    double best_key = key_at(first);
+    for (std::size_t c = first + 1; c < end; ++c) {
+      const double k = key_at(c);
+      if (k > best_key || (k == best_key && entry_at(c) < entry_at(best))) {
+        best = c;
+        best_key = k;
+      }
+    }
+    if (!above(best_key, entry_at(best), item.key, item.entry)) break;
+    key_at(i) = best_key;
+    entry_at(i) = entry_at(best);
+    i = best;
+  }
+  key_at(i) = item.key;
+  entry_at(i) = item.entry;
+}
+
+void CoveringIndex::KeyHeap::sift_up(std::size_t i, Item item) {
+  while (i > 0) {
+    const std::size_t parent = (i - 1) / kArity;
+    if (!above(item.key, item.entry, key_at(parent), entry_at(parent))) break;
+    key_at(i) = key_at(parent);
+    entry_at(i) = entry_at(parent);
+    i = parent;
+  }
+  key_at(i) = item.key;
+  entry_at(i) = item.entry;
 }
 
 }  // namespace hyperoffload::internal

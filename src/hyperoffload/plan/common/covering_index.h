@@ -17,8 +17,16 @@
 // carries a per-node segment tree of the best entry per group, so a prefix
 // maximum is O(log n).
 //
-// Thread-safety: query() is const; set() and query_cached() need exclusive
-// access.
+// A pinned op (Note [A pinned op], covering_index.cc): once query_cached() has
+// been asked at one op often enough to pay for it, the active entries
+// containing that op go into one heap per group, and until a query at another
+// op the index answers from the heaps and set() updates them instead of the
+// trees (O(log_8 m) per set or query, m the heap's size), deferring the
+// trees' updates to that next query.
+//
+// Keys are compared as doubles and must not be NaN.
+//
+// Thread-safety: none; every member needs exclusive access.
 #pragma once
 
 #include <cstdint>
@@ -62,14 +70,19 @@ class CoveringIndex {
     std::int32_t small = kNoEntry;
     std::int32_t large = kNoEntry;
   };
-  // The best active entry of each group whose interval contains `op`.
-  Best query(OpIndex op) const;
+  // The best active entry of each group whose interval contains `op`:
+  // O(log² n), after applying the updates a pinned op deferred (O(log n)
+  // each).
+  Best query(OpIndex op);
 
   // The same as query(op), but remembers the per-node results along op's path
   // and, when asked at the same op again, recomputes only the nodes whose
   // entries set() has changed since: O(log n) per changed node plus O(log n),
   // instead of O(log² n). The planner re-asks at the peak op after every lazy
-  // re-evaluation, which changes one entry. Not const (it updates the cache).
+  // re-evaluation, which changes one entry. Asked at the same op about
+  // (entries containing it) / kPinEntriesPerQuery times in a row, it pins the
+  // op: O(entries containing it) once, then O(log_8 m) per query there, m the
+  // heaps' size (at most those entries plus the set() calls since).
   Best query_cached(OpIndex op);
 
  private:
@@ -96,6 +109,8 @@ class CoveringIndex {
   // The same for positions a, b of one order.
   static bool better_at(const Order& order, std::int32_t a, std::int32_t b);
   void update(Order& order, IndexGroup group, std::size_t node, std::size_t position, bool present);
+  // set()'s change to the trees, from the group they hold the entry in.
+  void apply(std::int32_t entry, IndexGroup group, double key);
   // The best position among the first `count` of `node` in `order`.
   std::int32_t prefix_best(const Order& order, IndexGroup group, std::size_t node, std::size_t count) const;
   void place(std::int32_t entry, IndexGroup group, bool present);
@@ -123,9 +138,70 @@ class CoveringIndex {
   };
   OpIndex cached_op_ = -1;
   std::vector<PathNode> path_;
+  std::size_t path_entries_ = 0;     // entries on the cached path containing the op, active or not
+  std::int64_t queries_at_op_ = 0;  // query_cached() calls at cached_op_ since fill_path
   Best node_best(const PathNode& at) const;
   void fill_path(OpIndex op);
   void touch(std::size_t node);
+
+  // Note [A pinned op]: while pinned_, the active entries containing
+  // cached_op_ sit in heaps_ (kSmall, kLarge), each item valid while its
+  // entry's group and key are still the item's; the trees hold the entries
+  // as tree_group_ and the orders' keys say, and pending_ lists the entries
+  // whose state differs.
+  class KeyHeap {
+   public:
+    struct Item {
+      double key = 0.0;
+      std::int32_t entry = kNoEntry;
+    };
+    std::size_t size() const { return size_; }
+    Item top() const { return {key_at(0), entry_at(0)}; }
+    void clear() { size_ = 0; }
+    // Adds an item; build() orders the items added since clear().
+    void append(Item item);
+    void build();
+    void push(Item item);
+    void pop();
+    void replace_top(Item item);
+
+   private:
+    // An 8-ary heap: the children of logical position i are 8i+1 .. 8i+8,
+    // stored from physical position 8(i+1), so that their keys and entries
+    // fill one pair of adjacent cache lines (which the hardware fetches
+    // together): a sift costs about one miss per level.
+    static constexpr std::size_t kArity = 8;
+    static constexpr std::size_t kPad = kArity - 1;  // physical = logical + kPad
+    struct alignas(128) Line {
+      double key[kArity];
+      std::int32_t entry[kArity];
+    };
+    double& key_at(std::size_t i) { return lines_[(i + kPad) / kArity].key[(i + kPad) % kArity]; }
+    double key_at(std::size_t i) const { return lines_[(i + kPad) / kArity].key[(i + kPad) % kArity]; }
+    std::int32_t& entry_at(std::size_t i) { return lines_[(i + kPad) / kArity].entry[(i + kPad) % kArity]; }
+    std::int32_t entry_at(std::size_t i) const { return lines_[(i + kPad) / kArity].entry[(i + kPad) % kArity]; }
+    // Whether (ka, ea) ranks above (kb, eb): the higher key, then the lower entry.
+    static bool above(double ka, std::int32_t ea, double kb, std::int32_t eb) { return ka != kb ? ka > kb : ea < eb; }
+    void reserve_for(std::size_t size);
+    void sift_down(std::size_t i, Item item);
+    void sift_up(std::size_t i, Item item);
+
+    std::size_t size_ = 0;
+    std::vector<Line> lines_;
+  };
+  static constexpr std::int64_t kPinEntriesPerQuery = 16;
+  bool pinned_ = false;
+  KeyHeap heaps_[2];  // by group: kSmall, kLarge
+  std::vector<OpInterval> intervals_;  // per entry
+  std::vector<IndexGroup> tree_group_;  // per entry: the group the trees hold it in
+  std::vector<std::int32_t> pending_;   // entries whose trees lag their group or key
+  std::vector<std::uint8_t> is_pending_;
+  KeyHeap& heap(IndexGroup group) { return heaps_[group == IndexGroup::kSmall ? 0 : 1]; }
+  bool valid(const KeyHeap::Item& item, IndexGroup group) const;
+  void pin();
+  // Applies what a pinned op deferred and leaves it; the cached path is dropped.
+  void unpin();
+  Best pinned_best();
 };
 
 }  // namespace hyperoffload::internal
