@@ -7,6 +7,7 @@
 #include "hyperoffload/ir/byte_format.h"
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/common/host_budget.h"
+#include "hyperoffload/plan/common/offload_floor_rule.h"
 #include "hyperoffload/plan/dtr_planner.h"
 #include "hyperoffload/plan/greedy_planner.h"
 #include "hyperoffload/plan/hybrid_planner.h"
@@ -133,9 +134,8 @@ UnavoidableFloor offload_floor(const Trace& trace) {
       OpIndex& previous = last[static_cast<std::size_t>(access.storage)];
       if (previous < 0) {
         resident_delta[static_cast<std::size_t>(op)] += size;
-      } else if (op - previous >= 2) {
-        reducible_delta[static_cast<std::size_t>(previous) + 1] += size;
-        reducible_delta[static_cast<std::size_t>(op)] -= size;
+      } else {
+        internal::add_offloadable_gap(reducible_delta, previous, op, size);
       }
       previous = op;
     }
@@ -147,16 +147,15 @@ UnavoidableFloor offload_floor(const Trace& trace) {
     const OpIndex end = info.retained() ? trace.op_count() - 1 : previous;
     resident_delta[static_cast<std::size_t>(end) + 1] -= info.size_bytes;
   }
-  UnavoidableFloor floor{-1, 0};
+  internal::FloorScan floor;
   std::int64_t resident = 0;
   std::int64_t reducible = 0;
   for (std::size_t op = 0; op < ops; ++op) {
     resident += resident_delta[op];
     reducible += reducible_delta[op];
-    const std::int64_t bytes = resident - reducible;
-    if (floor.op < 0 || bytes > floor.bytes) floor = UnavoidableFloor{static_cast<OpIndex>(op), bytes};
+    floor.add(static_cast<OpIndex>(op), resident, reducible);
   }
-  return floor;
+  return floor.floor();
 }
 
 UnavoidableFloor recompute_only_limit(const Trace& trace) {

@@ -5,6 +5,7 @@
 
 #include "hyperoffload/ir/memory_profile.h"
 #include "hyperoffload/ir/recompute_unit.h"
+#include "hyperoffload/plan/common/offload_floor_rule.h"
 
 namespace hyperoffload::internal {
 namespace {
@@ -92,16 +93,14 @@ class PeakSink {
     ++ops_;
     reducible_delta_.push_back(0);
   }
-  // A gap of two ops or more between two accesses is one the peak planner
-  // could offload (offload_floor, plan/planner.h).
+  // The gaps the peak planner could offload (offload_floor_rule.h).
   void add_access(StorageId id, AccessKind) {
     Lifetime& storage = storages_[static_cast<std::size_t>(id)];
     const OpIndex op = ops_ - 1;
     if (storage.first < 0) {
       storage.first = op;
-    } else if (op - storage.last >= 2 && storage.size_bytes > 0) {
-      reducible_delta_[static_cast<std::size_t>(storage.last) + 1] += storage.size_bytes;
-      reducible_delta_[static_cast<std::size_t>(op)] -= storage.size_bytes;
+    } else if (storage.size_bytes > 0) {
+      add_offloadable_gap(reducible_delta_, storage.last, op, storage.size_bytes);
     }
     storage.last = op;
   }
@@ -120,16 +119,16 @@ class PeakSink {
       delta[storage.retained ? ops : static_cast<std::size_t>(storage.last) + 1] -= storage.size_bytes;
     }
     Result result;
+    FloorScan floor;
     std::int64_t running = 0;
     std::int64_t reducible = 0;
     for (std::size_t op = 0; op < ops; ++op) {
       running += delta[op];
       reducible += reducible_delta_[op];
       if (result.peak.op < 0 || running > result.peak.bytes) result.peak = {running, static_cast<OpIndex>(op)};
-      if (result.floor.op < 0 || running - reducible > result.floor.bytes) {
-        result.floor = {static_cast<OpIndex>(op), running - reducible};
-      }
+      floor.add(static_cast<OpIndex>(op), running, reducible);
     }
+    result.floor = floor.floor();
     return result;
   }
 
