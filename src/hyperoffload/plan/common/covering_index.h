@@ -189,7 +189,7 @@ class CoveringIndex {
     std::size_t size_ = 0;
     std::vector<Line> lines_;
   };
-  static constexpr std::int64_t kPinEntriesPerQuery = 16;
+  static constexpr std::int64_t kPinEntriesPerQuery = 64;
   bool pinned_ = false;
   KeyHeap heaps_[2];  // by group: kSmall, kLarge
   std::vector<OpInterval> intervals_;  // per entry

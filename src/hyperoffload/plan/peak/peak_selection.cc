@@ -104,23 +104,31 @@ class Selection {
   Selection(const Trace& trace, const PeakModel& model, const PeakScoreWeights& weights, SelectionTies ties,
             HostCopyDeadline host_copy_deadline, std::int32_t max_refreshes, std::int64_t limit,
             ProfileTree& profile, std::vector<double> compute_before, std::vector<double> prefetch_from_ms)
-      : model_(model),
-        weights_(weights),
+      : weights_(weights),
         ties_(ties),
         host_copy_deadline_(host_copy_deadline),
         max_refreshes_(std::max<std::int32_t>(1, max_refreshes)),
         limit_(limit),
         profile_(profile),
         index_(trace.op_count(), intervals(model)),
+        trace_(trace),
         compute_before_(std::move(compute_before)),
         load_(compute_before_),
-        prefetch_from_ms_(std::move(prefetch_from_ms)),
         d2h_queue_(static_cast<std::size_t>(trace.op_count()) + 1, 0.0) {
     const std::size_t count = model.interior.size();
-    factor_.resize(count);
-    d2h_ms_.resize(count);
-    h2d_ms_.resize(count);
-    fresh_at_.assign(count, -1);
+    gaps_.resize(count);
+    for (std::size_t k = 0; k < count; ++k) {
+      const PeakCandidate& c = model.interior[k];
+      Gap& gap = gaps_[k];
+      gap.interior_first = c.interior_first();
+      gap.interior_last = c.interior_last();
+      gap.version = c.version;
+      gap.copy_op = model.versions[static_cast<std::size_t>(c.version)].copy_op;
+      gap.size_bytes = c.size_bytes;
+      gap.copy_from_ms = compute_before_[static_cast<std::size_t>(gap.copy_op) + 1];
+      gap.end_ms = compute_before_[static_cast<std::size_t>(c.end_op)];
+      gap.prefetch_from_ms = prefetch_from_ms[k];
+    }
     version_queued_.assign(model.versions.size(), false);
 
     // Prefix sums make "ops over budget inside the gap" O(1) for the initial
@@ -133,14 +141,13 @@ class Selection {
     initial_over_ = over_before[ops];
     for (std::size_t k = 0; k < count; ++k) {
       const PeakCandidate& c = model.interior[k];
-      d2h_ms_[k] = trace.d2h_ms(c.size_bytes);
-      h2d_ms_[k] = trace.h2d_ms(c.size_bytes);
       // Nothing is selected yet: no queue, no contention. The peak op is always
       // among the covered over-budget ops, hence the -1 in the coverage; the
       // bound uses the initial count, which can only shrink.
       const auto first = static_cast<std::size_t>(c.interior_first());
       const auto end = static_cast<std::size_t>(c.end_op);
-      factor_[k] = combine(hiding(k, /*queued_ms=*/0.0), coverage_fraction(over_before[end] - over_before[first]), 0.0);
+      gaps_[k].factor =
+          combine(hiding(k, /*queued_ms=*/0.0), coverage_fraction(over_before[end] - over_before[first]), 0.0);
     }
     for (const PeakCandidate& c : model.interior) {
       largest_bytes_ = std::max(largest_bytes_, static_cast<double>(c.size_bytes));
@@ -164,15 +171,15 @@ class Selection {
       const std::int64_t excess = peak - limit_;
       const std::int32_t pick = best_at(peak_op, excess, step);
       if (pick == kNone) break;  // nothing covers the peak: it sits at the floor
-      const PeakCandidate& c = model_.interior[static_cast<std::size_t>(pick)];
-      profile_.add(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last()),
-                   -c.size_bytes);
-      const auto [first, last] = window(c);
-      load_.add(first, last, d2h_ms_[static_cast<std::size_t>(pick)] + h2d_ms_[static_cast<std::size_t>(pick)]);
-      if (!version_queued_[static_cast<std::size_t>(c.version)]) {
-        version_queued_[static_cast<std::size_t>(c.version)] = true;
-        queue_d2h(model_.versions[static_cast<std::size_t>(c.version)].copy_op,
-                  d2h_ms_[static_cast<std::size_t>(pick)]);
+      const Gap& gap = gaps_[static_cast<std::size_t>(pick)];
+      profile_.add(static_cast<std::size_t>(gap.interior_first), static_cast<std::size_t>(gap.interior_last),
+                   -gap.size_bytes);
+      const double d2h_ms = trace_.d2h_ms(gap.size_bytes);
+      load_.add(static_cast<std::size_t>(gap.copy_op) + 1, static_cast<std::size_t>(gap.interior_last),
+                d2h_ms + trace_.h2d_ms(gap.size_bytes));
+      if (!version_queued_[static_cast<std::size_t>(gap.version)]) {
+        version_queued_[static_cast<std::size_t>(gap.version)] = true;
+        queue_d2h(gap.copy_op, d2h_ms);
       }
       index_.set(pick, IndexGroup::kNone, 0.0);
       selected.push_back(pick);
@@ -187,13 +194,6 @@ class Selection {
     out.reserve(model.interior.size());
     for (const PeakCandidate& c : model.interior) out.push_back({c.interior_first(), c.interior_last()});
     return out;
-  }
-
-  // The ops whose compute can hide a candidate's round trip: from after its
-  // version's copy op (when the copy to host can start) to before its end op.
-  std::pair<std::size_t, std::size_t> window(const PeakCandidate& c) const {
-    return {static_cast<std::size_t>(model_.versions[static_cast<std::size_t>(c.version)].copy_op) + 1,
-            static_cast<std::size_t>(c.interior_last())};
   }
 
   // Hiding: how much of the copy back fits between the moment it can start
@@ -212,19 +212,18 @@ class Selection {
   // credit back, which lazy evaluation then misses; the initial bounds, made
   // without a peak op, stay upper bounds.)
   double hiding(std::size_t k, double queued_ms) const {
-    const PeakCandidate& c = model_.interior[k];
-    const OpIndex copy_op = model_.versions[static_cast<std::size_t>(c.version)].copy_op;
-    const double own_ms = version_queued_[static_cast<std::size_t>(c.version)] ? 0.0 : d2h_ms_[k];
-    const double on_host_ms =
-        std::max(compute_before_[static_cast<std::size_t>(copy_op) + 1] + d2h_ms_[k], queued_ms + own_ms);
+    const Gap& gap = gaps_[k];
+    const double d2h_ms = trace_.d2h_ms(gap.size_bytes);
+    const double h2d_ms = trace_.h2d_ms(gap.size_bytes);
+    const double own_ms = version_queued_[static_cast<std::size_t>(gap.version)] ? 0.0 : d2h_ms;
+    const double on_host_ms = std::max(gap.copy_from_ms + d2h_ms, queued_ms + own_ms);
     if (host_copy_deadline_ == HostCopyDeadline::kBeforePeak && peak_op_ >= 0 &&
         on_host_ms > compute_before_[static_cast<std::size_t>(peak_op_)]) {
       return 0.0;
     }
-    const double slack_ms =
-        compute_before_[static_cast<std::size_t>(c.end_op)] - std::max(on_host_ms, prefetch_from_ms_[k]);
-    if (h2d_ms_[k] <= 0.0) return slack_ms >= 0.0 ? 1.0 : 0.0;
-    return std::clamp(slack_ms / h2d_ms_[k], 0.0, 1.0);
+    const double slack_ms = gap.end_ms - std::max(on_host_ms, gap.prefetch_from_ms);
+    if (h2d_ms <= 0.0) return slack_ms >= 0.0 ? 1.0 : 0.0;
+    return std::clamp(slack_ms / h2d_ms, 0.0, 1.0);
   }
 
   // D2H ms of the selected versions copied after ops [0, op] (a Fenwick tree).
@@ -256,10 +255,10 @@ class Selection {
   // always, the shortest stall.) A constant per candidate, so the key stays an
   // upper bound of its value.
   double key(std::size_t k, IndexGroup group) const {
-    const auto size = static_cast<double>(model_.interior[k].size_bytes);
-    if (group != IndexGroup::kLarge) return size * factor_[k];
-    return ties_ == SelectionTies::kSmallestFirst ? factor_[k] + kSizeTieBreak * (1.0 - size / largest_bytes_)
-                                                  : factor_[k];
+    const auto size = static_cast<double>(gaps_[k].size_bytes);
+    const double factor = gaps_[k].factor;
+    if (group != IndexGroup::kLarge) return size * factor;
+    return ties_ == SelectionTies::kSmallestFirst ? factor + kSizeTieBreak * (1.0 - size / largest_bytes_) : factor;
   }
 
   // The value a candidate's key stands for at excess E: what it removes times
@@ -274,8 +273,8 @@ class Selection {
   // for the same score.
   bool large_wins_tie(std::int32_t large, std::int32_t small) const {
     if (ties_ == SelectionTies::kSmallestFirst) {
-      const std::int64_t large_bytes = model_.interior[static_cast<std::size_t>(large)].size_bytes;
-      const std::int64_t small_bytes = model_.interior[static_cast<std::size_t>(small)].size_bytes;
+      const std::int64_t large_bytes = gaps_[static_cast<std::size_t>(large)].size_bytes;
+      const std::int64_t small_bytes = gaps_[static_cast<std::size_t>(small)].size_bytes;
       if (large_bytes != small_bytes) return large_bytes < small_bytes;
     }
     return large < small;
@@ -302,13 +301,13 @@ class Selection {
       }
       if (pick == kNone) return pick;
       const auto index = static_cast<std::size_t>(pick);
-      if (index_.group(pick) == IndexGroup::kSmall && model_.interior[index].size_bytes >= excess) {
+      if (index_.group(pick) == IndexGroup::kSmall && gaps_[index].size_bytes >= excess) {
         // Its key size * F overstates what it can remove now: move it to the
         // large group, keyed by F, and look again.
         index_.set(pick, IndexGroup::kLarge, key(index, IndexGroup::kLarge));
         continue;
       }
-      if (fresh_at_[index] == step) return pick;
+      if (gaps_[index].fresh_at == step) return pick;
       // The leader's key is an upper bound of its value: a fresh candidate
       // within kNearBest of it is within kNearBest of the exact best.
       if (best_fresh != kNone && best_fresh_value >= (1.0 - kNearBest) * value(pick, excess)) return best_fresh;
@@ -318,7 +317,7 @@ class Selection {
       }
       ++refreshes;
       refresh(pick);
-      fresh_at_[index] = step;
+      gaps_[index].fresh_at = step;
       const double fresh_value = value(pick, excess);
       if (best_fresh == kNone || fresh_value > best_fresh_value ||
           (fresh_value == best_fresh_value && pick < best_fresh)) {
@@ -332,25 +331,26 @@ class Selection {
 
   void refresh(std::int32_t k) {
     const auto index = static_cast<std::size_t>(k);
-    const PeakCandidate& c = model_.interior[index];
+    Gap& gap = gaps_[index];
     const auto over_inside = static_cast<std::int64_t>(
-        profile_.count_over(static_cast<std::size_t>(c.interior_first()), static_cast<std::size_t>(c.interior_last())));
+        profile_.count_over(static_cast<std::size_t>(gap.interior_first), static_cast<std::size_t>(gap.interior_last)));
     // Neighbour impact: the copy-engine time that selected candidates already
     // claim inside this candidate's window per unit of compute there, capped at
     // 2 so that a twice-oversubscribed window weighs more than a merely busy one.
-    const auto [first, last] = window(c);
-    const double committed_ms = load_.load(first, last);
-    const double window_ms = compute_before_[last + 1] - compute_before_[first];
+    // The window: the ops whose compute can hide its round trip, from after
+    // its version's copy op (when the copy to host can start) to before its
+    // end op.
+    const double committed_ms = load_.load(static_cast<std::size_t>(gap.copy_op) + 1,
+                                           static_cast<std::size_t>(gap.interior_last), gap.copy_from_ms, gap.end_ms);
+    const double window_ms = gap.end_ms - gap.copy_from_ms;
     const double neighbor =
         window_ms > 0.0 ? std::min(kMaxNeighbor, committed_ms / window_ms) : (committed_ms > 0.0 ? kMaxNeighbor : 0.0);
-    const double hiding =
-        this->hiding(index, queued_d2h_ms(model_.versions[static_cast<std::size_t>(c.version)].copy_op));
-    factor_[index] = combine(hiding, coverage_fraction(over_inside), neighbor);
+    const double hiding = this->hiding(index, queued_d2h_ms(gap.copy_op));
+    gap.factor = combine(hiding, coverage_fraction(over_inside), neighbor);
     const IndexGroup group = index_.group(k);
     index_.set(k, group, key(index, group));
   }
 
-  const PeakModel& model_;
   const PeakScoreWeights& weights_;
   SelectionTies ties_;
   HostCopyDeadline host_copy_deadline_;
@@ -360,17 +360,29 @@ class Selection {
   std::int64_t limit_;
   ProfileTree& profile_;
   CoveringIndex index_;
+  const Trace& trace_;  // copy times
   std::vector<double> compute_before_;  // compute ms of ops [0, x)
   internal::TransferLoad load_;
   std::int64_t initial_over_ = 0;
-  std::vector<double> factor_;  // cached F: an upper bound of the current one
-  std::vector<double> d2h_ms_;  // per candidate
-  std::vector<double> h2d_ms_;
-  std::vector<double> prefetch_from_ms_;  // per candidate: earliest start of its copy back
   double largest_bytes_ = 1.0;            // the largest candidate's size (at least 1), for key()
   std::vector<bool> version_queued_;    // a selected candidate already copies this version
   std::vector<double> d2h_queue_;       // Fenwick tree over copy ops, see queued_d2h_ms
-  std::vector<std::int32_t> fresh_at_;  // step at which factor_ was last made exact
+  // What a re-evaluation reads of one candidate, in one cache line: the
+  // selection re-evaluates candidates in no order, and on the 1M-op chain
+  // (2.1M re-evaluations) each array read was a cache miss.
+  struct alignas(64) Gap {
+    OpIndex interior_first = 0;
+    OpIndex interior_last = 0;
+    OpIndex copy_op = 0;  // its version's: the copy to host goes after it
+    std::int32_t version = 0;
+    std::int64_t size_bytes = 0;
+    double copy_from_ms = 0.0;      // compute before op copy_op + 1: the copy to host may start
+    double end_ms = 0.0;            // compute before its end op: the copy back must be done
+    double prefetch_from_ms = 0.0;  // the earliest start of its copy back (CopyBackWindows, or 0)
+    double factor = 0.0;            // cached F: an upper bound of the current one
+    std::int32_t fresh_at = -1;     // step at which factor was last made exact
+  };
+  std::vector<Gap> gaps_;  // per interior candidate
 };
 
 }  // namespace
