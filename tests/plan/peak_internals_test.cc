@@ -16,6 +16,13 @@
 namespace hyperoffload::internal {
 namespace {
 
+// An interval between two positions drawn from [0, ops), in either order.
+OpInterval random_interval(std::mt19937_64& rng, OpIndex ops) {
+  const auto a = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+  const auto b = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
+  return {std::min(a, b), std::max(a, b)};
+}
+
 TEST(ProfileTree, MatchesBruteForceUnderRandomAdds) {
   std::mt19937_64 rng(5);
   for (int round = 0; round < 90; ++round) {
@@ -63,11 +70,7 @@ TEST(CoveringIndex, ReturnsTheBestActiveIntervalContainingEachOp) {
     const auto ops = static_cast<OpIndex>(1 + rng() % 90);
     const std::size_t count = rng() % 60;
     std::vector<OpInterval> intervals(count);
-    for (OpInterval& interval : intervals) {
-      OpIndex a = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
-      OpIndex b = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
-      interval = {std::min(a, b), std::max(a, b)};
-    }
+    for (OpInterval& interval : intervals) interval = random_interval(rng, ops);
     CoveringIndex index(ops, intervals);
     std::vector<IndexGroup> groups(count, IndexGroup::kNone);
     std::vector<double> keys(count, 0.0);
@@ -106,9 +109,7 @@ TEST(CoveringIndex, CachedQueriesMatchFreshOnesAfterEveryChange) {
     std::vector<OpInterval> intervals(rng() % 150);
     std::vector<double> keys(intervals.size());
     for (std::size_t e = 0; e < intervals.size(); ++e) {
-      OpIndex a = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
-      OpIndex b = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
-      intervals[e] = {std::min(a, b), std::max(a, b)};
+      intervals[e] = random_interval(rng, ops);
       keys[e] = static_cast<double>(rng() % 10);
     }
     CoveringIndex index(ops, intervals);
@@ -137,7 +138,7 @@ TEST(CoveringIndex, CachedQueriesMatchFreshOnesAfterEveryChange) {
 
 TEST(CoveringIndex, APinnedOpAnswersAsTheTreesAfterEveryChange) {
   // As the planner drives it: long runs of queries at one op (each run pins
-  // the op once it has been asked (entries containing it) / 16 times), each
+  // the op once it has been asked (entries containing it) / 64 times), each
   // followed by a change to that op's leader of either group (re-keyed lower or
   // higher, moved to the other group, or deactivated) or to a random entry;
   // now and then the op moves, which applies the deferred updates to the
@@ -150,9 +151,7 @@ TEST(CoveringIndex, APinnedOpAnswersAsTheTreesAfterEveryChange) {
     std::vector<double> keys(intervals.size());
     std::vector<IndexGroup> groups(intervals.size(), IndexGroup::kSmall);
     for (std::size_t e = 0; e < intervals.size(); ++e) {
-      OpIndex a = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
-      OpIndex b = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
-      intervals[e] = {std::min(a, b), std::max(a, b)};
+      intervals[e] = random_interval(rng, ops);
       keys[e] = static_cast<double>(rng() % 12);
     }
     CoveringIndex index(ops, intervals);
@@ -229,9 +228,7 @@ TEST(CoveringIndex, BulkActivationMatchesOneByOne) {
     std::vector<OpInterval> intervals(rng() % 300);
     std::vector<double> keys(intervals.size());
     for (std::size_t e = 0; e < intervals.size(); ++e) {
-      OpIndex a = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
-      OpIndex b = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
-      intervals[e] = {std::min(a, b), std::max(a, b)};
+      intervals[e] = random_interval(rng, ops);
       keys[e] = static_cast<double>(rng() % 20);
     }
     CoveringIndex bulk(ops, intervals), single(ops, intervals);

@@ -198,7 +198,7 @@ class Selection {
 
   // Hiding: how much of the copy back fits between the moment it can start
   // and the data's use. It starts once the data is on the host, and not
-  // before prefetch_from_ms_ (CopyBackWindows; 0 without). The copy to host
+  // before its Gap::prefetch_from_ms (CopyBackWindows; 0 without). The copy to host
   // starts after the version's copy op, behind the copies of selected
   // candidates issued no later (the engine is FIFO; the queue is estimated as
   // busy from time 0); the fraction of the copy back that fits before the end
