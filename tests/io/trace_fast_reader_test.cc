@@ -211,6 +211,38 @@ TEST(TraceFastReader, ReadsTheStoragesBesideTheOpsAsOneThreadReadsThem) {
   EXPECT_FALSE(parse_trace_json(broken).has_value());
 }
 
+// The second thread reads the ops up to the first line that starts like an
+// op, `{"name"`, half the storages' and ops' text past the ops' start, and
+// this one the ops from there (above, that line is inside the ops). Here the
+// ops are short and an unknown member after them holds such lines, so the
+// line is there: the ops' thread never meets it and reads every op, and what
+// was read from it is dropped. The DOM reader's trace either way.
+TEST(TraceFastReader, SplitsTheOpsOnlyWhereTheOpsThreadMeetsTheSplit) {
+  std::string json = R"({"format": "hyperoffload.trace", "version": 2, "storages": [)";
+  for (int s = 0; s < 50'000; ++s) {
+    json += fmt::format(R"({}{{"id": {}, "size_bytes": 64, "retained": false}})", s ? ",\n  " : "\n  ", s);
+  }
+  json += "\n ],\n \"ops\": [";
+  for (int op = 0; op < 2'000; ++op) {
+    json += fmt::format(R"({}{{"name": "op{}", "duration_ms": 0.5, "accesses": [{{"storage": {}, "kind": "write"}}]}})",
+                        op ? ",\n  " : "\n  ", op, op);
+  }
+  json += "\n ],\n \"meta\": [";
+  for (int m = 0; m < 400'000; ++m) json += fmt::format(R"({}{{"name": "m{}"}})", m ? ",\n  " : "\n  ", m);
+  json += "\n ]}\n";
+  const std::size_t rest = json.size() - json.find("\"storages\"");
+  const std::size_t split_target = json.find("\"ops\"") + rest / 2;
+  ASSERT_GT(rest, std::size_t{8} << 20);
+  ASSERT_LT(json.find("\"meta\""), split_target);
+  ASSERT_GT(json.size(), split_target + 1000);
+  std::optional<Trace> fast = read_trace_fast(json);
+  ASSERT_TRUE(fast.has_value());
+  EXPECT_EQ(fast->op_count(), 2'000);
+  EXPECT_EQ(fast->op_name(1'999), "op1999");
+  EXPECT_EQ(fast->total_compute_ms(), 1'000.0);
+  expect_same_as_dom(json, "split in an unknown member");
+}
+
 TEST(TraceFastReader, GivesTheDomReadersTraceOnEveryExampleAndCorpusTrace) {
   const std::filesystem::path root = std::filesystem::path(HYPEROFFLOAD_SOURCE_DIR) / "examples" / "traces";
   int files = 0;

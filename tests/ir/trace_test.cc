@@ -101,6 +101,57 @@ TEST(TraceBuilder, NamesOpsByTheIndexOfNamesItWasGiven) {
   EXPECT_EQ(trace.op_duration_ms(0), 1.5);
 }
 
+// Ops added to a second builder and taken: the trace adding them to the
+// first gives. The first builder holds "mm" (index 0); the second "add" then
+// "mm" (its own indices 0, 1), which the first interns after its own: "add"
+// gets index 1 and "mm" keeps 0, so the table is ["mm", "add"], as adding all
+// three in order makes it. Durations 1, 0.5, 0.25 sum to 1.75 in order; the
+// taken ops' accesses keep their storages and kinds (ids 7, 8 resolved in
+// build()), and op 1's accesses start after op 0's one access.
+TEST(TraceBuilder, TakesOpsAddedToAnotherAsIfAddedHere) {
+  TraceBuilder builder;
+  ASSERT_TRUE(builder.add_storage(7, 64));
+  ASSERT_TRUE(builder.add_storage(8, 32));
+  ASSERT_TRUE(builder.add_op("mm", 1.0));
+  builder.add_access(7, AccessKind::kWrite);
+  TraceBuilder tail;
+  ASSERT_TRUE(tail.add_op("add", 0.5, Recomputable::kNo));
+  tail.add_access(7, AccessKind::kRead);
+  tail.add_access(8, AccessKind::kWrite);
+  ASSERT_TRUE(tail.add_op("mm", 0.25));
+  tail.add_access(8, AccessKind::kRead);
+  ASSERT_TRUE(builder.take_ops(std::move(tail)));
+  const Trace trace = value_or_throw(std::move(builder).build());
+  ASSERT_EQ(trace.op_count(), 3);
+  EXPECT_EQ(trace.op_names().size(), 2u);
+  EXPECT_EQ(trace.op_name_index(1), 1u);
+  EXPECT_EQ(trace.op_name_index(2), 0u);
+  EXPECT_EQ(trace.op_name(1), "add");
+  EXPECT_EQ(trace.total_compute_ms(), 1.75);
+  EXPECT_EQ(trace.access_offset(1), 1u);
+  ASSERT_EQ(trace.accesses(1).size(), 2u);
+  EXPECT_EQ(trace.accesses(1)[0].storage, 0);
+  EXPECT_EQ(trace.accesses(1)[1].storage, 1);
+  EXPECT_EQ(trace.accesses(1)[1].kind, AccessKind::kWrite);
+  ASSERT_EQ(trace.accesses(2).size(), 1u);
+  EXPECT_EQ(trace.accesses(2)[0].storage, 1);
+
+  // A taken op the first builder rejects is named by its place there: the
+  // third op taken, after two added, is ops[4]. Its duration brings `second`
+  // to 1 + 0.5e15 + (0.5e15 - 1) = 1e15 ms, the most a trace may hold, and
+  // the first builder to 2 ms more.
+  TraceBuilder first;
+  ASSERT_TRUE(first.add_op("a", 1.0));
+  ASSERT_TRUE(first.add_op("b", 1.0));
+  TraceBuilder second;
+  ASSERT_TRUE(second.add_op("c", 1.0));
+  ASSERT_TRUE(second.add_op("d", 0.5e15));
+  ASSERT_TRUE(second.add_op("e", 0.5e15 - 1.0));
+  const Status taken = first.take_ops(std::move(second));
+  ASSERT_FALSE(taken.has_value());
+  EXPECT_THAT(taken.error().message, ::testing::StartsWith("ops[4].duration_ms: "));
+}
+
 TEST(TraceBuilder, ResolvesSparseAndDenseStorageIds) {
   // Sparse ids (far beyond 4x the count) use the hash map; both paths agree.
   const Trace sparse = TraceDsl().storage(1'000'000'000'000, 8).storage(5, 8).op("a", "W5 W1000000000000").build();

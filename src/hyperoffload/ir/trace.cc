@@ -187,6 +187,17 @@ void TraceBuilder::take_storages(TraceBuilder&& other) {
   total_storage_bytes_ = other.total_storage_bytes_;
 }
 
+Status TraceBuilder::take_ops(TraceBuilder&& other) {
+  const Trace& from = other.trace_;
+  for (const Trace::OpRecord& op : from.ops_) {
+    HO_RETURN_IF_ERROR(add_named_op(intern((*from.names_)[op.name_index]), op.duration_ms, op.recomputable));
+    for (std::uint32_t a = op.access_begin; a < op.access_end; ++a) {
+      add_access(other.pending_ids_[a], from.accesses_[a].kind);
+    }
+  }
+  return ok_status();
+}
+
 void TraceBuilder::reserve(std::size_t ops, std::size_t storages, std::size_t accesses) {
   trace_.ops_.reserve(trace_.ops_.size() + ops);
   trace_.storages_.reserve(trace_.storages_.size() + storages);

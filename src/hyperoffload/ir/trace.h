@@ -266,6 +266,16 @@ class TraceBuilder {
   // and `other` had only storages added.
   void take_storages(TraceBuilder&& other);
 
+  // Appends the ops added to `other`, with their accesses, after those added
+  // here so far: each through add_named_op with its name interned here and
+  // then its accesses — the calls adding them here would have made, in the
+  // same order — so the trace, its names table and any error (and its place)
+  // are the ones adding them here gives. The trace reader reads a large
+  // trace's last ops on a second builder (Note [Storages and ops read at
+  // once], io/internal/trace_fast_reader.cc). Precondition: `other` had only
+  // ops added, with names of its own (no use_op_names). O(its ops + accesses).
+  Status take_ops(TraceBuilder&& other);
+
   // Resolves storage ids and returns the trace, or the first error found.
   // Bandwidths must be positive and fast enough to copy all storages in at
   // most kMaxTotalMs each way.

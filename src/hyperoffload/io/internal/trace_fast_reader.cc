@@ -162,6 +162,11 @@ class Cursor {
   // cursor read up to.
   const char* position() const { return p_; }
   void jump_to(const char* position) { p_ = position; }
+  // Where the next token starts (the whitespace before it consumed).
+  const char* token() {
+    skip_space();
+    return p_;
+  }
 
   // Any JSON value, not kept: a member the format does not define (the
   // "meta" of captured traces). Gives up on \u escapes (simdjson checks
@@ -415,10 +420,22 @@ void reserve_for_ops(std::string_view text, TraceBuilder& builder) {
 // where it found no key, the ops are read here after the storages.
 // The key is found by its first 'o': the storages, in the accepted subset,
 // hold none (their keys are "id", "size_bytes" and "retained", their values
-// integers and booleans), so it is found after a quick scan. The same
-// trace, byte for byte, as one thread reads it: the ops and storages are
-// added in the same order, and the room reserved is the same. On the 1M-op
-// chain the storages are 124 of its 405 MB.
+// integers and booleans), so it is found after a quick scan. On the 1M-op
+// chain the storages are 124 of its 405 MB, and the ops were then the longer
+// path (310–357 ms against 110–160), so the ops are split too: the second
+// thread stops at an op that starts a line (op_line_after) past as much of
+// the ops as the storages plus the rest of the ops take to read (a storage's
+// byte counted as three quarters of an op's), and this thread, after the
+// storages, reads the ops from that op on into a third builder, whose ops
+// the first then takes (TraceBuilder::take_ops: the calls adding them there
+// would have made, names interned in order). That split is checked too: the
+// second thread must meet it at the start of an element of the ops array;
+// where it does not (the line is somewhere else), it reads every op and what
+// was read from the line is dropped. The same trace, byte for byte, as one
+// thread reads it: the ops and storages are added to the first builder in
+// the same order (the taken ops through the same calls), and the room
+// reserved there is the same. On the chain, parse 447–499 → 341–455 ms and
+// on the 1M-op random trace 408–440 → 278–381 ms (interleaved rounds).
 //
 // The ops read by the second thread: whether they were read, where their
 // value started (after the key's colon) and where the cursor ended.
@@ -426,7 +443,50 @@ struct OpsRead {
   bool read = false;
   const char* value = nullptr;
   const char* end = nullptr;
+  bool reached_split = false;  // stopped at the split, the ops from it left to the first thread
 };
+
+// Where to split a large trace's ops between the threads: the first op that
+// starts a line (`\n`, spaces, `{"name"`) at or after `target` in `text`,
+// within a MiB of it; null when there is none. A raw newline cannot be
+// inside a JSON string, so that brace starts an object whose first key is
+// "name": in the accepted subset, an op. (Whether it is an element of the
+// ops array is checked: the thread reading the ops must meet it.)
+const char* op_line_after(std::string_view text, std::size_t target) {
+  constexpr std::size_t kSearchBytes = std::size_t{1} << 20;
+  constexpr std::string_view kOpStart = "{\"name\"";
+  const std::size_t limit = std::min(text.size(), target + kSearchBytes);
+  for (std::size_t at = text.find('\n', target); at != std::string_view::npos && at < limit;
+       at = text.find('\n', at + 1)) {
+    std::size_t start = at + 1;
+    while (start < text.size() && text[start] == ' ') ++start;
+    if (text.substr(start, kOpStart.size()) == kOpStart) return text.data() + start;
+  }
+  return nullptr;
+}
+
+// The ops array, as elements() reads it, but stopping at the element that
+// starts at `split` (when not null), with *reached_split set.
+bool ops_until(Cursor& in, TraceBuilder& builder, std::int64_t version, const char* split, bool* reached_split) {
+  if (!in.expect('[')) return false;
+  if (in.accept(']')) return true;
+  for (bool more = true; more;) {
+    if (split != nullptr && in.token() == split) {
+      *reached_split = true;
+      return true;
+    }
+    if (!read_op(in, builder, version) || !in.next(']', &more)) return false;
+  }
+  return true;
+}
+
+// The rest of an ops array from an element's start: elements() without the '['.
+bool ops_from(Cursor& in, TraceBuilder& builder, std::int64_t version) {
+  for (bool more = true; more;) {
+    if (!read_op(in, builder, version) || !in.next(']', &more)) return false;
+  }
+  return true;
+}
 
 // Where the value of the first `"ops":` in `text` starts (after the colon);
 // null when there is none.
@@ -449,6 +509,11 @@ std::optional<Trace> read_trace_fast(std::string_view json) {
   // Note [Storages and ops read at once]: the storages read beside the ops,
   // and the ops' thread (joined before the builders go).
   TraceBuilder storages;
+  // Where this thread takes the ops over, as the other thread finds it
+  // (Note [Storages and ops read at once]); declared before that thread's
+  // future, which joins it, so that it outlives the thread.
+  std::promise<const char*> split_found;
+  std::future<const char*> split = split_found.get_future();
   std::future<OpsRead> ops_beside;
   std::int64_t version = 0;
   unsigned seen = 0;  // format, version, limit, host limit, d2h, h2d, storages, ops
@@ -498,13 +563,24 @@ std::optional<Trace> read_trace_fast(std::string_view json) {
       if (!once(64)) return false;
       TraceBuilder* into = &builder;
       if ((seen & 3) == 3 && in.rest().size() >= kLargeTextBytes) {
-        ops_beside = std::async(std::launch::async, [rest = in.rest(), &builder, version]() {
+        ops_beside = std::async(std::launch::async, [rest = in.rest(), &builder, version, &split_found]() {
           OpsRead ops;
           ops.value = ops_value(rest);
+          // The ops from the split on go to the other thread after the
+          // storages: about as much work each (Note [Storages and ops read
+          // at once]).
+          const char* split_at = nullptr;
+          if (ops.value != nullptr) {
+            const std::string_view ops_text(ops.value,
+                                            static_cast<std::size_t>(rest.data() + rest.size() - ops.value));
+            const auto storages_bytes = static_cast<std::size_t>(ops.value - rest.data());
+            split_at = op_line_after(ops_text, (ops_text.size() + storages_bytes * 3 / 4) / 2);
+          }
+          split_found.set_value(split_at);
           if (ops.value == nullptr) return ops;
           Cursor at(std::string_view(ops.value, static_cast<std::size_t>(rest.data() + rest.size() - ops.value)));
           reserve_for_ops(at.rest(), builder);
-          ops.read = elements(at, [&] { return read_op(at, builder, version); });
+          ops.read = ops_until(at, builder, version, split_at, &ops.reached_split);
           ops.end = at.position();
           return ops;
         });
@@ -518,12 +594,29 @@ std::optional<Trace> read_trace_fast(std::string_view json) {
       // The ops' checks need the header, and their accesses the storages.
       if ((seen & 67) != 67) return false;
       if (ops_beside.valid()) {
+        // The ops from the split on, read here while the other thread reads
+        // those before it; used only when that thread met the split.
+        TraceBuilder tail;
+        bool tail_read = false;
+        const char* tail_end = nullptr;
+        if (const char* const from = split.get(); from != nullptr) {
+          Cursor at(std::string_view(from, static_cast<std::size_t>(in.rest().data() + in.rest().size() - from)));
+          reserve_for_ops(at.rest(), tail);
+          tail_read = ops_from(at, tail, version);
+          tail_end = at.position();
+        }
         const OpsRead ops = ops_beside.get();
         builder.take_storages(std::move(storages));
-        // Read there, or (no `"ops":` found, nothing added) read here.
+        // Read there (and here from the split), or (no `"ops":` found,
+        // nothing added) read here.
         if (ops.value != nullptr) {
           if (!ops.read || in.position() != ops.value) return false;
-          in.jump_to(ops.end);
+          if (ops.reached_split) {
+            if (!tail_read || !builder.take_ops(std::move(tail)).has_value()) return false;
+            in.jump_to(tail_end);
+          } else {
+            in.jump_to(ops.end);
+          }
           return once(128);
         }
       }
