@@ -257,15 +257,22 @@ bool members(Cursor& in, Member&& member) {
   return true;
 }
 
+// The elements of an array from the start of one of them through the
+// closing ']'.
+template <typename Element>
+bool elements_from(Cursor& in, Element&& element) {
+  for (bool more = true; more;) {
+    if (!element() || !in.next(']', &more)) return false;
+  }
+  return true;
+}
+
 // Elements of an array `[...]` in turn.
 template <typename Element>
 bool elements(Cursor& in, Element&& element) {
   if (!in.expect('[')) return false;
   if (in.accept(']')) return true;
-  for (bool more = true; more;) {
-    if (!element() || !in.next(']', &more)) return false;
-  }
-  return true;
+  return elements_from(in, element);
 }
 
 bool read_storage(Cursor& in, TraceBuilder& builder) {
@@ -480,14 +487,6 @@ bool ops_until(Cursor& in, TraceBuilder& builder, std::int64_t version, const ch
   return true;
 }
 
-// The rest of an ops array from an element's start: elements() without the '['.
-bool ops_from(Cursor& in, TraceBuilder& builder, std::int64_t version) {
-  for (bool more = true; more;) {
-    if (!read_op(in, builder, version) || !in.next(']', &more)) return false;
-  }
-  return true;
-}
-
 // Where the value of the first `"ops":` in `text` starts (after the colon);
 // null when there is none.
 const char* ops_value(std::string_view text) {
@@ -566,19 +565,18 @@ std::optional<Trace> read_trace_fast(std::string_view json) {
         ops_beside = std::async(std::launch::async, [rest = in.rest(), &builder, version, &split_found]() {
           OpsRead ops;
           ops.value = ops_value(rest);
+          if (ops.value == nullptr) {
+            split_found.set_value(nullptr);
+            return ops;
+          }
           // The ops from the split on go to the other thread after the
           // storages: about as much work each (Note [Storages and ops read
           // at once]).
-          const char* split_at = nullptr;
-          if (ops.value != nullptr) {
-            const std::string_view ops_text(ops.value,
-                                            static_cast<std::size_t>(rest.data() + rest.size() - ops.value));
-            const auto storages_bytes = static_cast<std::size_t>(ops.value - rest.data());
-            split_at = op_line_after(ops_text, (ops_text.size() + storages_bytes * 3 / 4) / 2);
-          }
+          const std::string_view ops_text(ops.value, static_cast<std::size_t>(rest.data() + rest.size() - ops.value));
+          const auto storages_bytes = static_cast<std::size_t>(ops.value - rest.data());
+          const char* const split_at = op_line_after(ops_text, (ops_text.size() + storages_bytes * 3 / 4) / 2);
           split_found.set_value(split_at);
-          if (ops.value == nullptr) return ops;
-          Cursor at(std::string_view(ops.value, static_cast<std::size_t>(rest.data() + rest.size() - ops.value)));
+          Cursor at(ops_text);
           reserve_for_ops(at.rest(), builder);
           ops.read = ops_until(at, builder, version, split_at, &ops.reached_split);
           ops.end = at.position();
@@ -602,7 +600,7 @@ std::optional<Trace> read_trace_fast(std::string_view json) {
         if (const char* const from = split.get(); from != nullptr) {
           Cursor at(std::string_view(from, static_cast<std::size_t>(in.rest().data() + in.rest().size() - from)));
           reserve_for_ops(at.rest(), tail);
-          tail_read = ops_from(at, tail, version);
+          tail_read = elements_from(at, [&] { return read_op(at, tail, version); });
           tail_end = at.position();
         }
         const OpsRead ops = ops_beside.get();
