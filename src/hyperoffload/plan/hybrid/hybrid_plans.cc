@@ -110,16 +110,10 @@ HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, s
     return ruled_out;
   }
   if (walked.original_op >= 0 && walked.bytes <= models_.budget_bytes) {
-    // Within the budget, which is the device's cap when it has one: its step
-    // is the compute and the re-runs (finish_without_offloads).
-    HybridPlan plan;
-    plan.label = std::move(label);
-    plan.peak_bytes = walked.bytes;
-    plan.peak_op = walked.original_op;
+    // Within the budget, which is the device's cap when it has one.
+    HybridPlan plan =
+        without_copies(std::move(label), walked.bytes, walked.original_op, walked.recompute_count, walked.recompute_ms);
     plan.floor = floor_of();
-    plan.recompute_count = walked.recompute_count;
-    plan.recompute_ms = walked.recompute_ms;
-    plan.time_ms = trace.total_compute_ms() + plan.recompute_ms;
     plan.deferred_decisions.emplace(chosen.begin(), chosen.end());
     return plan;
   }
@@ -161,13 +155,23 @@ HybridPlan PlanMaker::finish_without_offloads(const RecomputeOnlyDraft& draft, s
 HybridPlan PlanMaker::finish_without_offloads(const AugmentedTrace& augmented, const StorageAccesses& accesses,
                                               PeakBytes peak, std::string label) const {
   const std::vector<Action> actions = end_of_life_releases(augmented.trace, accesses);
+  HybridPlan plan = without_copies(std::move(label), peak.bytes,
+                                   peak.op >= 0 ? augmented.original_op[static_cast<std::size_t>(peak.op)] : -1,
+                                   augmented.recompute_count, augmented.recompute_ms);
+  plan.actions = map_back(augmented, actions);
+  const std::optional<std::int64_t> cap = models_.memory_cap();
+  if (cap && plan.peak_bytes > *cap) plan.time_ms = estimated_time_ms(plan.actions, plan.recompute_ms);
+  return plan;
+}
+
+HybridPlan PlanMaker::without_copies(std::string label, std::int64_t peak_bytes, OpIndex peak_op,
+                                     std::int64_t recompute_count, double recompute_ms) const {
   HybridPlan plan;
   plan.label = std::move(label);
-  plan.peak_bytes = peak.bytes;
-  plan.peak_op = peak.op >= 0 ? augmented.original_op[static_cast<std::size_t>(peak.op)] : -1;
-  plan.recompute_count = augmented.recompute_count;
-  plan.recompute_ms = augmented.recompute_ms;
-  plan.actions = map_back(augmented, actions);
+  plan.peak_bytes = peak_bytes;
+  plan.peak_op = peak_op;
+  plan.recompute_count = recompute_count;
+  plan.recompute_ms = recompute_ms;
   // Note [A plan without copies waits for nothing]: its releases are on the
   // compute stream and it has no copies, so on a device that holds its
   // op-granular peak no op waits for memory and the step player's stall is 0
@@ -175,11 +179,8 @@ HybridPlan PlanMaker::finish_without_offloads(const AugmentedTrace& augmented, c
   // plan and CLI tests and 280 CLI plans of the examples and corpus: 0 every
   // time; HybridPlannerProperty.ReRunsThatFitGiveThePeakPlannersPlanWithoutIt
   // keeps checking it). The walk costs a quarter of a draft on a 1M-op trace;
-  // it is played only where the plan goes over the device.
-  const std::optional<std::int64_t> cap = models_.memory_cap();
-  plan.time_ms = !cap || plan.peak_bytes <= *cap
-                     ? models_.trace.total_compute_ms() + plan.recompute_ms
-                     : estimated_time_ms(plan.actions, plan.recompute_ms);
+  // finish_without_offloads plays it only where the plan goes over the device.
+  plan.time_ms = models_.trace.total_compute_ms() + recompute_ms;
   return plan;
 }
 

@@ -254,6 +254,11 @@ class PlanMaker {
   // accesses, `peak` its peak with releases after the last access.
   HybridPlan finish_without_offloads(const AugmentedTrace& augmented, const StorageAccesses& accesses,
                                      PeakBytes peak, std::string label) const;
+  // A plan without copies but for its actions: its peak (an original op),
+  // its re-runs, and its step as on a device that holds its peak (Note [A
+  // plan without copies waits for nothing], hybrid_plans.cc).
+  HybridPlan without_copies(std::string label, std::int64_t peak_bytes, OpIndex peak_op,
+                            std::int64_t recompute_count, double recompute_ms) const;
 
   const HybridModels& models_;
   const PeakPlannerOptions& peak_options_;
