@@ -23,6 +23,17 @@ OpInterval random_interval(std::mt19937_64& rng, OpIndex ops) {
   return {std::min(a, b), std::max(a, b)};
 }
 
+// Fills `intervals` and `keys` (of one size) entry by entry: an interval
+// from random_interval, then a key among 0 .. key_values - 1 (few values:
+// ties are common).
+void draw_entries(std::mt19937_64& rng, OpIndex ops, std::uint64_t key_values, std::vector<OpInterval>& intervals,
+                  std::vector<double>& keys) {
+  for (std::size_t e = 0; e < intervals.size(); ++e) {
+    intervals[e] = random_interval(rng, ops);
+    keys[e] = static_cast<double>(rng() % key_values);
+  }
+}
+
 TEST(ProfileTree, MatchesBruteForceUnderRandomAdds) {
   std::mt19937_64 rng(5);
   for (int round = 0; round < 90; ++round) {
@@ -108,10 +119,7 @@ TEST(CoveringIndex, CachedQueriesMatchFreshOnesAfterEveryChange) {
     const auto ops = static_cast<OpIndex>(1 + rng() % 120);
     std::vector<OpInterval> intervals(rng() % 150);
     std::vector<double> keys(intervals.size());
-    for (std::size_t e = 0; e < intervals.size(); ++e) {
-      intervals[e] = random_interval(rng, ops);
-      keys[e] = static_cast<double>(rng() % 10);
-    }
+    draw_entries(rng, ops, 10, intervals, keys);
     CoveringIndex index(ops, intervals);
     index.activate_all(IndexGroup::kSmall, keys);
     auto op = static_cast<OpIndex>(rng() % static_cast<std::uint64_t>(ops));
@@ -150,10 +158,7 @@ TEST(CoveringIndex, APinnedOpAnswersAsTheTreesAfterEveryChange) {
     std::vector<OpInterval> intervals(rng() % 200);
     std::vector<double> keys(intervals.size());
     std::vector<IndexGroup> groups(intervals.size(), IndexGroup::kSmall);
-    for (std::size_t e = 0; e < intervals.size(); ++e) {
-      intervals[e] = random_interval(rng, ops);
-      keys[e] = static_cast<double>(rng() % 12);
-    }
+    draw_entries(rng, ops, 12, intervals, keys);
     CoveringIndex index(ops, intervals);
     index.activate_all(IndexGroup::kSmall, keys);
     auto brute = [&](OpIndex op) {
@@ -227,10 +232,7 @@ TEST(CoveringIndex, BulkActivationMatchesOneByOne) {
     const auto ops = static_cast<OpIndex>(1 + rng() % 200);
     std::vector<OpInterval> intervals(rng() % 300);
     std::vector<double> keys(intervals.size());
-    for (std::size_t e = 0; e < intervals.size(); ++e) {
-      intervals[e] = random_interval(rng, ops);
-      keys[e] = static_cast<double>(rng() % 20);
-    }
+    draw_entries(rng, ops, 20, intervals, keys);
     CoveringIndex bulk(ops, intervals), single(ops, intervals);
     bulk.activate_all(IndexGroup::kLarge, keys);
     for (std::size_t e = 0; e < intervals.size(); ++e) {
