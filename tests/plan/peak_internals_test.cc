@@ -71,6 +71,7 @@ TEST(ProfileTree, MatchesBruteForceUnderRandomAdds) {
       }
       ASSERT_EQ(tree.find_first_above(c, d, threshold), first);
       ASSERT_EQ(tree.find_last_above(c, d, threshold), last);
+      ASSERT_EQ(tree.values(), values);
     }
   }
 }

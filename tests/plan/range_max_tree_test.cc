@@ -37,6 +37,22 @@ TEST(RangeMaxTree, AddsToARangeAndAnswersMaximaOverRanges) {
   EXPECT_EQ(tree.max(4, 4), -15);
 }
 
+// Six positions: 2 7 1 8 2 8. "Above" is strict: a value equal to the
+// threshold does not count.
+TEST(RangeMaxTree, FindsTheFirstAndLastPositionAboveAThreshold) {
+  RangeMaxTree tree(std::vector<std::int64_t>{2, 7, 1, 8, 2, 8});
+  EXPECT_EQ(tree.find_first_above(0, 5, 6), 1u);   // 7 at 1
+  EXPECT_EQ(tree.find_last_above(0, 5, 6), 5u);    // 8 at 5
+  EXPECT_EQ(tree.find_first_above(2, 4, 7), 3u);   // 8 at 3; 7 is not above 7
+  EXPECT_EQ(tree.find_last_above(0, 2, 7), RangeMaxTree::kNotFound);
+  EXPECT_EQ(tree.find_first_above(4, 4, 1), 4u);
+  // +5 on positions 0..2: 7 12 6 8 2 8; the search sees the pending add.
+  tree.add(0, 2, 5);
+  EXPECT_EQ(tree.find_first_above(0, 5, 7), 1u);
+  EXPECT_EQ(tree.find_last_above(0, 2, 6), 1u);
+  EXPECT_EQ(tree.find_last_above(2, 5, 8), RangeMaxTree::kNotFound);
+}
+
 TEST(RangeMaxTree, OnePositionAndNone) {
   RangeMaxTree one(std::vector<std::int64_t>{7});
   one.add(0, 0, -2);
@@ -49,7 +65,7 @@ TEST(RangeMaxTree, OnePositionAndNone) {
 
 // Against a plain vector: random sizes (powers of two and not), random range
 // adds, and after each a random range maximum, the overall maximum, its
-// leftmost position and one value.
+// leftmost position, one value and the threshold searches.
 TEST(RangeMaxTreeProperty, AgreesWithAPlainVector) {
   std::mt19937_64 rng(20261207);
   int ties = 0;
@@ -74,6 +90,17 @@ TEST(RangeMaxTreeProperty, AgreesWithAPlainVector) {
       ties += std::count(values.begin(), values.end(), *top) > 1 ? 1 : 0;
       const std::size_t at = rng() % n;
       ASSERT_EQ(tree.at(at), values[at]);
+      // The threshold searches over [qa, qb], against a scan.
+      const auto threshold = static_cast<std::int64_t>(rng() % 31) - 15;
+      std::size_t first_above = RangeMaxTree::kNotFound, last_above = RangeMaxTree::kNotFound;
+      for (std::size_t i = qa; i <= qb; ++i) {
+        if (values[i] > threshold) {
+          if (first_above == RangeMaxTree::kNotFound) first_above = i;
+          last_above = i;
+        }
+      }
+      ASSERT_EQ(tree.find_first_above(qa, qb, threshold), first_above);
+      ASSERT_EQ(tree.find_last_above(qa, qb, threshold), last_above);
     }
   }
   // Small values: the maximum is shared at 2,747 of the 18,000 steps, so the

@@ -14,6 +14,7 @@
 #include "hyperoffload/plan/common/host_budget.h"
 #include "hyperoffload/plan/common/lower_budgets.h"
 #include "hyperoffload/plan/common/profile_tree.h"
+#include "hyperoffload/plan/common/range_max_tree.h"
 #include "hyperoffload/plan/common/stall_estimate.h"
 #include "hyperoffload/plan/peak/host_copies.h"
 #include "hyperoffload/plan/peak/peak_actions.h"
@@ -68,8 +69,10 @@ using internal::issue_host_copies;
 using internal::order_host_copies;
 using internal::PeakModel;
 using internal::place;
+using internal::prefetch_room;
 using internal::Placement;
 using internal::ProfileTree;
+using internal::RangeMaxTree;
 using internal::select_boundaries;
 
 Result<PlanResult> PeakPlanner::plan(const Trace& trace, std::optional<std::int64_t> budget_bytes) const {
@@ -124,8 +127,8 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
   result.schedule.planner = "peak";
   const std::int64_t limit = budget_bytes;
   result.floor = model.floor;
-  ProfileTree profile(model.resident_bytes, limit);
-  result.initial_peak_bytes = profile.max();
+  ProfileTree selection_profile(model.resident_bytes, limit);
+  result.initial_peak_bytes = selection_profile.max();
   if (limit < model.floor.bytes) {
     result.notes.push_back(fmt::format(
         "budget {} ({} bytes) is below the unavoidable floor of {} ({} bytes) at op {} ({}): the planned peak "
@@ -134,7 +137,8 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
         trace.op_name(model.floor.op)));
   }
 
-  internal::PeakSelection selection = internal::select_peak_candidates(trace, model, options, limit, profile, stop);
+  internal::PeakSelection selection =
+      internal::select_peak_candidates(trace, model, options, limit, selection_profile, stop);
   if (stop.stop_requested()) return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
   const std::vector<std::int32_t> selected = std::move(selection.picks);
   if (selection.cut_picks > 0) {
@@ -145,9 +149,14 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
   }
   // Below the floor the selection stops at the floor; placement then keeps to
   // what was reached instead of the unreachable budget.
-  const std::int64_t placement_limit = std::max(limit, profile.max());
+  const std::int64_t placement_limit = std::max(limit, selection_profile.max());
   const std::vector<double> start_ms = op_start_ms(trace);
   const internal::PeakPass pass{trace, model, start_ms, placement_limit, options.device_memory};
+  // The placements only add and search for thresholds: they go on the lean
+  // tree (range_max_tree.h), each on its own copy of the profile after
+  // selection.
+  RangeMaxTree profile(selection_profile.values());
+  const std::vector<OpIndex> room_from = prefetch_room(pass, selected, profile);
   const std::vector<std::int32_t> by_edge = boundaries_by_edge(model);
   // The first placement's copies to host follow their copy ops.
   const std::vector<double> copy_op_ready = copy_op_ready_ms(trace, model, selected, start_ms);
@@ -168,12 +177,13 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
   // order is placed again with the copies to host in that sequence, and the
   // schedule with the smaller estimated stall is kept.
   auto first_placement = [&] {
-    ProfileTree first = profile;
-    const std::vector<Placement> placements = place(pass, selected, copy_op_ready, first, EngineRule::kFillIdleEngine);
+    RangeMaxTree first = profile;
+    const std::vector<Placement> placements =
+        place(pass, selected, room_from, copy_op_ready, first, EngineRule::kFillIdleEngine);
     return order_host_copies(pass, placements, options.host_copies);
   };
-  auto build = [&](EngineRule rule, ProfileTree& tree, const HostCopyOrder& host_order) {
-    const std::vector<Placement> placements = place(pass, selected, host_order.ready_ms, tree, rule);
+  auto build = [&](EngineRule rule, RangeMaxTree& tree, const HostCopyOrder& host_order) {
+    const std::vector<Placement> placements = place(pass, selected, room_from, host_order.ready_ms, tree, rule);
     const std::vector<std::int32_t> boundary_picks = select_boundaries(model, placements, limit, by_edge);
     const std::vector<HostCopy> host_copies =
         issue_host_copies(model, host_order.versions, first_releases(model, placements, boundary_picks));
@@ -201,7 +211,7 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
   } else if (control.threads == PlacementThreads::kOne) {
     const HostCopyOrder host_order = first_placement();
     if (stop.stop_requested()) return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
-    ProfileTree fill_profile = profile;
+    RangeMaxTree fill_profile = profile;
     chosen = build(EngineRule::kSoonestNeeded, profile, host_order);
     Variant fill = build(EngineRule::kFillIdleEngine, fill_profile, host_order);
     if (fill.stall_ms < chosen.stall_ms) chosen = std::move(fill);
@@ -213,7 +223,7 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
     Variant fill;
     bool stopped = false;  // written before order_ready opens, read after
     std::jthread worker([&] {
-      ProfileTree fill_profile = profile;
+      RangeMaxTree fill_profile = profile;
       profile_copied.count_down();
       order_ready.wait();
       if (!stopped) fill = build(EngineRule::kFillIdleEngine, fill_profile, host_order);

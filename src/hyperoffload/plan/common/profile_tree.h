@@ -74,6 +74,13 @@ class ProfileTree {
     return lo;
   }
 
+  // Every position's value, in order. O(n).
+  std::vector<std::int64_t> values() const {
+    std::vector<std::int64_t> out(size_);
+    collect(1, 0, size_ - 1, 0, out);
+    return out;
+  }
+
   // Positions in [first, last] whose value is above limit().
   std::size_t count_over(std::size_t first, std::size_t last) const {
     return static_cast<std::size_t>(over_before(last + 1) - over_before(first));
@@ -120,6 +127,18 @@ class ProfileTree {
     build(2 * node, lo, mid, values);
     build(2 * node + 1, mid + 1, hi, values);
     pull(node);
+  }
+
+  void collect(std::size_t node, std::size_t lo, std::size_t hi, std::int64_t pending,
+               std::vector<std::int64_t>& out) const {
+    if (lo == hi) {
+      out[lo] = nodes_[node].max + pending;
+      return;
+    }
+    const std::int64_t below = pending + nodes_[node].add;
+    const std::size_t mid = lo + (hi - lo) / 2;
+    collect(2 * node, lo, mid, below, out);
+    collect(2 * node + 1, mid + 1, hi, below, out);
   }
 
   // Whether some position below `node` is on the wrong side of the limit, given

@@ -4,10 +4,13 @@
 // never rescan the trace.
 //
 // The peak planner's ProfileTree (profile_tree.h) answers more questions (ops
-// over a limit, threshold searches) at the price of more work per add: greedy on
+// over a limit, the count of them) at the price of more work per add: greedy on
 // it plans a 1M-op trace about 30% slower, so greedy keeps this lean tree,
 // and so does the recompute selection (recompute_selection.h), which asks only
-// for maxima: about 5% of the recompute planner's time on the 1M-op chain.
+// for maxima: about 5% of the recompute planner's time on the 1M-op chain. The
+// peak planner's placements too (peak_placement.h): they only add and search
+// for the first or last position above a threshold, and half the bytes per
+// node is half the cache lines on a large trace.
 //
 // Lazy adds are kept at the nodes without being pushed down: a node's value is
 // the maximum of its range *excluding* the adds of its ancestors, which is exact
@@ -70,7 +73,18 @@ class RangeMaxTree {
   // Value at one position.
   std::int64_t at(std::size_t position) const { return max(position, position); }
 
+  // First (last) position in [first, last] whose value is above `threshold`,
+  // or kNotFound. O(log n): a descent that enters a subtree only when its
+  // maximum is above the threshold. Precondition: first <= last < size().
+  std::size_t find_first_above(std::size_t first, std::size_t last, std::int64_t threshold) const {
+    return find_first(1, 0, size_ - 1, first, last, threshold, 0);
+  }
+  std::size_t find_last_above(std::size_t first, std::size_t last, std::int64_t threshold) const {
+    return find_last(1, 0, size_ - 1, first, last, threshold, 0);
+  }
+
   static constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::min() / 4;
+  static constexpr std::size_t kNotFound = std::numeric_limits<std::size_t>::max();
 
  private:
   void build(std::size_t node, std::size_t lo, std::size_t hi, std::span<const std::int64_t> values) {
@@ -104,6 +118,28 @@ class RangeMaxTree {
     if (first <= mid) best = std::max(best, max(2 * node, lo, mid, first, last));
     if (last > mid) best = std::max(best, max(2 * node + 1, mid + 1, hi, first, last));
     return best + nodes_[node].add;
+  }
+
+  // `pending`: the adds of the strict ancestors of `node`.
+  std::size_t find_first(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
+                         std::int64_t threshold, std::int64_t pending) const {
+    if (hi < first || last < lo || nodes_[node].max + pending <= threshold) return kNotFound;
+    if (lo == hi) return lo;
+    const std::int64_t below = pending + nodes_[node].add;
+    const std::size_t mid = lo + (hi - lo) / 2;
+    const std::size_t left = find_first(2 * node, lo, mid, first, last, threshold, below);
+    if (left != kNotFound) return left;
+    return find_first(2 * node + 1, mid + 1, hi, first, last, threshold, below);
+  }
+  std::size_t find_last(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
+                        std::int64_t threshold, std::int64_t pending) const {
+    if (hi < first || last < lo || nodes_[node].max + pending <= threshold) return kNotFound;
+    if (lo == hi) return lo;
+    const std::int64_t below = pending + nodes_[node].add;
+    const std::size_t mid = lo + (hi - lo) / 2;
+    const std::size_t right = find_last(2 * node + 1, mid + 1, hi, first, last, threshold, below);
+    if (right != kNotFound) return right;
+    return find_last(2 * node, lo, mid, first, last, threshold, below);
   }
 
   std::size_t size_ = 0;

@@ -8,21 +8,33 @@
 
 namespace hyperoffload::internal {
 
-std::vector<std::int32_t> engine_order(const PeakPass& pass, std::span<const std::int32_t> selected,
-                                       std::span<const double> ready_ms, const ProfileTree& profile, EngineRule rule) {
-  const PeakModel& model = pass.model;
-  const std::span<const double> start_ms = pass.start_ms;
-  const std::int64_t limit = pass.limit_bytes;
-  std::vector<EngineJob> jobs;
-  jobs.reserve(selected.size());
+std::vector<OpIndex> prefetch_room(const PeakPass& pass, std::span<const std::int32_t> selected,
+                                   const RangeMaxTree& profile) {
+  std::vector<OpIndex> room_from;
+  room_from.reserve(selected.size());
   for (const std::int32_t k : selected) {
-    const PeakCandidate& c = model.interior[static_cast<std::size_t>(k)];
+    const PeakCandidate& c = pass.model.interior[static_cast<std::size_t>(k)];
     const std::size_t blocked_last =
         profile.find_last_above(static_cast<std::size_t>(c.interior_first()),
-                                static_cast<std::size_t>(c.interior_last()), limit - c.size_bytes);
-    const OpIndex room_from =
-        blocked_last == ProfileTree::kNotFound ? c.interior_first() : static_cast<OpIndex>(blocked_last) + 1;
-    jobs.push_back({std::max(ready_ms[static_cast<std::size_t>(c.version)], start_ms[static_cast<std::size_t>(room_from)]),
+                                static_cast<std::size_t>(c.interior_last()), pass.limit_bytes - c.size_bytes);
+    room_from.push_back(blocked_last == RangeMaxTree::kNotFound ? c.interior_first()
+                                                                : static_cast<OpIndex>(blocked_last) + 1);
+  }
+  return room_from;
+}
+
+std::vector<std::int32_t> engine_order(const PeakPass& pass, std::span<const std::int32_t> selected,
+                                       std::span<const OpIndex> room_from, std::span<const double> ready_ms,
+                                       EngineRule rule) {
+  const PeakModel& model = pass.model;
+  const std::span<const double> start_ms = pass.start_ms;
+  std::vector<EngineJob> jobs;
+  jobs.reserve(selected.size());
+  for (std::size_t i = 0; i < selected.size(); ++i) {
+    const std::int32_t k = selected[i];
+    const PeakCandidate& c = model.interior[static_cast<std::size_t>(k)];
+    jobs.push_back({std::max(ready_ms[static_cast<std::size_t>(c.version)],
+                             start_ms[static_cast<std::size_t>(room_from[i])]),
                     start_ms[static_cast<std::size_t>(c.end_op)], tie_key(c.end_op, k), pass.trace.h2d_ms(c.size_bytes)});
   }
   std::vector<std::int32_t> order;
@@ -32,13 +44,14 @@ std::vector<std::int32_t> engine_order(const PeakPass& pass, std::span<const std
 }
 
 std::vector<Placement> place(const PeakPass& pass, std::span<const std::int32_t> selected,
-                             std::span<const double> ready_ms, ProfileTree& profile, EngineRule rule) {
+                             std::span<const OpIndex> room_from, std::span<const double> ready_ms,
+                             RangeMaxTree& profile, EngineRule rule) {
   const PeakModel& model = pass.model;
   const std::int64_t limit = pass.limit_bytes;
   const DeviceMemory device = pass.device;
   auto interior = [&](std::int32_t k) -> const PeakCandidate& { return model.interior[static_cast<std::size_t>(k)]; };
   const std::vector<std::int32_t> by_need =
-      engine_order(pass, selected, ready_ms, profile, rule);
+      engine_order(pass, selected, room_from, ready_ms, rule);
   std::vector<std::int32_t> engine_rank(model.interior.size(), 0);
   for (std::size_t i = 0; i < by_need.size(); ++i)
     engine_rank[static_cast<std::size_t>(by_need[i])] = static_cast<std::int32_t>(i);
@@ -50,7 +63,7 @@ std::vector<Placement> place(const PeakPass& pass, std::span<const std::int32_t>
     const auto last = static_cast<std::size_t>(c.interior_last());
     const std::int64_t threshold = limit - c.size_bytes;  // ops above it cannot hold the storage
     const std::size_t blocked_last = profile.find_last_above(first, last, threshold);
-    if (blocked_last == ProfileTree::kNotFound) {
+    if (blocked_last == RangeMaxTree::kNotFound) {
       profile.add(first, last, c.size_bytes);
       continue;
     }

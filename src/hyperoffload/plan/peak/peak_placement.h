@@ -5,13 +5,11 @@
 // memory between ops within the budget.
 //
 // Bound, with n ops, C interior candidates, P of them selected, B boundary
-// candidates and d the most accesses of one op: engine_order O(P log n + P log
-// P) (a threshold search each, then sequence_jobs); place() that plus O(C) for
-// its per-candidate tables and O(log n + log P) per selected candidate (two
-// threshold searches, two adds, the issued-op set, the release order), plus
-// O(log n) per position an add lifts over the profile tree's limit, each at
-// most once per call (place() only adds; none unless the placement limit is
-// above the tree's, a budget below the floor): O(n log n) at worst.
+// candidates and d the most accesses of one op: prefetch_room O(P log n) (a
+// threshold search each); engine_order O(P log P) (sequence_jobs); place()
+// that plus O(C) for its per-candidate tables and O(log n + log P) per
+// selected candidate (two threshold searches, two adds, the issued-op set, the
+// release order).
 // boundaries_by_edge O(B log B); select_boundaries O(n + P + B log d): a
 // boundary has at most d candidates (one per storage its op accesses), each
 // taken by a binary search, and each pick but a boundary's last is its
@@ -26,7 +24,7 @@
 
 #include "hyperoffload/ir/trace.h"
 #include "hyperoffload/model/device.h"
-#include "hyperoffload/plan/common/profile_tree.h"
+#include "hyperoffload/plan/common/range_max_tree.h"
 #include "hyperoffload/plan/peak/engine_jobs.h"
 #include "hyperoffload/plan/peak/peak_model.h"
 
@@ -55,12 +53,20 @@ struct PeakPass {
   DeviceMemory device;
 };
 
+// Per selected candidate (in the order of `selected`), the first op of its
+// interior from which `profile` — the profile after selection — has room for
+// it again to its end: where its copy back could start. The same for every
+// placement of a run, so made once.
+std::vector<OpIndex> prefetch_room(const PeakPass& pass, std::span<const std::int32_t> selected,
+                                   const RangeMaxTree& profile);
+
 // The order in which the H2D engine should run the prefetches: a sequence over
 // estimated times, where a prefetch can start once its version's copy to host
-// is done (`ready_ms`, per version) and the budget has room for it, and is
-// needed when its end op starts.
+// is done (`ready_ms`, per version) and the budget has room for it (from op
+// `room_from`, prefetch_room's), and is needed when its end op starts.
 std::vector<std::int32_t> engine_order(const PeakPass& pass, std::span<const std::int32_t> selected,
-                                       std::span<const double> ready_ms, const ProfileTree& profile, EngineRule rule);
+                                       std::span<const OpIndex> room_from, std::span<const double> ready_ms,
+                                       EngineRule rule);
 
 // Placement (docs/PEAK_PLANNER.md, "Placement"): selection subtracted each
 // candidate over its whole interior; now give back the ops where the memory
@@ -73,8 +79,12 @@ std::vector<std::int32_t> engine_order(const PeakPass& pass, std::span<const std
 // the copies queued behind it. Releases follow, latest first for the storage
 // whose copy to host can wait the longest (below). Placements come out in that
 // order.
+//
+// `profile` starts as the profile after selection; `room_from` is
+// prefetch_room on it.
 std::vector<Placement> place(const PeakPass& pass, std::span<const std::int32_t> selected,
-                             std::span<const double> ready_ms, ProfileTree& profile, EngineRule rule);
+                             std::span<const OpIndex> room_from, std::span<const double> ready_ms,
+                             RangeMaxTree& profile, EngineRule rule);
 
 // Boundary candidates grouped by boundary, smallest first: the order in which
 // select_boundaries considers them. Independent of the placements, so built once.
