@@ -16,10 +16,11 @@
 // options.host_budget_bytes is set, trim_to_host_budget (host_budget.h, with
 // its cap on re-evaluations per storage kept) and the timer: estimate_stall_ms
 // (stall_estimate.h, O(ops + accesses + actions + releases log releases)), or
-// the caller's ScheduleTimer at the caller's cost. Memory O(W), with at most
-// three O(n) copies of the profile at once (the selected one, the first
-// placement's and the second prefetch order's); PlacementThreads::kTwo runs
-// the two prefetch orders on two threads, no more work in all.
+// the caller's ScheduleTimer at the caller's cost. Memory O(W), with the
+// selection's profile tree and at most three O(n) lean copies of it at once
+// (range_max_tree.h: the first placement's and one per prefetch order);
+// PlacementThreads::kTwo runs the two prefetch orders on two threads, no more
+// work in all.
 //
 // Thread-safety: a pure function of its arguments.
 #pragma once
