@@ -413,6 +413,15 @@ void CoveringIndex::KeyHeap::sift_down(std::size_t i, Item item) {
     const std::size_t first = kArity * i + 1;
     if (first >= size_) break;
     const std::size_t end = std::min(first + kArity, size_);
+    // The children's children fill the eight lines after the children's
+    // (logical node c's children are 8c+1 .. 8c+8, physical line c + 1): ask
+    // for them now, so the next level is on its way whichever child wins. On
+    // the 1M-op chain a sift's time was a miss per level; this took the peak
+    // selection from 1.90 to 1.76 s (medians of 19 rounds, interleaved).
+    for (std::size_t line = first + 1; line < std::min(end + 1, lines_.size()); ++line) {
+      __builtin_prefetch(&lines_[line].key[0]);
+      __builtin_prefetch(&lines_[line].entry[0]);
+    }
     std::size_t best = first;
     double best_key = key_at(first);
     for (std::size_t c = first + 1; c < end; ++c) {
