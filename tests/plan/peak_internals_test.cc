@@ -227,6 +227,33 @@ TEST(CoveringIndex, APinnedOpAnswersAsTheTreesAfterEveryChange) {
   }
 }
 
+// Five intervals all containing op 2 of 5, keyed 5, 4, 3, 2, 1 in the small
+// group. The first query at op 2 fills the path; the second pins it (asked
+// once again, 1 * 64 >= 5 entries), putting the five in one heap: entry 0 on
+// top, the other four its children. Before that no op is pinned: no runners-up.
+TEST(CoveringIndex, RunnersUpAtAPinnedOpAreTheTopsChildren) {
+  const std::vector<OpInterval> intervals{{0, 4}, {1, 3}, {2, 2}, {0, 2}, {2, 4}};
+  CoveringIndex index(5, intervals);
+  index.activate_all(IndexGroup::kSmall, std::vector<double>{5, 4, 3, 2, 1});
+  EXPECT_TRUE(index.runners_up(IndexGroup::kSmall).empty());
+  EXPECT_EQ(index.query_cached(2).small, 0);
+  EXPECT_TRUE(index.runners_up(IndexGroup::kSmall).empty());
+  EXPECT_EQ(index.query_cached(2).small, 0);
+  const std::span<const std::int32_t> next = index.runners_up(IndexGroup::kSmall);
+  std::vector<std::int32_t> sorted(next.begin(), next.end());
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<std::int32_t>{1, 2, 3, 4}));
+  EXPECT_TRUE(index.runners_up(IndexGroup::kLarge).empty());
+  // The leader's key falls below entry 1's: entry 1 leads, and the old leader
+  // is among its children now.
+  index.set(0, IndexGroup::kSmall, 3.5);
+  EXPECT_EQ(index.query_cached(2).small, 1);
+  const std::span<const std::int32_t> after = index.runners_up(IndexGroup::kSmall);
+  sorted.assign(after.begin(), after.end());
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<std::int32_t>{0, 2, 3, 4}));
+}
+
 TEST(CoveringIndex, BulkActivationMatchesOneByOne) {
   std::mt19937_64 rng(17);
   for (int round = 0; round < 20; ++round) {

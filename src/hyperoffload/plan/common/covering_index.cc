@@ -334,6 +334,11 @@ CoveringIndex::Best CoveringIndex::query_cached(OpIndex op) {
   return best;
 }
 
+std::span<const std::int32_t> CoveringIndex::runners_up(IndexGroup group) const {
+  if (!pinned_ || group == IndexGroup::kNone) return {};
+  return heaps_[group == IndexGroup::kSmall ? 0 : 1].children_of_top();
+}
+
 bool CoveringIndex::valid(const KeyHeap::Item& item, IndexGroup group) const {
   const auto e = static_cast<std::size_t>(item.entry);
   return group_[e] == group && std::bit_cast<std::uint64_t>(key_[e]) == std::bit_cast<std::uint64_t>(item.key);

@@ -85,6 +85,12 @@ class CoveringIndex {
   // heaps' size (at most those entries plus the set() calls since).
   Best query_cached(OpIndex op);
 
+  // At a pinned op, the entries that would lead `group` if the leader's key
+  // fell (the top's children in its heap: at most eight, some maybe stale);
+  // empty when no op is pinned. The planner asks for the next leader's data
+  // ahead while it re-evaluates this one.
+  std::span<const std::int32_t> runners_up(IndexGroup group) const;
+
  private:
   // One of the two orders of every node's entries: the entries, their sort key
   // (first or last op), their score keys (copied here so that the per-node
@@ -164,6 +170,11 @@ class CoveringIndex {
     void push(Item item);
     void pop();
     void replace_top(Item item);
+    // The top's children, in no order.
+    std::span<const std::int32_t> children_of_top() const {
+      return size_ < 2 ? std::span<const std::int32_t>{}
+                       : std::span<const std::int32_t>(lines_[1].entry, std::min(size_ - 1, kArity));
+    }
 
    private:
     // An 8-ary heap: the children of logical position i are 8i+1 .. 8i+8,

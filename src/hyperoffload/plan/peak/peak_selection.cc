@@ -316,6 +316,11 @@ class Selection {
         return best_fresh;
       }
       ++refreshes;
+      // When this one's value falls, one of these leads: its record is on the
+      // way while this one is re-evaluated.
+      for (const std::int32_t next : index_.runners_up(index_.group(pick))) {
+        __builtin_prefetch(&gaps_[static_cast<std::size_t>(next)]);
+      }
       refresh(pick);
       gaps_[index].fresh_at = step;
       const double fresh_value = value(pick, excess);
