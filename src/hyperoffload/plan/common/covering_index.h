@@ -117,6 +117,10 @@ class CoveringIndex {
   void update(Order& order, IndexGroup group, std::size_t node, std::size_t position, bool present);
   // set()'s change to the trees, from the group they hold the entry in.
   void apply(std::int32_t entry, IndexGroup group, double key);
+  // The tree of `group` over `node`'s entries in `order`, made afresh from
+  // the groups the trees hold the entries in (tree_group_) and the order's
+  // keys. O(entries of the node).
+  void rebuild(Order& order, IndexGroup group, std::size_t node);
   // The best position among the first `count` of `node` in `order`.
   std::int32_t prefix_best(const Order& order, IndexGroup group, std::size_t node, std::size_t count) const;
   void place(std::int32_t entry, IndexGroup group, bool present);
@@ -207,6 +211,9 @@ class CoveringIndex {
   std::vector<IndexGroup> tree_group_;  // per entry: the group the trees hold it in
   std::vector<std::int32_t> pending_;   // entries whose trees lag their group or key
   std::vector<std::uint8_t> is_pending_;
+  // unpin()'s count of deferred changes per node (all 0 between calls; made
+  // at the first unpin).
+  std::vector<std::uint32_t> pending_in_node_;
   KeyHeap& heap(IndexGroup group) { return heaps_[group == IndexGroup::kSmall ? 0 : 1]; }
   bool valid(const KeyHeap::Item& item, IndexGroup group) const;
   void pin();
