@@ -103,6 +103,19 @@ std::vector<std::size_t> sequence_jobs(std::span<const EngineJob> jobs, EngineRu
     std::sort(keyed.begin(), keyed.end());
     for (std::size_t i = 0; i < keyed.size(); ++i) by_deadline[i] = std::get<2>(keyed[i]);
   }
+  if (rule == EngineRule::kSoonestNeeded) {
+    // Each job runs when it is the soonest needed: the order is by deadline,
+    // each starting once it is available and the engine is free.
+    double engine_free_ms = 0.0;
+    if (finish_ms != nullptr) {
+      finish_ms->assign(jobs.size(), 0.0);
+      for (const std::size_t j : by_deadline) {
+        engine_free_ms = std::max(engine_free_ms, jobs[j].available_ms) + jobs[j].duration_ms;
+        (*finish_ms)[j] = engine_free_ms;
+      }
+    }
+    return by_deadline;
+  }
   const std::vector<std::size_t> by_availability = by_availability_of(jobs);
   auto later = [&](std::size_t a, std::size_t b) { return sooner(b, a); };
   std::vector<std::size_t> startable;  // heap, soonest-needed on top; may hold done jobs
@@ -122,7 +135,7 @@ std::vector<std::size_t> sequence_jobs(std::span<const EngineJob> jobs, EngineRu
     while (done[by_deadline[next_due]]) ++next_due;
     const std::size_t due = by_deadline[next_due];
     std::size_t run = due;
-    if (rule != EngineRule::kSoonestNeeded && jobs[due].available_ms > now_ms) {
+    if (jobs[due].available_ms > now_ms) {
       while (!startable.empty() && done[startable.front()]) {
         std::pop_heap(startable.begin(), startable.end(), later);
         startable.pop_back();
