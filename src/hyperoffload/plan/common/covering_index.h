@@ -22,7 +22,8 @@
 // containing that op go into one heap per group, and until a query at another
 // op the index answers from the heaps and set() updates them instead of the
 // trees (O(log_8 m) per set or query, m the heap's size), deferring the
-// trees' updates to that next query.
+// trees' updates to that next query (O(log c) each in a node of c entries, or
+// O(c) for the node at once when at least c / log2(c) of them are its).
 //
 // Keys are compared as doubles and must not be NaN.
 //
@@ -72,7 +73,7 @@ class CoveringIndex {
   };
   // The best active entry of each group whose interval contains `op`:
   // O(log² n), after applying the updates a pinned op deferred (O(log n)
-  // each).
+  // each, or a node's trees rebuilt in O(its entries) where most changed).
   Best query(OpIndex op);
 
   // The same as query(op), but remembers the per-node results along op's path
