@@ -1,6 +1,6 @@
-// Internal: the peak planner's per-op memory profile — a segment tree with range
-// add, maximum and leftmost argmax, "first/last position above a threshold"
-// searches, and an exact count of positions above a fixed limit (a Fenwick
+// Internal: the peak selection's per-op memory profile — a segment tree with
+// range add, maximum and leftmost argmax, "last position above a threshold"
+// search, and an exact count of positions above a fixed limit (a Fenwick
 // tree over the positions' sides of it, beside the segment tree). Every
 // operation is O(log n) except add(), which is O(log n) plus O(log n) per
 // position whose side of the limit it changes.
@@ -9,8 +9,9 @@
 // node's aggregates describe its range *excluding* its ancestors' adds.
 //
 // The above-limit count serves the coverage score term ("how many over-budget
-// ops does this gap cover"); the threshold searches serve placement (latest
-// safe release, earliest safe prefetch).
+// ops does this gap cover"); the threshold search serves the copy-back windows
+// after a first pass (peak_selection.cc). The placements, which only add and
+// search, copy the profile into the lean RangeMaxTree (values()).
 #pragma once
 
 #include <algorithm>
@@ -20,11 +21,13 @@
 #include <span>
 #include <vector>
 
+#include "hyperoffload/plan/common/max_tree_search.h"
+
 namespace hyperoffload::internal {
 
 class ProfileTree {
  public:
-  static constexpr std::size_t kNotFound = std::numeric_limits<std::size_t>::max();
+  static constexpr std::size_t kNotFound = kNoPosition;
 
   // Precondition: values is non-empty.
   ProfileTree(std::span<const std::int64_t> values, std::int64_t limit) : size_(values.size()), limit_(limit) {
@@ -87,13 +90,10 @@ class ProfileTree {
   }
   std::size_t count_over() const { return static_cast<std::size_t>(over_total_); }
 
-  // First (last) position in [first, last] whose value is above `threshold`, or
+  // Last position in [first, last] whose value is above `threshold`, or
   // kNotFound.
-  std::size_t find_first_above(std::size_t first, std::size_t last, std::int64_t threshold) const {
-    return find_first(1, 0, size_ - 1, first, last, threshold, 0);
-  }
   std::size_t find_last_above(std::size_t first, std::size_t last, std::int64_t threshold) const {
-    return find_last(1, 0, size_ - 1, first, last, threshold, 0);
+    return internal::find_last_above(std::span<const Node>(nodes_), size_, first, last, threshold);
   }
 
  private:
@@ -212,28 +212,6 @@ class ProfileTree {
     if (first <= mid) best = std::max(best, max(2 * node, lo, mid, first, last));
     if (last > mid) best = std::max(best, max(2 * node + 1, mid + 1, hi, first, last));
     return best + nodes_[node].add;
-  }
-
-  std::size_t find_first(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
-                         std::int64_t threshold, std::int64_t pending) const {
-    if (hi < first || last < lo || nodes_[node].max + pending <= threshold) return kNotFound;
-    if (lo == hi) return lo;
-    const std::int64_t below = pending + nodes_[node].add;
-    const std::size_t mid = lo + (hi - lo) / 2;
-    const std::size_t left = find_first(2 * node, lo, mid, first, last, threshold, below);
-    if (left != kNotFound) return left;
-    return find_first(2 * node + 1, mid + 1, hi, first, last, threshold, below);
-  }
-
-  std::size_t find_last(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
-                        std::int64_t threshold, std::int64_t pending) const {
-    if (hi < first || last < lo || nodes_[node].max + pending <= threshold) return kNotFound;
-    if (lo == hi) return lo;
-    const std::int64_t below = pending + nodes_[node].add;
-    const std::size_t mid = lo + (hi - lo) / 2;
-    const std::size_t right = find_last(2 * node + 1, mid + 1, hi, first, last, threshold, below);
-    if (right != kNotFound) return right;
-    return find_last(2 * node, lo, mid, first, last, threshold, below);
   }
 
   // One node's aggregates side by side: an update or search reads and writes

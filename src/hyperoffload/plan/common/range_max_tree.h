@@ -24,6 +24,8 @@
 #include <span>
 #include <vector>
 
+#include "hyperoffload/plan/common/max_tree_search.h"
+
 namespace hyperoffload::internal {
 
 class RangeMaxTree {
@@ -74,17 +76,17 @@ class RangeMaxTree {
   std::int64_t at(std::size_t position) const { return max(position, position); }
 
   // First (last) position in [first, last] whose value is above `threshold`,
-  // or kNotFound. O(log n): a descent that enters a subtree only when its
-  // maximum is above the threshold. Precondition: first <= last < size().
+  // or kNotFound. O(log n) (max_tree_search.h). Precondition: first <= last <
+  // size().
   std::size_t find_first_above(std::size_t first, std::size_t last, std::int64_t threshold) const {
-    return find_first(1, 0, size_ - 1, first, last, threshold, 0);
+    return internal::find_first_above(std::span<const Node>(nodes_), size_, first, last, threshold);
   }
   std::size_t find_last_above(std::size_t first, std::size_t last, std::int64_t threshold) const {
-    return find_last(1, 0, size_ - 1, first, last, threshold, 0);
+    return internal::find_last_above(std::span<const Node>(nodes_), size_, first, last, threshold);
   }
 
   static constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::min() / 4;
-  static constexpr std::size_t kNotFound = std::numeric_limits<std::size_t>::max();
+  static constexpr std::size_t kNotFound = kNoPosition;
 
  private:
   void build(std::size_t node, std::size_t lo, std::size_t hi, std::span<const std::int64_t> values) {
@@ -118,28 +120,6 @@ class RangeMaxTree {
     if (first <= mid) best = std::max(best, max(2 * node, lo, mid, first, last));
     if (last > mid) best = std::max(best, max(2 * node + 1, mid + 1, hi, first, last));
     return best + nodes_[node].add;
-  }
-
-  // `pending`: the adds of the strict ancestors of `node`.
-  std::size_t find_first(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
-                         std::int64_t threshold, std::int64_t pending) const {
-    if (hi < first || last < lo || nodes_[node].max + pending <= threshold) return kNotFound;
-    if (lo == hi) return lo;
-    const std::int64_t below = pending + nodes_[node].add;
-    const std::size_t mid = lo + (hi - lo) / 2;
-    const std::size_t left = find_first(2 * node, lo, mid, first, last, threshold, below);
-    if (left != kNotFound) return left;
-    return find_first(2 * node + 1, mid + 1, hi, first, last, threshold, below);
-  }
-  std::size_t find_last(std::size_t node, std::size_t lo, std::size_t hi, std::size_t first, std::size_t last,
-                        std::int64_t threshold, std::int64_t pending) const {
-    if (hi < first || last < lo || nodes_[node].max + pending <= threshold) return kNotFound;
-    if (lo == hi) return lo;
-    const std::int64_t below = pending + nodes_[node].add;
-    const std::size_t mid = lo + (hi - lo) / 2;
-    const std::size_t right = find_last(2 * node + 1, mid + 1, hi, first, last, threshold, below);
-    if (right != kNotFound) return right;
-    return find_last(2 * node, lo, mid, first, last, threshold, below);
   }
 
   std::size_t size_ = 0;
