@@ -180,14 +180,18 @@ void CoveringIndex::set(std::int32_t entry, IndexGroup group, double key) {
 }
 
 void CoveringIndex::apply(std::int32_t entry, IndexGroup group, double key) {
-  const auto e = static_cast<std::size_t>(entry);
-  const IndexGroup old = tree_group_[e];
+  const IndexGroup old = tree_group_[static_cast<std::size_t>(entry)];
   // Clear the old group's leaves first, while the old key still orders them.
   if (old != group && old != IndexGroup::kNone) place(entry, old, false);
+  record_for_trees(entry, group, key);
+  if (group != IndexGroup::kNone) place(entry, group, true);
+}
+
+void CoveringIndex::record_for_trees(std::int32_t entry, IndexGroup group, double key) {
+  const auto e = static_cast<std::size_t>(entry);
   tree_group_[e] = group;
   by_first_.keys[position_in_first_[e]] = key;
   by_last_.keys[position_in_last_[e]] = key;
-  if (group != IndexGroup::kNone) place(entry, group, true);
 }
 
 void CoveringIndex::activate_all(IndexGroup group, std::span<const double> keys, std::span<const std::uint8_t> active) {
@@ -340,7 +344,7 @@ CoveringIndex::Best CoveringIndex::query_cached(OpIndex op) {
 
 std::span<const std::int32_t> CoveringIndex::runners_up(IndexGroup group) const {
   if (!pinned_ || group == IndexGroup::kNone) return {};
-  return heaps_[group == IndexGroup::kSmall ? 0 : 1].children_of_top();
+  return heap(group).children_of_top();
 }
 
 bool CoveringIndex::valid(const KeyHeap::Item& item, IndexGroup group) const {
@@ -386,13 +390,11 @@ void CoveringIndex::unpin() {
   for (const std::int32_t entry : pending_) {
     const auto e = static_cast<std::size_t>(entry);
     is_pending_[e] = 0;
-    if (!rebuilt(node_[e])) {
+    if (rebuilt(node_[e])) {
+      record_for_trees(entry, group_[e], key_[e]);
+    } else {
       apply(entry, group_[e], key_[e]);
-      continue;
     }
-    tree_group_[e] = group_[e];
-    by_first_.keys[position_in_first_[e]] = key_[e];
-    by_last_.keys[position_in_last_[e]] = key_[e];
   }
   for (const std::int32_t entry : pending_) {
     const std::size_t node = node_[static_cast<std::size_t>(entry)];
@@ -465,7 +467,7 @@ void CoveringIndex::KeyHeap::sift_down(std::size_t i, Item item) {
     double best_key = key_at(first);
     for (std::size_t c = first + 1; c < end; ++c) {
       const double k = key_at(c);
-      if (k > best_key || (k == best_key && entry_at(c) < entry_at(best))) {
+      if (above(k, entry_at(c), best_key, entry_at(best))) {
         best = c;
         best_key = k;
       }

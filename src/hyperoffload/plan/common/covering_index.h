@@ -118,6 +118,10 @@ class CoveringIndex {
   void update(Order& order, IndexGroup group, std::size_t node, std::size_t position, bool present);
   // set()'s change to the trees, from the group they hold the entry in.
   void apply(std::int32_t entry, IndexGroup group, double key);
+  // What the trees go by for an entry — the group they hold it in and its
+  // key in both orders — without touching the trees (apply(), and a rebuild
+  // after it).
+  void record_for_trees(std::int32_t entry, IndexGroup group, double key);
   // The tree of `group` over `node`'s entries in `order`, made afresh from
   // the groups the trees hold the entries in (tree_group_) and the order's
   // keys. O(entries of the node).
@@ -216,6 +220,7 @@ class CoveringIndex {
   // at the first unpin).
   std::vector<std::uint32_t> pending_in_node_;
   KeyHeap& heap(IndexGroup group) { return heaps_[group == IndexGroup::kSmall ? 0 : 1]; }
+  const KeyHeap& heap(IndexGroup group) const { return heaps_[group == IndexGroup::kSmall ? 0 : 1]; }
   bool valid(const KeyHeap::Item& item, IndexGroup group) const;
   void pin();
   // Applies what a pinned op deferred and leaves it; the cached path is dropped.

@@ -1,15 +1,15 @@
 // Internal: the offload floor's rule (offload_floor, plan/planner.h), in one
-// home for the two walks that compute it without the peak model: over a
-// built trace (offload_floor) and over the stream of an augmented trace's
-// accesses (augmented_peak, plan/recompute/augmented_trace.h).
+// home for the three walks that compute it: over a built trace
+// (offload_floor), over the stream of an augmented trace's accesses
+// (augmented_peak, plan/recompute/augmented_trace.h), and over the peak
+// model's interior candidates (build_peak_model, plan/peak/peak_model.h).
 //
 // The rule: a storage of size > 0 whose consecutive accesses at ops
 // `previous` < `next` are at least two ops apart can be off the device over
 // the gap's interior, ops previous + 1 .. next - 1 (the peak model's interior
 // candidates); at each op the floor is what is resident less what such gaps
 // cover there, and the trace's floor is its largest, the first op on ties.
-// build_peak_model reaches the same floor from its candidates
-// (tests/plan/planner_test.cc compares them).
+// (tests/plan/planner_test.cc compares offload_floor with the peak model's.)
 //
 // Thread-safety: plain values; no shared state.
 #pragma once

@@ -16,20 +16,17 @@ class ScheduleAssembler {
   // Precondition: 0 <= op < op_count.
   void add(OpIndex op, Phase phase, ActionKind kind, StorageId storage) {
     added_.push_back(Action{op, phase, kind, storage});
-    ++slot_counts_[slot(added_.back()) + 1];
+    ++slot_counts_[execution_slot(added_.back()) + 1];
   }
 
   std::vector<Action> finish() && {
     for (std::size_t s = 1; s < slot_counts_.size(); ++s) slot_counts_[s] += slot_counts_[s - 1];
     std::vector<Action> ordered(added_.size());
-    for (const Action& action : added_) ordered[slot_counts_[slot(action)]++] = action;
+    for (const Action& action : added_) ordered[slot_counts_[execution_slot(action)]++] = action;
     return ordered;
   }
 
  private:
-  static std::size_t slot(const Action& action) {
-    return 2 * static_cast<std::size_t>(action.op) + (action.phase == Phase::kPost ? 1 : 0);
-  }
   std::vector<Action> added_;
   std::vector<std::size_t> slot_counts_;
 };

@@ -92,8 +92,7 @@ std::vector<Action> emit_actions(const Trace& trace, const PeakModel& model, std
   // Execution order: a counting sort by (op, phase), then the fixed order
   // within each (op, phase), which holds few actions.
   std::vector<std::uint32_t> slot_start(2 * static_cast<std::size_t>(trace.op_count()) + 1, 0);
-  auto slot = [](const Action& a) { return 2 * static_cast<std::size_t>(a.op) + (a.phase == Phase::kPost ? 1 : 0); };
-  for_each_action([&](const PendingAction& p) { ++slot_start[slot(p.action) + 1]; });
+  for_each_action([&](const PendingAction& p) { ++slot_start[execution_slot(p.action) + 1]; });
   std::partial_sum(slot_start.begin(), slot_start.end(), slot_start.begin());
   // The actions and their order keys side by side, so that the actions, once
   // in order, are the result: no second copy of them.
@@ -102,7 +101,7 @@ std::vector<Action> emit_actions(const Trace& trace, const PeakModel& model, std
   {
     std::vector<std::uint32_t> cursor(slot_start.begin(), slot_start.end() - 1);
     for_each_action([&](const PendingAction& p) {
-      const std::uint32_t at = cursor[slot(p.action)]++;
+      const std::uint32_t at = cursor[execution_slot(p.action)]++;
       actions[at] = p.action;
       order_keys[at] = p.order_key;
     });

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "hyperoffload/plan/common/offload_floor_rule.h"
+
 namespace hyperoffload::internal {
 
 bool is_alias_forward(const Trace& trace, OpIndex op, StorageIndex storage) {
@@ -125,21 +127,20 @@ PeakModel build_peak_model(const Trace& trace, const StorageAccesses& accesses) 
   running = 0;
   for (std::size_t i = 0; i + 1 < ops; ++i) model.edge_bytes[i] = running += edge_delta[i];
 
-  // Floor: subtract, per op, every storage an interior candidate covers there.
-  // A storage's gaps are disjoint, so each storage is counted at most once.
+  // Floor (offload_floor_rule.h): subtract, per op, every storage an interior
+  // candidate covers there. A storage's gaps are disjoint, so each storage is
+  // counted at most once.
   std::vector<std::int64_t> reducible_delta(ops + 1, 0);
   for (const PeakCandidate& candidate : model.interior) {
-    reducible_delta[static_cast<std::size_t>(candidate.interior_first())] += candidate.size_bytes;
-    reducible_delta[static_cast<std::size_t>(candidate.end_op)] -= candidate.size_bytes;
+    add_offloadable_gap(reducible_delta, candidate.start_op, candidate.end_op, candidate.size_bytes);
   }
   std::int64_t reducible = 0;
-  model.floor = UnavoidableFloor{-1, 0};
+  FloorScan floor;
   for (std::size_t op = 0; op < ops; ++op) {
     reducible += reducible_delta[op];
-    const std::int64_t floor = model.resident_bytes[op] - reducible;
-    if (model.floor.op < 0 || floor > model.floor.bytes)
-      model.floor = UnavoidableFloor{static_cast<OpIndex>(op), floor};
+    floor.add(static_cast<OpIndex>(op), model.resident_bytes[op], reducible);
   }
+  model.floor = floor.floor();
   return model;
 }
 

@@ -125,7 +125,7 @@ class Selection {
       gap.version = c.version;
       gap.copy_op = model.versions[static_cast<std::size_t>(c.version)].copy_op;
       gap.size_bytes = c.size_bytes;
-      gap.copy_from_ms = compute_before_[static_cast<std::size_t>(gap.copy_op) + 1];
+      gap.copy_from_ms = compute_before_[gap.window_first()];
       gap.end_ms = compute_before_[static_cast<std::size_t>(c.end_op)];
       gap.prefetch_from_ms = prefetch_from_ms[k];
     }
@@ -175,8 +175,7 @@ class Selection {
       profile_.add(static_cast<std::size_t>(gap.interior_first), static_cast<std::size_t>(gap.interior_last),
                    -gap.size_bytes);
       const double d2h_ms = trace_.d2h_ms(gap.size_bytes);
-      load_.add(static_cast<std::size_t>(gap.copy_op) + 1, static_cast<std::size_t>(gap.interior_last),
-                d2h_ms + trace_.h2d_ms(gap.size_bytes));
+      load_.add(gap.window_first(), gap.window_last(), d2h_ms + trace_.h2d_ms(gap.size_bytes));
       if (!version_queued_[static_cast<std::size_t>(gap.version)]) {
         version_queued_[static_cast<std::size_t>(gap.version)] = true;
         queue_d2h(gap.copy_op, d2h_ms);
@@ -342,11 +341,7 @@ class Selection {
     // Neighbour impact: the copy-engine time that selected candidates already
     // claim inside this candidate's window per unit of compute there, capped at
     // 2 so that a twice-oversubscribed window weighs more than a merely busy one.
-    // The window: the ops whose compute can hide its round trip, from after
-    // its version's copy op (when the copy to host can start) to before its
-    // end op.
-    const double committed_ms = load_.load(static_cast<std::size_t>(gap.copy_op) + 1,
-                                           static_cast<std::size_t>(gap.interior_last), gap.copy_from_ms, gap.end_ms);
+    const double committed_ms = load_.load(gap.window_first(), gap.window_last(), gap.copy_from_ms, gap.end_ms);
     const double window_ms = gap.end_ms - gap.copy_from_ms;
     const double neighbor =
         window_ms > 0.0 ? std::min(kMaxNeighbor, committed_ms / window_ms) : (committed_ms > 0.0 ? kMaxNeighbor : 0.0);
@@ -386,6 +381,12 @@ class Selection {
     double prefetch_from_ms = 0.0;  // the earliest start of its copy back (CopyBackWindows, or 0)
     double factor = 0.0;            // cached F: an upper bound of the current one
     std::int32_t fresh_at = -1;     // step at which factor was last made exact
+    // Its window: the ops whose compute can hide its round trip, from after
+    // its version's copy op (the copy to host can start) to before its end op;
+    // copy_from_ms and end_ms are the compute before its first op and after
+    // its last.
+    std::size_t window_first() const { return static_cast<std::size_t>(copy_op) + 1; }
+    std::size_t window_last() const { return static_cast<std::size_t>(interior_last); }
   };
   std::vector<Gap> gaps_;  // per interior candidate
 };
