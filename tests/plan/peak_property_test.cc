@@ -180,7 +180,7 @@ TEST(PeakPlannerProperty, PlacingOnOneThreadGivesTheSameScheduleAsOnTwo) {
     options.device_memory = seed % 2 == 0 ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
     const internal::PeakRun two = internal::run_peak_planner(trace, model, options, budget);
     const internal::PeakRun one =
-        internal::run_peak_planner(trace, model, options, budget, {.timer = {}, .stop = {}, .threads = internal::PlacementThreads::kOne});
+        internal::run_peak_planner(trace, model, options, budget, {.timer = {}, .stop = {}, .threads = [] { return internal::PlacementThreads::kOne; }});
     ASSERT_EQ(one.result.schedule.actions, two.result.schedule.actions) << "seed " << seed;
     ASSERT_EQ(one.stall_ms, two.stall_ms) << "seed " << seed;
     ASSERT_EQ(one.result.planned_peak_bytes, two.result.planned_peak_bytes) << "seed " << seed;

@@ -1,6 +1,7 @@
 #include "hyperoffload/plan/hybrid_planner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <future>
 #include <limits>
@@ -161,7 +162,7 @@ class HybridPlanning {
       if (internal::plans_allowed(models_.trace, options_) >= internal::kScarceDecisionSets) {
         maker_.more_offload_only_plans(others);
       }
-      offload_worker_.join();
+      join_offload_worker();
       offload_.label = "offload-only (nothing recomputable)";
       return finish(std::move(others), floor);
     }
@@ -186,7 +187,7 @@ class HybridPlanning {
       }
     }
     // 6. The portfolio, once the offload-only plan is made or stopped.
-    offload_worker_.join();
+    join_offload_worker();
     // Where the decision sequences cannot fit the budget, DTR's walk may
     // (PlanMaker::or_within_an_eighth): the recompute-only planner would take
     // it, so the hybrid planner weighs it too.
@@ -266,12 +267,30 @@ class HybridPlanning {
     if (offload_stop_.stop_requested()) {
       offload_.stopped = true;
     } else {
-      // One thread: the decision sets keep the other core busy, and their
-      // runs are the longer path.
-      offload_ = maker_.offload_only(options_.peak, "offload-only", offload_stop_.get_token(),
-                                     internal::PlacementThreads::kOne);
+      // One placement thread while the decision sets keep the other core
+      // busy (their runs are the longer path), two once the planning thread
+      // only waits for this plan.
+      offload_ = maker_.offload_only(options_.peak, "offload-only", offload_stop_.get_token(), [this] {
+        return planning_thread_waits_.load(std::memory_order_relaxed) ? internal::PlacementThreads::kTwo
+                                                                        : internal::PlacementThreads::kOne;
+      });
     }
     if (sequence) make_recompute_only(*sequence);
+  }
+
+  // Note [Two placement threads once the decision sets are done]. The
+  // offload-only plan places its two prefetch orders one after the other
+  // while the planning thread makes decision sets: a third thread would give
+  // the run on the critical path two thirds of a core. Once the planning
+  // thread only waits for it (nothing recomputable, as on the 1M-storage
+  // random trace, or the decision sets done before its selection is), the
+  // placements take both cores. The run asks when its placements start; the
+  // schedule is the same either way (PeakPlannerProperty.
+  // PlacingOnOneThreadGivesTheSameScheduleAsOnTwo), so the timing of the
+  // flag changes only how long the plan takes.
+  void join_offload_worker() {
+    planning_thread_waits_.store(true, std::memory_order_relaxed);
+    offload_worker_.join();
   }
 
   // The recompute-only plan from its decision sequence
@@ -309,6 +328,9 @@ class HybridPlanning {
   // With OffloadOnlyStop::kNever: the offload-only plan, kept by finish().
   std::optional<HybridPlan> kept_offload_;
   std::stop_source offload_stop_;
+  // Set once the planning thread only waits for offload_worker_ (Note [Two
+  // placement threads once the decision sets are done]).
+  std::atomic<bool> planning_thread_waits_{false};
   // Written by offload_worker_ (recompute_ also by the planning thread when
   // recompute_first_ is false), read after joining it.
   HybridPlan offload_;

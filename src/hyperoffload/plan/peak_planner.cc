@@ -208,7 +208,7 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
   Variant chosen;
   if (selected.empty()) {
     chosen = build(EngineRule::kSoonestNeeded, profile, HostCopyOrder{});
-  } else if (control.threads == PlacementThreads::kOne) {
+  } else if (control.threads && control.threads() == PlacementThreads::kOne) {
     const HostCopyOrder host_order = first_placement();
     if (stop.stop_requested()) return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
     RangeMaxTree fill_profile = profile;

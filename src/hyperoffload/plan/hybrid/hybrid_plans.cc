@@ -59,11 +59,11 @@ double PlanMaker::estimated_time_ms(std::span<const Action> actions, double reco
 }
 
 HybridPlan PlanMaker::offload_only(const PeakPlannerOptions& options, std::string label, std::stop_token stop,
-                                   PlacementThreads threads) const {
+                                   std::function<PlacementThreads()> threads) const {
   HybridPlan plan;
   plan.label = std::move(label);
   PeakRun run = run_peak_planner(models_.trace, models_.peak, options, models_.budget_bytes,
-                                 {.timer = {}, .stop = std::move(stop), .threads = threads});
+                                 {.timer = {}, .stop = std::move(stop), .threads = std::move(threads)});
   if (run.stopped) {
     plan.stopped = true;
     return plan;
@@ -126,7 +126,7 @@ HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, s
     timed.stall_ms = estimate_stall_ms(trace, timed.actions, memory_cap);
     return timed;
   };
-  PeakRun run = run_peak_planner(augmented.trace, model, options, models_.budget_bytes, {.timer = timer, .stop = {}, .threads = PlacementThreads::kTwo});
+  PeakRun run = run_peak_planner(augmented.trace, model, options, models_.budget_bytes, {.timer = timer, .stop = {}, .threads = {}});
   const PlanResult& result = run.result;
   HybridPlan plan;
   plan.label = std::move(label);

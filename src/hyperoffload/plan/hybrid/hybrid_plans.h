@@ -48,6 +48,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <span>
@@ -117,9 +118,9 @@ class PlanMaker {
   // The peak planner on the trace itself, on the models' accesses and peak
   // model; its own stall estimate is the one estimated_time_ms would compute
   // (same schedule, trace and device). A stopped run gives a plan marked
-  // `stopped`.
+  // `stopped`. `threads`: PeakRunControl::threads.
   HybridPlan offload_only(const PeakPlannerOptions& options, std::string label, std::stop_token stop = {},
-                          PlacementThreads threads = PlacementThreads::kTwo) const;
+                          std::function<PlacementThreads()> threads = {}) const;
   // Offloads planned around the recomputes of `chosen`: the peak planner on
   // the augmented trace, each of its schedules mapped back to the original
   // trace and timed there (so it picks its prefetch order by the schedule

@@ -80,7 +80,14 @@ struct PeakRunControl {
   // Once requested, the run returns a stopped PeakRun at its next check
   // (during selection and between its placements).
   std::stop_token stop;
-  PlacementThreads threads = PlacementThreads::kTwo;
+  // Asked once, when the selection is done and the placements start, so a
+  // caller can decide while the run selects: the hybrid planner's
+  // offload-only plan places on one thread while the decision sets keep the
+  // other core busy, and on two once they are done (Note [Two placement
+  // threads once the decision sets are done], hybrid_planner.cc). Without
+  // it, PlacementThreads::kTwo. Called on the run's thread: it must be safe
+  // to call there.
+  std::function<PlacementThreads()> threads;
 };
 
 // Preconditions: trace.op_count() > 0; `model` is build_peak_model(trace, its
