@@ -167,8 +167,11 @@ TEST(PeakPlannerProperty, PlacingOnOneThreadGivesTheSameScheduleAsOnTwo) {
   // The hybrid planner's offload-only plan places its two prefetch orders one
   // after the other (PlacementThreads::kOne); the schedule, its stall and its
   // peak must be the two-thread run's exactly, on either device. Counts the
-  // cases where both orders were placed (something was selected).
+  // cases where both orders were placed (something was selected), and the
+  // times the run asked how many threads to place on: once per run that
+  // placed anything (PeakRunControl::threads), never with nothing selected.
   int placed = 0;
+  int asked = 0;
   for (std::uint64_t seed = 1; seed <= 200; ++seed) {
     const Case c = random_case(seed);
     const Trace trace = generate_random_trace(c.trace);
@@ -179,14 +182,20 @@ TEST(PeakPlannerProperty, PlacingOnOneThreadGivesTheSameScheduleAsOnTwo) {
     PeakPlannerOptions options;
     options.device_memory = seed % 2 == 0 ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
     const internal::PeakRun two = internal::run_peak_planner(trace, model, options, budget);
-    const internal::PeakRun one =
-        internal::run_peak_planner(trace, model, options, budget, {.timer = {}, .stop = {}, .threads = [] { return internal::PlacementThreads::kOne; }});
+    const int asked_before = asked;
+    const internal::PeakRun one = internal::run_peak_planner(trace, model, options, budget,
+                                                             {.timer = {}, .stop = {}, .threads = [&asked] {
+                                                                ++asked;
+                                                                return internal::PlacementThreads::kOne;
+                                                              }});
+    ASSERT_LE(asked - asked_before, 1) << "seed " << seed;
     ASSERT_EQ(one.result.schedule.actions, two.result.schedule.actions) << "seed " << seed;
     ASSERT_EQ(one.stall_ms, two.stall_ms) << "seed " << seed;
     ASSERT_EQ(one.result.planned_peak_bytes, two.result.planned_peak_bytes) << "seed " << seed;
     placed += two.result.planned_peak_bytes < unplanned_peak(trace).bytes ? 1 : 0;
   }
   EXPECT_GT(placed, 100);
+  EXPECT_GE(asked, placed);
 }
 
 TEST(PeakPlannerProperty, StallEstimateMatchesTheSimulatorOnPeakSchedules) {
