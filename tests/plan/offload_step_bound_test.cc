@@ -85,9 +85,9 @@ TEST(PeakRun, StopsWhenAsked) {
   const StorageAccesses accesses(trace);
   const PeakModel model = build_peak_model(trace, accesses);
   std::stop_source stop;
-  EXPECT_FALSE(run_peak_planner(trace, model, {}, 4 * kMiB, {.timer = {}, .stop = stop.get_token(), .threads = [] { return PlacementThreads::kTwo; }}).stopped);
+  EXPECT_FALSE(run_peak_planner(trace, model, {}, 4 * kMiB, {.timer = {}, .stop = stop.get_token(), .threads = {}}).stopped);
   stop.request_stop();
-  const PeakRun run = run_peak_planner(trace, model, {}, 4 * kMiB, {.timer = {}, .stop = stop.get_token(), .threads = [] { return PlacementThreads::kTwo; }});
+  const PeakRun run = run_peak_planner(trace, model, {}, 4 * kMiB, {.timer = {}, .stop = stop.get_token(), .threads = {}});
   EXPECT_TRUE(run.stopped);
   EXPECT_TRUE(run.result.schedule.actions.empty());
 }

@@ -70,8 +70,7 @@ TEST(RangeMaxTreeProperty, AgreesWithAPlainVector) {
   std::mt19937_64 rng(20261207);
   int ties = 0;
   for (int round = 0; round < 300; ++round) {
-    // Every tenth round a longer profile: a deeper tree over many leaves of
-    // eight positions.
+    // Every tenth round a longer profile: a deeper tree.
     const std::size_t n = 1 + rng() % (round % 10 == 0 ? 3000 : 70);
     std::vector<std::int64_t> values(n);
     for (std::int64_t& v : values) v = static_cast<std::int64_t>(rng() % 21) - 10;

@@ -126,7 +126,8 @@ HybridPlan PlanMaker::with_offloads(std::span<const RecomputeDecision> chosen, s
     timed.stall_ms = estimate_stall_ms(trace, timed.actions, memory_cap);
     return timed;
   };
-  PeakRun run = run_peak_planner(augmented.trace, model, options, models_.budget_bytes, {.timer = timer, .stop = {}, .threads = {}});
+  PeakRun run = run_peak_planner(augmented.trace, model, options, models_.budget_bytes,
+                                 {.timer = timer, .stop = {}, .threads = {}});
   const PlanResult& result = run.result;
   HybridPlan plan;
   plan.label = std::move(label);
