@@ -64,9 +64,11 @@ int run_plan(const PlanArgs& args) {
   }
   plan.result.schedule.budget_bytes = budget;  // simulate's device, unless told another
   // The check and the write only read the schedule, and the file is written
-  // whatever the check says: the write (mostly the kernel's copy into the page
-  // cache and the fsync, 0.5-1 s for 2.8M actions) runs on a second thread
-  // beside the check (0.15-0.3 s), and its error, if any, is raised after both.
+  // whatever the check says: the write (mostly the disk's copy of the file,
+  // which the fsync waits for: 0.2-0.5 s for 2.8M actions with writeback
+  // started as it goes, Note [Writeback as the pieces come] in io/file.cc) runs
+  // on a second thread beside the check (0.15-0.3 s), and its error, if any, is
+  // raised after both.
   double write_ms = 0.0;
   Status written = ok_status();
   std::jthread writer;

@@ -98,7 +98,8 @@ Result<AtomicFile> AtomicFile::create(const std::filesystem::path& path) {
 }
 
 AtomicFile::AtomicFile(AtomicFile&& other) noexcept
-    : path_(std::move(other.path_)), temp_(std::move(other.temp_)), fd_(std::exchange(other.fd_, -1)) {
+    : path_(std::move(other.path_)), temp_(std::move(other.temp_)), fd_(std::exchange(other.fd_, -1)),
+      written_bytes_(std::exchange(other.written_bytes_, 0)) {
   other.temp_.clear();
 }
 
@@ -137,6 +138,19 @@ Status AtomicFile::append(std::string_view text) {
     data += written;
     left -= static_cast<std::size_t>(written);
   }
+  // Note [Writeback as the pieces come]
+  // commit() fsyncs, and an fsync of a file written whole starts the disk's
+  // copy of all of it only then: for the 218 MB schedule of a 1M-op plan, 0.2-0.5 s
+  // after the last piece on this machine's disk. Asking the kernel to start
+  // writing each piece back as soon as it is in the page cache (without
+  // waiting for it) overlaps the disk with the making of the next pieces, so
+  // the fsync waits for the last few only: `plan --timings` on the 1M-op
+  // chain, write 0.51-0.73 s before, 0.19-0.52 s after (BENCHMARKS.md). Its
+  // result is not checked: where the file system cannot (EINVAL, ESPIPE),
+  // nothing is started early and the fsync still reports every error.
+  const auto length = static_cast<off_t>(text.size());
+  static_cast<void>(::sync_file_range(fd_, written_bytes_, length, SYNC_FILE_RANGE_WRITE));
+  written_bytes_ += length;
   return ok_status();
 }
 

@@ -3,6 +3,8 @@
 // failure never leaves a partial or truncated output behind.
 #pragma once
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -40,7 +42,8 @@ class MappedFile {
 
 // An output file written piece by piece and put in place only when complete:
 // create() makes a temporary file beside `path`, append() writes through to
-// it, commit() fsyncs it, gives it the usual umask-based mode and renames it
+// it and starts its writeback to disk (Note [Writeback as the pieces come],
+// file.cc), commit() fsyncs it, gives it the usual umask-based mode and renames it
 // onto `path`. Destroyed uncommitted (an error, an exception), it removes the
 // temporary file, so `path` is either untouched or whole. A large output (a
 // 2.8M-action schedule is 218 MB) need not be held in memory at once.
@@ -69,6 +72,7 @@ class AtomicFile {
   std::filesystem::path path_;    // "-": standard output
   std::string temp_;  // the temporary file while it is ours to remove; empty otherwise
   int fd_ = -1;       // the temporary file while it is open; -1 otherwise
+  off_t written_bytes_ = 0;  // bytes appended so far: where the next piece starts
 };
 
 // Writes `contents` to `path` atomically (AtomicFile in one piece). `path` "-"
