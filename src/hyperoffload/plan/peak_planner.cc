@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <future>
 #include <latch>
 #include <ranges>
 #include <thread>
 
 #include "hyperoffload/ir/storage_accesses.h"
 #include "hyperoffload/plan/budget.h"
+#include "hyperoffload/plan/common/beside.h"
 #include "hyperoffload/plan/common/host_budget.h"
 #include "hyperoffload/plan/common/lower_budgets.h"
 #include "hyperoffload/plan/common/profile_tree.h"
@@ -137,6 +139,9 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
         trace.op_name(model.floor.op)));
   }
 
+  // Read only from the model: ordered beside the selection (common/beside.h).
+  std::future<std::vector<std::int32_t>> by_edge_beside =
+      std::async(internal::beside_when_large(model.boundary.size()), [&model] { return boundaries_by_edge(model); });
   internal::PeakSelection selection =
       internal::select_peak_candidates(trace, model, options, limit, selection_profile, stop);
   if (stop.stop_requested()) return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
@@ -155,11 +160,15 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
   // The placements only add and search for thresholds: they go on the lean
   // tree (range_max_tree.h), each on its own copy of the profile after
   // selection.
+  // The first placement's copies to host follow their copy ops: found
+  // beside the lean profile and the prefetch room.
+  std::future<std::vector<double>> copy_op_ready_beside =
+      std::async(internal::beside_when_large(selected.size()),
+                 [&] { return copy_op_ready_ms(trace, model, selected, start_ms); });
   RangeMaxTree profile(selection_profile.values());
   const std::vector<OpIndex> room_from = prefetch_room(pass, selected, profile);
-  const std::vector<std::int32_t> by_edge = boundaries_by_edge(model);
-  // The first placement's copies to host follow their copy ops.
-  const std::vector<double> copy_op_ready = copy_op_ready_ms(trace, model, selected, start_ms);
+  const std::vector<std::int32_t> by_edge = by_edge_beside.get();
+  const std::vector<double> copy_op_ready = copy_op_ready_beside.get();
   // The stall estimate models the device the schedule is tuned for.
   const std::optional<std::int64_t> memory_cap =
       options.device_memory == DeviceMemory::kBudget ? std::optional<std::int64_t>(limit) : std::nullopt;

@@ -53,6 +53,8 @@ class CoveringIndex {
   // Every entry starts inactive. Precondition: 0 <= first <= last < op_count for
   // every interval.
   CoveringIndex(OpIndex op_count, std::span<const OpInterval> intervals);
+  // No entries: a place to move an index into.
+  CoveringIndex() = default;
 
   // Moves `entry` to `group` with `key` (kNone deactivates it). O(log n).
   void set(std::int32_t entry, IndexGroup group, double key);
