@@ -144,10 +144,12 @@ Status AtomicFile::append(std::string_view text) {
   // after the last piece on this machine's disk. Asking the kernel to start
   // writing each piece back as soon as it is in the page cache (without
   // waiting for it) overlaps the disk with the making of the next pieces, so
-  // the fsync waits for the last few only: `plan --timings` on the 1M-op
-  // chain, write 0.51-0.73 s before, 0.19-0.52 s after (BENCHMARKS.md). Its
-  // result is not checked: where the file system cannot (EINVAL, ESPIPE),
-  // nothing is started early and the fsync still reports every error.
+  // the fsync waits for the last few only: `plan --planner greedy --timings`
+  // on the 1M-op chain, the same binary with and without it alternating,
+  // five rounds: write 253-292 ms without, 186-295 ms with (the disk's own
+  // pace varies more than that from run to run; BENCHMARKS.md). Its result is
+  // not checked: where the file system cannot (EINVAL, ESPIPE), nothing is
+  // started early and the fsync still reports every error.
   const auto length = static_cast<off_t>(text.size());
   static_cast<void>(::sync_file_range(fd_, written_bytes_, length, SYNC_FILE_RANGE_WRITE));
   written_bytes_ += length;
