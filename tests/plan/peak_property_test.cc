@@ -7,6 +7,7 @@
 // it exercised: most cases must offload between the floor and the peak.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "hyperoffload/check/validator.h"
@@ -196,6 +197,37 @@ TEST(PeakPlannerProperty, PlacingOnOneThreadGivesTheSameScheduleAsOnTwo) {
   }
   EXPECT_GT(placed, 100);
   EXPECT_GE(asked, placed);
+}
+
+TEST(PeakPlannerProperty, PassesBesideTheRunGiveTheSameScheduleAsInLine) {
+  // On a large trace the run builds the selection's covering index, the
+  // boundary order and the copy ops' ready times on threads of their own
+  // (PeakPlannerOptions::beside_min_candidates, plan/common/beside.h); here
+  // every run does (0) or none does (the largest value), on traces of every
+  // size: the schedules, stalls and peaks must be equal. Under the
+  // ThreadSanitizer build (make test-tsan) this is also the race check of
+  // those threads. Counts the cases that selected something.
+  int selected = 0;
+  for (std::uint64_t seed = 1; seed <= 120; ++seed) {
+    const Case c = random_case(seed);
+    const Trace trace = generate_random_trace(c.trace);
+    if (trace.op_count() == 0) continue;
+    const std::int64_t budget = budget_for(c, trace);
+    PeakPlannerOptions beside;
+    beside.device_memory = seed % 2 == 0 ? DeviceMemory::kBudget : DeviceMemory::kUnlimited;
+    beside.windows = seed % 3 == 0 ? CopyBackWindows::kAfterAFirstPass : CopyBackWindows::kNone;
+    beside.beside_min_candidates = 0;
+    PeakPlannerOptions in_line = beside;
+    in_line.beside_min_candidates = std::numeric_limits<std::size_t>::max();
+    const Result<PlanResult> a = PeakPlanner(beside).plan(trace, budget);
+    const Result<PlanResult> b = PeakPlanner(in_line).plan(trace, budget);
+    ASSERT_TRUE(a.has_value() && b.has_value()) << "seed " << seed;
+    ASSERT_EQ(a->schedule.actions, b->schedule.actions) << "seed " << seed;
+    ASSERT_EQ(a->planned_peak_bytes, b->planned_peak_bytes) << "seed " << seed;
+    ASSERT_EQ(a->notes, b->notes) << "seed " << seed;
+    selected += a->planned_peak_bytes < unplanned_peak(trace).bytes ? 1 : 0;
+  }
+  EXPECT_GT(selected, 60);
 }
 
 TEST(PeakPlannerProperty, StallEstimateMatchesTheSimulatorOnPeakSchedules) {

@@ -141,7 +141,8 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
 
   // Read only from the model: ordered beside the selection (common/beside.h).
   std::future<std::vector<std::int32_t>> by_edge_beside =
-      std::async(internal::beside_when_large(model.boundary.size()), [&model] { return boundaries_by_edge(model); });
+      std::async(internal::beside_when_large(model.interior.size(), options.beside_min_candidates),
+                 [&model] { return boundaries_by_edge(model); });
   internal::PeakSelection selection =
       internal::select_peak_candidates(trace, model, options, limit, selection_profile, stop);
   if (stop.stop_requested()) return PeakRun{.result = {}, .stall_ms = 0.0, .stopped = true};
@@ -163,7 +164,7 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
   // The first placement's copies to host follow their copy ops: found
   // beside the lean profile and the prefetch room.
   std::future<std::vector<double>> copy_op_ready_beside =
-      std::async(internal::beside_when_large(selected.size()),
+      std::async(internal::beside_when_large(model.interior.size(), options.beside_min_candidates),
                  [&] { return copy_op_ready_ms(trace, model, selected, start_ms); });
   RangeMaxTree profile(selection_profile.values());
   const std::vector<OpIndex> room_from = prefetch_room(pass, selected, profile);

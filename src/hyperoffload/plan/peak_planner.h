@@ -75,6 +75,7 @@
 // Thread-safety: plan() is const and may run concurrently.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -173,6 +174,12 @@ struct PeakPlannerOptions {
   // picks it cut (the hybrid planner's runs of it weigh plans by their
   // timing and say nothing of it).
   std::int32_t max_refreshes_per_pick = 64;
+  // Interior candidates from which the run's passes that read only the model
+  // (the selection's covering index, the boundary order, the copy ops' ready
+  // times) go on threads of their own beside the work that follows; below,
+  // they run in line (plan/common/beside.h). The schedule is the same either
+  // way (a property test plans with 0 and with the largest value).
+  std::size_t beside_min_candidates = std::size_t{1} << 16;
 };
 
 // The names accepted for score weights, in documentation order.

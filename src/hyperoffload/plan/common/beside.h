@@ -7,8 +7,8 @@
 // thread of its own while the planning thread does other work that needs
 // neither. On a small trace starting a thread (tens of µs) costs more than
 // the pass, and the hybrid planner makes dozens of peak runs a plan, so there
-// the pass runs in line, when its result is first asked for. The result is
-// the same either way.
+// the pass runs in line, when its result is first asked for (below 65,536
+// candidates by default). The result is the same either way.
 //
 // Thread-safety: a pure function.
 #pragma once
@@ -18,13 +18,11 @@
 
 namespace hyperoffload::internal {
 
-// Items (candidates, ops) below which a pass runs in line.
-inline constexpr std::size_t kBesideMinItems = std::size_t{1} << 16;
-
-// std::launch::async for a pass over `items` items worth a thread of its own,
-// else std::launch::deferred (it runs at get(), on the thread that asks).
-inline std::launch beside_when_large(std::size_t items) {
-  return items >= kBesideMinItems ? std::launch::async : std::launch::deferred;
+// std::launch::async for a pass over `items` items when there are at least
+// `min_items` (PeakPlannerOptions::beside_min_candidates), else
+// std::launch::deferred (it runs at get(), on the thread that asks).
+inline std::launch beside_when_large(std::size_t items, std::size_t min_items) {
+  return items >= min_items ? std::launch::async : std::launch::deferred;
 }
 
 }  // namespace hyperoffload::internal

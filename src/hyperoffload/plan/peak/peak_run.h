@@ -20,11 +20,12 @@
 // selection's profile tree and at most three O(n) lean copies of it at once
 // (range_max_tree.h: the first placement's and one per prefetch order);
 // PlacementThreads::kTwo runs the two prefetch orders on two threads, no more
-// work in all. On a trace of at least 65,536 candidates (plan/common/beside.h)
-// three passes that need no result of the run go on threads of their own,
-// also no more work: the selection's covering index beside its records, the
-// boundary candidates' order beside the selection, and the copy ops' ready
-// times beside the lean profile and the prefetch room.
+// work in all. On a trace of at least 65,536 candidates
+// (PeakPlannerOptions::beside_min_candidates, plan/common/beside.h) three
+// passes that need no result of the run go on threads of their own, also no
+// more work: the selection's covering index beside its records, the boundary
+// candidates' order beside the selection, and the copy ops' ready times
+// beside the lean profile and the prefetch room.
 //
 // Thread-safety: a pure function of its arguments.
 #pragma once

@@ -172,8 +172,9 @@ class Selection {
   // on a large trace the index is built on a thread of its own while the
   // records are made here (plan/common/beside.h); the selection starts once
   // both are done.
-  static std::future<CoveringIndex> index_in_background(const Trace& trace, const PeakModel& model) {
-    return std::async(beside_when_large(model.interior.size()),
+  static std::future<CoveringIndex> index_in_background(const Trace& trace, const PeakModel& model,
+                                                        std::size_t beside_min_candidates) {
+    return std::async(beside_when_large(model.interior.size(), beside_min_candidates),
                       [&trace, &model] { return CoveringIndex(trace.op_count(), intervals(model)); });
   }
 
@@ -431,14 +432,15 @@ PeakSelection select_peak_candidates(const Trace& trace, const PeakModel& model,
       const PeakSelection first_pass =
           Selection(trace, model, weights, ties, host_copy_deadline, options.max_refreshes_per_pick, limit_bytes, after,
                     compute_before, windows_before_planning(model, limit_bytes, compute_before),
-                    Selection::index_in_background(trace, model))
+                    Selection::index_in_background(trace, model, options.beside_min_candidates))
               .run(stop);
       prefetch_from_ms = windows_after_a_pass(model, limit_bytes, compute_before, after, first_pass.picks);
       break;
     }
   }
   return Selection(trace, model, weights, ties, host_copy_deadline, options.max_refreshes_per_pick, limit_bytes, profile,
-                   std::move(compute_before), std::move(prefetch_from_ms), Selection::index_in_background(trace, model))
+                   std::move(compute_before), std::move(prefetch_from_ms),
+                   Selection::index_in_background(trace, model, options.beside_min_candidates))
       .run(stop);
 }
 
