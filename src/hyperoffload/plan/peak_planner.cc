@@ -158,14 +158,14 @@ PeakRun run_peak_planner(const Trace& trace, const PeakModel& model, const PeakP
   const std::int64_t placement_limit = std::max(limit, selection_profile.max());
   const std::vector<double> start_ms = op_start_ms(trace);
   const internal::PeakPass pass{trace, model, start_ms, placement_limit, options.device_memory};
-  // The placements only add and search for thresholds: they go on the lean
-  // tree (range_max_tree.h), each on its own copy of the profile after
-  // selection.
   // The first placement's copies to host follow their copy ops: found
   // beside the lean profile and the prefetch room.
   std::future<std::vector<double>> copy_op_ready_beside =
       std::async(internal::beside_when_large(model.interior.size(), options.beside_min_candidates),
                  [&] { return copy_op_ready_ms(trace, model, selected, start_ms); });
+  // The placements only add and search for thresholds: they go on the lean
+  // tree (range_max_tree.h), each on its own copy of the profile after
+  // selection.
   RangeMaxTree profile(selection_profile.values());
   const std::vector<OpIndex> room_from = prefetch_room(pass, selected, profile);
   const std::vector<std::int32_t> by_edge = by_edge_beside.get();

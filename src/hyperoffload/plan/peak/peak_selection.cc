@@ -162,8 +162,6 @@ class Selection {
     index_.activate_all(IndexGroup::kSmall, keys);
   }
 
-  // Runs to completion or until `stop` is requested; returns the selected
-  // interior candidates in order.
   // Note [The covering index beside the records]
   // The covering index and the per-candidate records (Gap, the initial
   // bounds and keys) are both made from the model alone, and each is a
@@ -178,6 +176,8 @@ class Selection {
                       [&trace, &model] { return CoveringIndex(trace.op_count(), intervals(model)); });
   }
 
+  // Runs to completion or until `stop` is requested; returns the selected
+  // interior candidates in order.
   PeakSelection run(std::stop_token stop) {
     PeakSelection out;
     std::vector<std::int32_t>& selected = out.picks;
