@@ -204,7 +204,7 @@ TEST(PeakPlannerProperty, PassesBesideTheRunGiveTheSameScheduleAsInLine) {
   // boundary order and the copy ops' ready times on threads of their own
   // (PeakPlannerOptions::beside_min_candidates, plan/common/beside.h); here
   // every run does (0) or none does (the largest value), on traces of every
-  // size: the schedules, stalls and peaks must be equal. Under the
+  // size: the schedules, peaks and notes must be equal. Under the
   // ThreadSanitizer build (make test-tsan) this is also the race check of
   // those threads. Counts the cases that selected something.
   int selected = 0;
