@@ -12,8 +12,9 @@
 // entries (a million dependent loads per thousand picks, most of them cache
 // misses). When the op stays, only the entries containing it matter, and
 // every change the planner makes is to the leader or to an entry it just
-// re-evaluated: a heap per group answers that in O(1), and a changed leader
-// sinks in O(log_8 m) through cache lines of eight keys. The trees are
+// re-evaluated: a queue per group answers that in O(1), and a changed leader
+// goes back in O(1) amortized (a radix heap, since keys only fall: Note [A
+// radix heap for falling keys], key_heap.h). The trees are
 // brought up to date, one deferred set() at a time in the order of first
 // deferral (each applied as set() would have been, so the trees end as if
 // every set() had reached them), when a query asks about another op.
@@ -344,10 +345,10 @@ CoveringIndex::Best CoveringIndex::query_cached(OpIndex op) {
 
 std::span<const std::int32_t> CoveringIndex::runners_up(IndexGroup group) const {
   if (!pinned_ || group == IndexGroup::kNone) return {};
-  return heap(group).children_of_top();
+  return heap(group).runners_up();
 }
 
-bool CoveringIndex::valid(const KeyHeap::Item& item, IndexGroup group) const {
+bool CoveringIndex::valid(const KeyItem& item, IndexGroup group) const {
   const auto e = static_cast<std::size_t>(item.entry);
   return group_[e] == group && std::bit_cast<std::uint64_t>(key_[e]) == std::bit_cast<std::uint64_t>(item.key);
 }
@@ -417,80 +418,6 @@ CoveringIndex::Best CoveringIndex::pinned_best() {
     if (h.size() > 0) (group == IndexGroup::kSmall ? best.small : best.large) = h.top().entry;
   }
   return best;
-}
-
-void CoveringIndex::KeyHeap::reserve_for(std::size_t size) {
-  const std::size_t lines = (size + kPad + kArity - 1) / kArity;
-  if (lines_.size() < lines) lines_.resize(std::max(lines, 2 * lines_.size()));
-}
-
-void CoveringIndex::KeyHeap::append(Item item) {
-  reserve_for(size_ + 1);
-  key_at(size_) = item.key;
-  entry_at(size_) = item.entry;
-  ++size_;
-}
-
-void CoveringIndex::KeyHeap::build() {
-  if (size_ < 2) return;
-  for (std::size_t i = (size_ - 2) / kArity + 1; i-- > 0;) sift_down(i, {key_at(i), entry_at(i)});
-}
-
-void CoveringIndex::KeyHeap::push(Item item) {
-  reserve_for(size_ + 1);
-  ++size_;
-  sift_up(size_ - 1, item);
-}
-
-void CoveringIndex::KeyHeap::pop() {
-  --size_;
-  if (size_ > 0) sift_down(0, {key_at(size_), entry_at(size_)});
-}
-
-void CoveringIndex::KeyHeap::replace_top(Item item) { sift_down(0, item); }
-
-void CoveringIndex::KeyHeap::sift_down(std::size_t i, Item item) {
-  for (;;) {
-    const std::size_t first = kArity * i + 1;
-    if (first >= size_) break;
-    const std::size_t end = std::min(first + kArity, size_);
-    // The children's children fill the eight lines after the children's
-    // (logical node c's children are 8c+1 .. 8c+8, physical line c + 1): ask
-    // for them now, so the next level is on its way whichever child wins. On
-    // the 1M-op chain a sift's time was a miss per level; this took the peak
-    // selection from 1.90 to 1.76 s (medians of 19 rounds, interleaved).
-    for (std::size_t line = first + 1; line < std::min(end + 1, lines_.size()); ++line) {
-      __builtin_prefetch(&lines_[line].key[0]);
-      __builtin_prefetch(&lines_[line].entry[0]);
-    }
-    std::size_t best = first;
-    double best_key = key_at(first);
-    for (std::size_t c = first + 1; c < end; ++c) {
-      const double k = key_at(c);
-      if (above(k, entry_at(c), best_key, entry_at(best))) {
-        best = c;
-        best_key = k;
-      }
-    }
-    if (!above(best_key, entry_at(best), item.key, item.entry)) break;
-    key_at(i) = best_key;
-    entry_at(i) = entry_at(best);
-    i = best;
-  }
-  key_at(i) = item.key;
-  entry_at(i) = item.entry;
-}
-
-void CoveringIndex::KeyHeap::sift_up(std::size_t i, Item item) {
-  while (i > 0) {
-    const std::size_t parent = (i - 1) / kArity;
-    if (!above(item.key, item.entry, key_at(parent), entry_at(parent))) break;
-    key_at(i) = key_at(parent);
-    entry_at(i) = entry_at(parent);
-    i = parent;
-  }
-  key_at(i) = item.key;
-  entry_at(i) = item.entry;
 }
 
 }  // namespace hyperoffload::internal

@@ -21,7 +21,9 @@
 // been asked at one op often enough to pay for it, the active entries
 // containing that op go into one heap per group, and until a query at another
 // op the index answers from the heaps and set() updates them instead of the
-// trees (O(log_8 m) per set or query, m the heap's size), deferring the
+// trees (O(1) amortized per set or query while keys fall, plus the scan of a
+// bucket when the top's empties; O(log_8 m) for a key that rises, m the
+// heap's size: plan/common/key_heap.h), deferring the
 // trees' updates to that next query (O(log c) each in a node of c entries, or
 // O(c) for the node at once when at least c / log2(c) of them are its).
 //
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "hyperoffload/ir/ids.h"
+#include "hyperoffload/plan/common/key_heap.h"
 
 namespace hyperoffload::internal {
 
@@ -84,14 +87,14 @@ class CoveringIndex {
   // instead of O(log² n). The planner re-asks at the peak op after every lazy
   // re-evaluation, which changes one entry. Asked at the same op about
   // (entries containing it) / kPinEntriesPerQuery times in a row, it pins the
-  // op: O(entries containing it) once, then O(log_8 m) per query there, m the
-  // heaps' size (at most those entries plus the set() calls since).
+  // op: O(entries containing it) once, then per query there O(1) amortized
+  // (KeyHeap's cost, key_heap.h) for each item dropped from the heaps' tops.
   Best query_cached(OpIndex op);
 
-  // At a pinned op, the entries that would lead `group` if the leader's key
-  // fell (the top's children in its heap: at most eight, some maybe stale);
-  // empty when no op is pinned. The planner asks for the next leader's data
-  // ahead while it re-evaluates this one.
+  // At a pinned op, entries likely to lead `group` if the leader's key fell
+  // (KeyHeap::runners_up: at most eight, some maybe stale); empty when no op
+  // is pinned. The planner asks for their data ahead while it re-evaluates
+  // the leader.
   std::span<const std::int32_t> runners_up(IndexGroup group) const;
 
  private:
@@ -166,51 +169,6 @@ class CoveringIndex {
   // entry's group and key are still the item's; the trees hold the entries
   // as tree_group_ and the orders' keys say, and pending_ lists the entries
   // whose state differs.
-  class KeyHeap {
-   public:
-    struct Item {
-      double key = 0.0;
-      std::int32_t entry = kNoEntry;
-    };
-    std::size_t size() const { return size_; }
-    Item top() const { return {key_at(0), entry_at(0)}; }
-    void clear() { size_ = 0; }
-    // Adds an item; build() orders the items added since clear().
-    void append(Item item);
-    void build();
-    void push(Item item);
-    void pop();
-    void replace_top(Item item);
-    // The top's children, in no order.
-    std::span<const std::int32_t> children_of_top() const {
-      return size_ < 2 ? std::span<const std::int32_t>{}
-                       : std::span<const std::int32_t>(lines_[1].entry, std::min(size_ - 1, kArity));
-    }
-
-   private:
-    // An 8-ary heap: the children of logical position i are 8i+1 .. 8i+8,
-    // stored from physical position 8(i+1), so that their keys and entries
-    // fill one pair of adjacent cache lines (which the hardware fetches
-    // together): a sift costs about one miss per level.
-    static constexpr std::size_t kArity = 8;
-    static constexpr std::size_t kPad = kArity - 1;  // physical = logical + kPad
-    struct alignas(128) Line {
-      double key[kArity];
-      std::int32_t entry[kArity];
-    };
-    double& key_at(std::size_t i) { return lines_[(i + kPad) / kArity].key[(i + kPad) % kArity]; }
-    double key_at(std::size_t i) const { return lines_[(i + kPad) / kArity].key[(i + kPad) % kArity]; }
-    std::int32_t& entry_at(std::size_t i) { return lines_[(i + kPad) / kArity].entry[(i + kPad) % kArity]; }
-    std::int32_t entry_at(std::size_t i) const { return lines_[(i + kPad) / kArity].entry[(i + kPad) % kArity]; }
-    // Whether (ka, ea) ranks above (kb, eb): the higher key, then the lower entry.
-    static bool above(double ka, std::int32_t ea, double kb, std::int32_t eb) { return ka != kb ? ka > kb : ea < eb; }
-    void reserve_for(std::size_t size);
-    void sift_down(std::size_t i, Item item);
-    void sift_up(std::size_t i, Item item);
-
-    std::size_t size_ = 0;
-    std::vector<Line> lines_;
-  };
   static constexpr std::int64_t kPinEntriesPerQuery = 64;
   bool pinned_ = false;
   KeyHeap heaps_[2];  // by group: kSmall, kLarge
@@ -223,7 +181,7 @@ class CoveringIndex {
   std::vector<std::uint32_t> pending_in_node_;
   KeyHeap& heap(IndexGroup group) { return heaps_[group == IndexGroup::kSmall ? 0 : 1]; }
   const KeyHeap& heap(IndexGroup group) const { return heaps_[group == IndexGroup::kSmall ? 0 : 1]; }
-  bool valid(const KeyHeap::Item& item, IndexGroup group) const;
+  bool valid(const KeyItem& item, IndexGroup group) const;
   void pin();
   // Applies what a pinned op deferred and leaves it; the cached path is dropped.
   void unpin();

@@ -334,8 +334,8 @@ class Selection {
         return best_fresh;
       }
       ++refreshes;
-      // When this one's value falls, one of these leads: its record is on the
-      // way while this one is re-evaluated.
+      // When this one's value falls, one of these likely leads: its record is
+      // on the way while this one is re-evaluated.
       for (const std::int32_t next : index_.runners_up(index_.group(pick))) {
         __builtin_prefetch(&gaps_[static_cast<std::size_t>(next)]);
       }
