@@ -95,6 +95,10 @@ TorchStatus TorchSession::bind_device(c10::Device device) {
     host.device_capacity_bytes = std::max<std::int64_t>(std::int64_t{64} << 20, 2 * options_.session.calibration_bytes);
     host.copy_engines = options_.copy_engines;
     host.emulated_copy_bandwidth_gib_per_s = options_.emulated_copy_bandwidth_gib_per_s;
+    // Small copies on an idle copy stream run on the op's thread: cheaper than
+    // waking the stream's worker (Note [Small copies on an idle stream],
+    // runtime/host_backend.cc). Without effect on an emulated link.
+    host.inline_copy_max_bytes = std::int64_t{256} << 10;
     Result<std::unique_ptr<HostBackend>> backend = HostBackend::create(host);
     if (!backend) return std::unexpected(runtime_error(backend.error()));
     backend_ = std::move(*backend);

@@ -86,6 +86,57 @@ TEST(HostBackend, ComputeStreamIsTheCallerSoItsEventsCompleteAtOnce) {
   ASSERT_TRUE(backend->destroy_event(event));
 }
 
+// Note [Small copies on an idle stream]: with inline_copy_max_bytes 1000, a
+// copy of 1000 bytes on the idle D2H stream is done when copy_async returns,
+// and an event recorded there is complete at once; while the stream has work
+// pending (a function held by a gate), a small copy and a record wait their
+// turn behind it; and a copy of 1001 bytes goes to the worker and is done in
+// its order (when it runs is the worker's, so only the result is checked).
+TEST(HostBackend, SmallCopiesOnAnIdleStreamRunAtOnceAndOthersInOrder) {
+  auto backend = make_backend({.inline_copy_max_bytes = 1000});
+  const Stream d2h = backend->stream(StreamRole::kDeviceToHost);
+  const Event event = *backend->create_event();
+  std::vector<unsigned char> source(1001, 5), target(1001, 0);
+  ASSERT_TRUE(backend->copy_async(d2h, target.data(), source.data(), 1000, CopyKind::kDeviceToHost));
+  EXPECT_EQ(target[0], 5);
+  EXPECT_EQ(target[999], 5);
+  EXPECT_EQ(target[1000], 0);
+  ASSERT_TRUE(backend->record_event(event, d2h));
+  EXPECT_TRUE(*backend->event_completed(event));
+
+  // The same stream held: nothing runs at once any more.
+  std::fill(target.begin(), target.end(), 0);
+  Gate gate;
+  ASSERT_TRUE(backend->launch_host_function(d2h, gate.blocker()));
+  ASSERT_TRUE(backend->copy_async(d2h, target.data(), source.data(), 10, CopyKind::kDeviceToHost));
+  EXPECT_EQ(target[9], 0);  // queued behind the gate (the worker is blocked: no race)
+  ASSERT_TRUE(backend->record_event(event, d2h));
+  EXPECT_FALSE(*backend->event_completed(event));
+  gate.open();
+  ASSERT_TRUE(backend->synchronize_event(event));
+  EXPECT_EQ(target[9], 5);
+
+  // Idle again, but 1001 bytes is above the limit: the worker runs it, and
+  // the record after the held function behind it waits for that function.
+  std::fill(target.begin(), target.end(), 0);
+  Gate second;
+  ASSERT_TRUE(backend->synchronize_stream(d2h));
+  ASSERT_TRUE(backend->copy_async(d2h, target.data(), source.data(), 1001, CopyKind::kDeviceToHost));
+  ASSERT_TRUE(backend->launch_host_function(d2h, second.blocker()));
+  ASSERT_TRUE(backend->record_event(event, d2h));
+  EXPECT_FALSE(*backend->event_completed(event));
+  second.open();
+  ASSERT_TRUE(backend->synchronize_event(event));
+  EXPECT_EQ(target[1000], 5);
+  ASSERT_TRUE(backend->destroy_event(event));
+}
+
+TEST(HostBackend, RejectsANegativeInlineCopyLimit) {
+  Result<std::unique_ptr<HostBackend>> backend = HostBackend::create({.inline_copy_max_bytes = -1});
+  ASSERT_FALSE(backend.has_value());
+  EXPECT_THAT(backend.error().message, HasSubstr("inline_copy_max_bytes must be >= 0"));
+}
+
 TEST(HostBackend, StreamWaitEventOrdersWorkAcrossStreams) {
   // Stream A is held by a gate and then writes 1; stream B waits for A's event
   // and then reads. B must see the write even though it is enqueued first in
