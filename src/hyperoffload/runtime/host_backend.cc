@@ -145,13 +145,17 @@ void run_copy(const CopyTask& copy, Clock::time_point link_start) {
 // 0.7 ms of a 4 ms step in them for twelve copies of 40-80 KiB), more than a
 // memcpy of a quarter of a MiB. With HostBackendOptions::inline_copy_max_bytes
 // a copy no larger than that, enqueued on a stream whose worker has run every
-// item pushed so far, is run at once by the caller, and so is a record on such
-// a stream. That is the order the worker would have given them: idle() reads,
-// with the seq_cst load that waiters poll, the slot that the worker's last pop
-// released with a seq_cst store after running the item, so every earlier item's
-// effects are visible, and a record made at once completes as a record on the
-// compute stream does. A later item on the stream comes after the copy, which
-// is done. Host functions and waits still go to the worker: a function could
+// item pushed so far, is run at once by the caller, and so is a record that
+// follows such a copy with nothing pushed in between. That is the order the
+// worker would have given them: idle() reads, with the seq_cst load that
+// waiters poll, the slot that the worker's last pop released with a seq_cst
+// store after running the item, so every earlier item's effects are visible;
+// a later item on the stream comes after the copy, which is done; and the
+// record's time is the copy's end, when the worker would have reached it. A
+// record on an idle stream with no such copy before it still goes to the
+// worker: the record that starts a timed span before a larger copy would
+// otherwise take its time before the worker's wake-up, and the span would
+// hold it. Host functions and waits still go to the worker: a function could
 // take a lock its caller holds, and a wait would block the caller.
 //
 // Note [Lock-free hand-off]: enqueueing is a push onto the stream's MpscRing
@@ -202,9 +206,21 @@ class WorkerStream {
     return *position + 1;
   }
 
-  // Any thread: whether every item pushed so far has run (the worker may still
-  // be spinning for the next one).
-  bool idle() const { return reached(ring_.pushed()); }
+  // Note [Small copies on an idle stream]: runs `copy` on the calling thread
+  // when every item pushed so far has run; whether it did.
+  bool run_if_idle(const CopyTask& copy) {
+    if (!idle()) return false;
+    run_copy(copy, {});
+    ran_inline_at_.store(ring_.pushed(), std::memory_order_release);
+    return true;
+  }
+
+  // Whether the last item given to the stream was a copy run_if_idle() ran
+  // (nothing pushed since) and everything pushed has run: a record now
+  // completes at once, as the worker would have completed it right after.
+  bool idle_after_inline_copy() const {
+    return ran_inline_at_.load(std::memory_order_acquire) == ring_.pushed() && idle();
+  }
 
   // Any thread: whether the worker has completed `target` items.
   bool reached(std::uint64_t target) const { return target == 0 || ring_.consumed(target - 1); }
@@ -226,6 +242,10 @@ class WorkerStream {
       lock.lock();
     }
   }
+
+  // Any thread: whether every item pushed so far has run (the worker may still
+  // be spinning for the next one).
+  bool idle() const { return reached(ring_.pushed()); }
 
   // Any thread: the completed-item count at which everything pushed so far has run.
   std::uint64_t pushed() const { return ring_.pushed(); }
@@ -347,6 +367,8 @@ class WorkerStream {
   }
 
   static constexpr std::uint64_t kNobody = ~std::uint64_t{0};
+  // pushed() when run_if_idle() last ran a copy (kNobody: never).
+  std::atomic<std::uint64_t> ran_inline_at_{kNobody};
 
   const std::chrono::microseconds spin_;
   internal::MpscRing<Task> ring_;
@@ -446,7 +468,7 @@ class HostBackend::Impl {
   // stream and target, which the worker never reads; the caller shares the
   // node only afterwards.
   void record(const std::shared_ptr<RecordNode>& node, WorkerStream* worker) const {
-    if (worker == nullptr || (inline_copy_max_bytes_ > 0 && worker->idle())) {
+    if (worker == nullptr || (inline_copy_max_bytes_ > 0 && worker->idle_after_inline_copy())) {
       node->time = Clock::now();
       node->done.store(true, std::memory_order_release);
       return;
@@ -464,10 +486,11 @@ class HostBackend::Impl {
 
   bool emulated_link() const { return link_ns_per_byte_ > 0.0; }
 
-  // Note [Small copies on an idle stream]: whether `copy` runs at once on the
-  // caller's thread instead of on `worker`.
-  bool runs_inline(const CopyTask& copy, const WorkerStream& worker) const {
-    return copy.link_ns == 0 && copy.bytes <= static_cast<std::size_t>(inline_copy_max_bytes_) && worker.idle();
+  // Note [Small copies on an idle stream]: runs `copy` at once on the
+  // caller's thread when it may and `worker` is idle; whether it did.
+  bool ran_inline(const CopyTask& copy, WorkerStream& worker) const {
+    return copy.link_ns == 0 && copy.bytes <= static_cast<std::size_t>(inline_copy_max_bytes_) &&
+           worker.run_if_idle(copy);
   }
 
   std::unique_ptr<DeviceArena> arena_;
@@ -602,10 +625,7 @@ Status HostBackend::copy_async(Stream stream, void* dst, const void* src, std::i
     run_copy(copy, copy.enqueued);  // the compute stream is the caller (a fault: Note [Emulated link])
     return ok_status();
   }
-  if (impl_->runs_inline(copy, *worker)) {
-    run_copy(copy, {});
-    return ok_status();
-  }
+  if (impl_->ran_inline(copy, *worker)) return ok_status();
   worker->enqueue(copy);
   return ok_status();
 }

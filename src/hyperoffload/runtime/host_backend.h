@@ -61,8 +61,8 @@ struct HostBackendOptions {
   std::optional<double> emulated_copy_bandwidth_gib_per_s;
   // Note [Small copies on an idle stream]: a copy of at most this many bytes
   // enqueued on a copy stream with nothing pending runs at once on the
-  // caller's thread, as does an event recorded on such a stream, instead of
-  // waking the stream's worker. 0 (the default): every item goes to the
+  // caller's thread, as does an event recorded right after such a copy,
+  // instead of waking the stream's worker. 0 (the default): every item goes to the
   // worker, so tests see the streams' concurrency in full. Not with an
   // emulated link, whose copies pace their stream. Bytes, >= 0.
   std::int64_t inline_copy_max_bytes = 0;
