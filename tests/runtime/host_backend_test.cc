@@ -381,11 +381,13 @@ TEST(HostBackend, SleepingWaitersAreWokenWithoutSpinning) {
   ASSERT_TRUE(backend->free_device(device));
 }
 
-TEST(HostBackendStress, ManyThreadsCopyThroughSharedStreamsWithoutRaces) {
-  // Four host threads each push copies through the two copy streams and wait
-  // on their own events; every byte must arrive. Run under TSan this checks the
-  // backend's internal synchronisation.
-  auto backend = make_backend({.device_capacity_bytes = 1 << 22});
+// Four host threads each push copies through the two copy streams and wait
+// on their own events; every byte must arrive. Run under TSan this checks the
+// backend's internal synchronisation — with every copy on the workers, and
+// with copies of up to 1 KiB (all of them here) run by their callers whenever
+// the stream is idle, so that both paths interleave.
+void copy_through_shared_streams(std::int64_t inline_copy_max_bytes) {
+  auto backend = make_backend({.device_capacity_bytes = 1 << 22, .inline_copy_max_bytes = inline_copy_max_bytes});
   constexpr int kThreads = 4;
   constexpr int kRounds = 200;
   std::vector<std::thread> threads;
@@ -415,6 +417,12 @@ TEST(HostBackendStress, ManyThreadsCopyThroughSharedStreamsWithoutRaces) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(backend->device_memory_stats().in_use_bytes, 0);
   EXPECT_EQ(backend->host_bytes_in_use(), 0);
+}
+
+TEST(HostBackendStress, ManyThreadsCopyThroughSharedStreamsWithoutRaces) { copy_through_shared_streams(0); }
+
+TEST(HostBackendStress, ManyThreadsCopyInlineOrThroughSharedStreamsWithoutRaces) {
+  copy_through_shared_streams(1024);
 }
 
 }  // namespace
