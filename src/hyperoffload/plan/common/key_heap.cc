@@ -141,9 +141,11 @@ void KeyHeap::pop() {
 }
 
 void KeyHeap::replace_top(KeyItem item) {
-  // Pushed before settling, against the rank of the top it replaces: a
-  // re-evaluated leader that fell less than the gap to the next item settles
-  // back on top, instead of going above the next one's rank.
+  // Pushed before settling, against the rank of the top it replaces (which
+  // it does not exceed when keys fall): a re-evaluated leader that still leads
+  // goes to a bucket and settles back on top, where pushed after settling it
+  // would rank above the new top and go to the 8-ary heap (on the 1M-op chain
+  // 340k of 2.1M pushes did).
   const bool emptied = take_top();
   push(item);
   if (emptied && (filled_[0] & 1U) == 0) settle();
