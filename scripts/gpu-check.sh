@@ -497,19 +497,23 @@ trap on_signal TERM INT HUP
 # run_part NAME CAP FUNCTION
 run_part() {
   local name=$1 cap=$2 fn=$3
-  local left=$((DEADLINE - SECONDS - 5))
+  # One reading of the clock for the limit and for what the log says of it:
+  # read twice, a second could tick between (a loaded machine once logged
+  # "started at 1 s" beside a limit computed at 0 s).
+  local start=$SECONDS
+  local left=$((DEADLINE - start - 5))
   if ((left < 10)); then
-    STATUS[$name]=SKIP SECS[$name]=0 DETAIL[$name]="out of time: ${SECONDS} s of the ${DEADLINE} s deadline gone"
+    STATUS[$name]=SKIP SECS[$name]=0 DETAIL[$name]="out of time: ${start} s of the ${DEADLINE} s deadline gone"
     render "running"
     return
   fi
   local limit=$((cap < left ? cap : left))
-  STATUS[$name]=RUNNING DETAIL[$name]="started at ${SECONDS} s, limit ${limit} s"
+  STATUS[$name]=RUNNING DETAIL[$name]="started at ${start} s, limit ${limit} s"
   RUNNING=$name
   PART_T0=$SECONDS
   render "running"
   echo "[gpu-check] $name: started (limit ${limit} s)"
-  echo "===== $name (limit ${limit} s, started at ${SECONDS} s) =====" >> "$LOG"
+  echo "===== $name (limit ${limit} s, started at ${start} s) =====" >> "$LOG"
   PART=$name timeout -k 10 "$limit" bash -c "$fn" >> "$LOG" 2>&1 &
   PART_PID=$!
   wait "$PART_PID"

@@ -26,6 +26,9 @@ expect() {
   for regex in "$@"; do
     if ! grep -q -E "$regex" "$summary"; then
       echo "FAIL: $summary has no line matching: $regex"
+      echo "----- the summary:"
+      cat "$summary"
+      echo "-----"
       failures=$((failures + 1))
     fi
   done
