@@ -71,12 +71,13 @@ struct Log : WalkObserver<Log, int> {
         fmt::format("output s{} {}", output.storage, outcome == RecomputeOutput::kRegenerates ? "regenerates" : "not"));
   }
   void recompute(const ResolvedAction& a, const RecomputeAccesses&, std::int64_t regenerated_bytes) {
-    lines.push_back(fmt::format("recompute op {} {}B {}", a.action.source_op, regenerated_bytes, bytes()));
+    lines.push_back(fmt::format("recompute op {} {}B {}", a.action().source_op, regenerated_bytes, bytes()));
   }
 };
 
 std::vector<std::string> walk(const Trace& trace, const char* schedule) {
-  const std::vector<ResolvedAction> resolved = resolve_actions(trace, Schedule{"", actions(schedule)}, {});
+  const Schedule parsed{"", actions(schedule)};  // the resolved actions point into it
+  const std::vector<ResolvedAction> resolved = resolve_actions(trace, parsed, {});
   ScheduleWalk<Log> walk(trace, resolved);
   Log log;
   log.memory = &walk.memory();

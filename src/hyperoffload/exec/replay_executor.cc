@@ -67,10 +67,10 @@ Result<std::shared_ptr<const ReplayPlan>> ReplayPlan::create(Trace trace, Schedu
   std::unordered_map<OpIndex, Unit> units;
   for (const ResolvedAction& action : resolved) {
     action_storage.push_back(action.storage);
-    if (action.action.kind != ActionKind::kRecompute) continue;
+    if (action.action().kind != ActionKind::kRecompute) continue;
     ++recomputes;
     const auto position = static_cast<std::int64_t>(action.index);
-    const OpIndex source = action.action.source_op;
+    const OpIndex source = action.action().source_op;
     auto [it, added] = units.try_emplace(source);
     Unit& unit = it->second;
     if (added) fill_unit(trace, guide, source, unit.members, unit.inputs);

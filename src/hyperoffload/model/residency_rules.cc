@@ -1,6 +1,7 @@
 #include "hyperoffload/model/residency_rules.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -46,6 +47,10 @@ std::string recompute_source_problem(const Trace& trace, const Action& action) {
 std::vector<ResolvedAction> resolve_actions(const Trace& trace, std::span<const Action> actions,
                                             const std::function<void(std::string)>& problem) {
   std::vector<ResolvedAction> resolved;
+  if (actions.size() > std::numeric_limits<std::uint32_t>::max()) {
+    if (problem) problem(fmt::format("{} actions: a schedule holds at most 4,294,967,295", actions.size()));
+    return resolved;
+  }
   resolved.reserve(actions.size());
   bool ordered = true;
   for (std::size_t i = 0; i < actions.size(); ++i) {
@@ -71,18 +76,18 @@ std::vector<ResolvedAction> resolve_actions(const Trace& trace, std::span<const 
       }
       storage = *found;
     }
-    if (ordered && !resolved.empty() && execution_slot(action) < execution_slot(resolved.back().action)) {
+    if (ordered && !resolved.empty() && execution_slot(action) < execution_slot(resolved.back().action())) {
       if (problem) {
         problem(fmt::format("actions[{}] ({}): out of execution order (after {})", i, describe(action),
-                            describe(resolved.back().action)));
+                            describe(resolved.back().action())));
       }
       ordered = false;
     }
-    resolved.push_back({action, storage, i});
+    resolved.push_back({&action, storage, static_cast<std::uint32_t>(i)});
   }
   if (!ordered) {
     std::stable_sort(resolved.begin(), resolved.end(), [](const ResolvedAction& a, const ResolvedAction& b) {
-      return execution_slot(a.action) < execution_slot(b.action);
+      return execution_slot(a.action()) < execution_slot(b.action());
     });
   }
   return resolved;

@@ -38,7 +38,8 @@
 // order, whatever its outcome.
 //
 //   struct Count : WalkObserver<Count> { ... void run_op(OpIndex op) { ... } };
-//   ScheduleWalk<Count> walk(trace, resolve_actions(trace, schedule, {}));
+//   const std::vector<ResolvedAction> resolved = resolve_actions(trace, schedule, {});
+//   ScheduleWalk<Count> walk(trace, resolved);
 //   Count count;
 //   walk.run(count);
 //
@@ -176,7 +177,7 @@ class ScheduleWalk {
       : trace_(trace), actions_(actions), storages_(static_cast<std::size_t>(trace.storage_count())) {
     for (StorageIndex s = 0; s < trace.storage_count(); ++s) storage(s).size_bytes = trace.storage(s).size_bytes;
     if (std::any_of(actions.begin(), actions.end(),
-                    [](const ResolvedAction& a) { return a.action.kind == ActionKind::kRecompute; })) {
+                    [](const ResolvedAction& a) { return a.action().kind == ActionKind::kRecompute; })) {
       versions_ = AccessVersions(trace);
     }
   }
@@ -186,12 +187,12 @@ class ScheduleWalk {
     for (OpIndex op = 0; op < trace_.op_count(); ++op) {
       observer.begin_op(op);
       prefetch_actions(next);
-      for (; next < actions_.size() && actions_[next].action.op == op && actions_[next].action.phase == Phase::kPre;
+      for (; next < actions_.size() && actions_[next].action().op == op && actions_[next].action().phase == Phase::kPre;
            ++next) {
         apply(actions_[next], observer);
       }
       run_op(op, observer);
-      for (; next < actions_.size() && actions_[next].action.op == op; ++next) apply(actions_[next], observer);
+      for (; next < actions_.size() && actions_[next].action().op == op; ++next) apply(actions_[next], observer);
     }
   }
 
@@ -239,7 +240,7 @@ class ScheduleWalk {
   }
 
   void recompute(const ResolvedAction& resolved, Observer& observer) {
-    recompute_accesses(trace_, versions_, resolved.action.source_op, recompute_);
+    recompute_accesses(trace_, versions_, resolved.action().source_op, recompute_);
     for (const RecomputeAccess& input : recompute_.inputs) {
       Storage& state = storage(input.storage);
       observer.recompute_input(resolved, input, ref(state), classify_recompute_input(state.residency, input.version));
@@ -258,13 +259,13 @@ class ScheduleWalk {
   }
 
   void apply(const ResolvedAction& resolved, Observer& observer) {
-    if (resolved.action.kind == ActionKind::kRecompute) {
+    if (resolved.action().kind == ActionKind::kRecompute) {
       recompute(resolved, observer);
       return;
     }
     Storage& state = storage(resolved.storage);
     ResidencyState& residency = state.residency;
-    switch (resolved.action.kind) {
+    switch (resolved.action().kind) {
       case ActionKind::kCopyD2H: {
         const CopyOutcome outcome = classify_d2h(residency);
         if (outcome == CopyOutcome::kCopies) {

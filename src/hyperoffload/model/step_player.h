@@ -150,7 +150,7 @@ class StepPlayer : public WalkObserver<StepPlayer<Recorder>, StorageTiming> {
     const CopyWindow copy = clock_.copy_to_host(resolved.storage, state.data, host_ms_, trace_.d2h_ms(size));
     totals_.d2h_bytes += size;
     ++totals_.d2h_count;
-    recorder_.span(SpanKind::kCopyD2H, clock_.lane(CopyDirection::kToHost), resolved.action.op, resolved.storage, size,
+    recorder_.span(SpanKind::kCopyD2H, clock_.lane(CopyDirection::kToHost), resolved.action().op, resolved.storage, size,
                    copy.start_ms, copy.end_ms);
   }
 
@@ -167,7 +167,7 @@ class StepPlayer : public WalkObserver<StepPlayer<Recorder>, StorageTiming> {
     }
     totals_.h2d_bytes += size;
     ++totals_.h2d_count;
-    recorder_.span(SpanKind::kCopyH2D, clock_.lane(CopyDirection::kToDevice), resolved.action.op, resolved.storage,
+    recorder_.span(SpanKind::kCopyH2D, clock_.lane(CopyDirection::kToDevice), resolved.action().op, resolved.storage,
                    size, copy.copy.start_ms, copy.copy.end_ms);
     host_ms_ = copy.host_ms;
   }
@@ -198,7 +198,7 @@ class StepPlayer : public WalkObserver<StepPlayer<Recorder>, StorageTiming> {
   // (storage_timing.h, RecomputeHolds).
   void recompute(const ResolvedAction& resolved, const RecomputeAccesses& accesses, std::int64_t regenerated_bytes) {
     recorder_.next_event();
-    const Action& action = resolved.action;
+    const Action& action = resolved.action();
     const OpIndex source = action.source_op;
     const double ready_ms = clock_.stream_free_ms();
     const StepClock::Recompute run =

@@ -92,7 +92,7 @@ class ValidationObserver : public WalkObserver<ValidationObserver, Explain> {
   // afterwards, allocated if it was released. Problems name the action.
   void recompute_input(const ResolvedAction& resolved, const RecomputeAccess& input, Storage state,
                        RecomputeInput outcome) {
-    const OpIndex source = resolved.action.source_op;
+    const OpIndex source = resolved.action().source_op;
     switch (outcome) {
       case RecomputeInput::kReady: break;
       case RecomputeInput::kMissing:
@@ -120,14 +120,14 @@ class ValidationObserver : public WalkObserver<ValidationObserver, Explain> {
   void recompute(const ResolvedAction& resolved, const RecomputeAccesses&, std::int64_t regenerated_bytes) {
     ++report_.recompute_count;
     report_.regenerated_bytes += regenerated_bytes;
-    note_peak(resolved.action.op, resolved.action.source_op);
+    note_peak(resolved.action().op, resolved.action().source_op);
   }
 
   void copy_to_host(const ResolvedAction& resolved, Storage state, CopyOutcome outcome) {
     switch (outcome) {
       case CopyOutcome::kNoOp: return;
       case CopyOutcome::kError:
-        problem(fmt::format("{}: storage is not resident ({})", describe(resolved.action),
+        problem(fmt::format("{}: storage is not resident ({})", describe(resolved.action()),
                             state.residency.seen ? fmt::format("released after op {}", state.data.released_after_op)
                                                  : std::string("before its first access")));
         return;
@@ -143,10 +143,10 @@ class ValidationObserver : public WalkObserver<ValidationObserver, Explain> {
       case CopyOutcome::kNoOp: return;
       case CopyOutcome::kError:
         if (!state.residency.host_present) {
-          problem(fmt::format("{}: no host copy to copy from", describe(resolved.action)));
+          problem(fmt::format("{}: no host copy to copy from", describe(resolved.action())));
         } else {
           problem(fmt::format("{}: host copy is stale (storage written at op {} after it was copied)",
-                              describe(resolved.action), state.data.last_write_op));
+                              describe(resolved.action()), state.data.last_write_op));
         }
         return;
       case CopyOutcome::kCopies:
@@ -157,7 +157,7 @@ class ValidationObserver : public WalkObserver<ValidationObserver, Explain> {
   }
   void release_device(const ResolvedAction& resolved, Storage state, bool released) {
     if (!released) return;
-    const Action& action = resolved.action;
+    const Action& action = resolved.action();
     state.data.released_after_op = action.phase == Phase::kPost ? action.op : action.op - 1;
   }
 
@@ -167,7 +167,7 @@ class ValidationObserver : public WalkObserver<ValidationObserver, Explain> {
     if (report_.problems.size() < options_.max_described_problems) report_.problems.push_back(std::move(text));
   }
   static std::string where(const ResolvedAction& resolved) {
-    return fmt::format("actions[{}] ({})", resolved.index, describe(resolved.action));
+    return fmt::format("actions[{}] ({})", resolved.index, describe(resolved.action()));
   }
   void note_peak(OpIndex op, OpIndex recompute_source) {
     const std::int64_t bytes = memory_->device_bytes;
