@@ -150,8 +150,8 @@ class StepPlayer : public WalkObserver<StepPlayer<Recorder>, StorageTiming> {
     const CopyWindow copy = clock_.copy_to_host(resolved.storage, state.data, host_ms_, trace_.d2h_ms(size));
     totals_.d2h_bytes += size;
     ++totals_.d2h_count;
-    recorder_.span(SpanKind::kCopyD2H, clock_.lane(CopyDirection::kToHost), resolved.action().op, resolved.storage, size,
-                   copy.start_ms, copy.end_ms);
+    recorder_.span(SpanKind::kCopyD2H, clock_.lane(CopyDirection::kToHost), resolved.action().op, resolved.storage,
+                   size, copy.start_ms, copy.end_ms);
   }
 
   void copy_to_device(const ResolvedAction& resolved, Storage state, CopyOutcome outcome) {
